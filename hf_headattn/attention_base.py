@@ -1,0 +1,129 @@
+"""The attention seam: what every attention variant receives and returns.
+
+A variant is the part of multi-head attention between the q/k/v projections and the residual
+connection. The surrounding `HeadAttnAttention` module projects queries, keys and values, manages the
+KV cache and hands the variant its per-decoding-step state; the variant computes per-head outputs
+(or, if it `combines_heads`, the final output that replaces concatenation + output projection).
+"""
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+
+ENCODER_SELF_ATTENTION = "encoder_self_attention"
+DECODER_SELF_ATTENTION = "decoder_self_attention"
+CROSS_ATTENTION = "cross_attention"
+SITES = (ENCODER_SELF_ATTENTION, DECODER_SELF_ATTENTION, CROSS_ATTENTION)
+
+
+class AttentionMask:
+    """Which keys each query may attend to; built once per forward pass and shared by every layer.
+
+    `allowed` is a bool tensor broadcastable to [batch, heads, queries, keys] (True = may attend), or None
+    when every key is visible. `is_causal` is True only when `allowed` is exactly the lower triangle for
+    every row, so that fused kernels may use their causal fast path instead of the materialised mask.
+    """
+
+    def __init__(self, allowed: torch.Tensor | None, is_causal: bool = False):
+        self.allowed = allowed
+        self.is_causal = is_causal
+        self._additive: dict[torch.dtype, torch.Tensor] = {}
+
+    def additive(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """The mask as 0 / finfo(dtype).min scores; a finite minimum keeps fully masked rows free of NaN."""
+        if self.allowed is None:
+            return None
+        if dtype not in self._additive:
+            zero = torch.zeros((), dtype=dtype, device=self.allowed.device)
+            self._additive[dtype] = torch.where(self.allowed, zero, torch.finfo(dtype).min)
+        return self._additive[dtype]
+
+
+@dataclass
+class AttentionResult:
+    """What a variant returns for one attention call.
+
+    output: [batch, queries, heads, head_dim] per-head outputs, or [batch, queries, d_model] if the variant
+        `combines_heads`.
+    weights: [batch, heads, queries, keys] attention probabilities, when asked for (output_attentions).
+    aux_loss: a scalar to add to the training loss (already weighted by the variant's own coefficient).
+    diagnostics: named tensors for analysis (e.g. head importances), when asked for (output_diagnostics).
+    state: the per-decoding-step state after this call; kept in the cache so that beam search reorders it.
+    """
+
+    output: torch.Tensor
+    weights: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None
+    diagnostics: dict[str, torch.Tensor] | None = None
+    state: dict[str, torch.Tensor] | None = None
+
+
+class AttentionVariant(nn.Module):
+    """Base class of attention variants.
+
+    Subclasses set `name`, the `options` they accept (name -> default), the `sites` where they may be
+    used, whether they `combine_heads` themselves, and whether they are `stateful` (keep per-step state
+    across decoding steps). They implement `forward` and may refine `check_options`.
+    """
+
+    name: ClassVar[str]
+    options: ClassVar[dict[str, Any]] = {}
+    sites: ClassVar[tuple[str, ...]] = SITES
+    combines_heads: ClassVar[bool] = False
+    stateful: ClassVar[bool] = False
+
+    def __init__(self, config, site: str, layer_idx: int, num_heads: int, head_dim: int, **options):
+        super().__init__()
+        self.config = config
+        self.site = site
+        self.layer_idx = layer_idx
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.scaling = head_dim**-0.5
+        self.dropout = config.attention_dropout
+        resolved = {**self.options, **options}
+        for option, value in resolved.items():
+            setattr(self, option, value)
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any], *, site: str, num_heads: int, config) -> None:
+        """Raise ValueError for option values this variant cannot use (names are checked by the config)."""
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: AttentionMask,
+        *,
+        hidden_states: torch.Tensor,
+        state: dict[str, torch.Tensor] | None = None,
+        output_attentions: bool = False,
+        output_diagnostics: bool = False,
+    ) -> AttentionResult:
+        """query: [batch, heads, queries, head_dim]; key, value: [batch, heads, keys, head_dim];
+        hidden_states: the un-projected query-side input [batch, queries, d_model]; state: this module's
+        per-step state from the cache (None when there is no cache, i.e. start from scratch)."""
+        raise NotImplementedError
+
+
+def masked_softmax_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: AttentionMask,
+    scaling: float,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager scaled dot-product attention; returns per-head outputs [B, Tq, H, D] and weights [B, H, Tq, Tk]."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    additive = attention_mask.additive(scores.dtype)
+    if additive is not None:
+        scores = scores + additive
+    weights = torch.softmax(scores, dim=-1)
+    dropped = nn.functional.dropout(weights, p=dropout, training=training)
+    return torch.matmul(dropped, value).transpose(1, 2), weights

@@ -1,0 +1,19 @@
+"""The one map from attention-variant name to class. Adding a variant: one module, one line here."""
+
+from .attention_base import AttentionVariant
+from .attention_running_sum import RunningSumAttention
+from .attention_softmax import SoftmaxAttention
+
+
+ATTENTION_VARIANTS: dict[str, type[AttentionVariant]] = {
+    SoftmaxAttention.name: SoftmaxAttention,
+    RunningSumAttention.name: RunningSumAttention,
+}
+
+
+def get_attention_variant(name: str) -> type[AttentionVariant]:
+    if name not in ATTENTION_VARIANTS:
+        raise ValueError(
+            f"Unknown attention variant {name!r}; registered variants are: {', '.join(sorted(ATTENTION_VARIANTS))}"
+        )
+    return ATTENTION_VARIANTS[name]

@@ -1,0 +1,59 @@
+"""A minimal stateful variant that exists to test the seam: softmax attention whose scores are lowered by
+the attention each source position has already received, z'_t = z_t - penalty * beta_t with
+beta_t = sum_{tau < t} alpha_tau (the cumulative attention of Malaviya et al., 2018, Sec. 3.2, used here as a
+plain coverage penalty). Its output depends on every earlier decoding step, so any mistake in carrying or
+beam-reordering the per-step state changes the translation. With `aux_weight` > 0 it also returns an auxiliary
+loss (aux_weight times the mean squared final coverage), which exercises the model's auxiliary-loss path."""
+
+import torch
+
+from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant
+
+
+class RunningSumAttention(AttentionVariant):
+    name = "running_sum"
+    options = {"penalty": 1.0, "aux_weight": 0.0}
+    sites = (CROSS_ATTENTION,)
+    stateful = True
+
+    @classmethod
+    def check_options(cls, options, *, site, num_heads, config):
+        for option in ("penalty", "aux_weight"):
+            value = options.get(option, cls.options[option])
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(f"running_sum option `{option}` must be a number, got {value!r}")
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: AttentionMask,
+        *,
+        hidden_states: torch.Tensor,
+        state=None,
+        output_attentions: bool = False,
+        output_diagnostics: bool = False,
+    ) -> AttentionResult:
+        batch, heads, num_queries, _ = query.shape
+        scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling
+        additive = attention_mask.additive(scores.dtype)
+        if additive is not None:
+            scores = scores + additive
+        coverage = scores.new_zeros(batch, heads, key.shape[-2]) if state is None else state["coverage"]
+        # The scores of step t depend on the attention of steps < t, so this loop over target positions is
+        # inherent to the math; generation with a cache runs it once per step.
+        step_weights = []
+        for t in range(num_queries):
+            weights_t = torch.softmax(scores[:, :, t] - self.penalty * coverage, dim=-1)
+            coverage = coverage + weights_t
+            step_weights.append(weights_t)
+        weights = torch.stack(step_weights, dim=2)
+        output = torch.matmul(weights, value).transpose(1, 2)
+        return AttentionResult(
+            output=output,
+            weights=weights if output_attentions else None,
+            aux_loss=self.aux_weight * coverage.pow(2).mean() if self.aux_weight else None,
+            diagnostics={"coverage": coverage} if output_diagnostics else None,
+            state={"coverage": coverage},
+        )

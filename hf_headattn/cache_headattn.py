@@ -1,0 +1,67 @@
+"""The decoding cache: Transformers' self-/cross-attention KV caches plus per-variant decoding state.
+
+Transformers 5 reorders only the cache object during beam search, so any state an attention variant
+carries from one decoding step to the next (e.g. cumulative attention) must live here to follow the beams.
+"""
+
+import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+
+class HeadAttnCache(EncoderDecoderCache):
+    """`EncoderDecoderCache` that also holds `variant_states`: module key -> {name: tensor with batch first}."""
+
+    def __init__(self, self_attention_cache=None, cross_attention_cache=None):
+        super().__init__(
+            self_attention_cache if self_attention_cache is not None else DynamicCache(),
+            cross_attention_cache if cross_attention_cache is not None else DynamicCache(),
+        )
+        self.variant_states: dict[str, dict[str, torch.Tensor]] = {}
+
+    @classmethod
+    def wrap(cls, cache) -> "HeadAttnCache":
+        """Adopt a cache made elsewhere (e.g. by `generate`), sharing its key/value tensors."""
+        if isinstance(cache, HeadAttnCache):
+            return cache
+        if isinstance(cache, EncoderDecoderCache):
+            wrapped = cls(cache.self_attention_cache, cache.cross_attention_cache)
+            wrapped.is_updated = dict(cache.is_updated)
+            return wrapped
+        if isinstance(cache, DynamicCache):
+            return cls(cache, DynamicCache())
+        raise TypeError(f"Expected an EncoderDecoderCache or DynamicCache, got {type(cache).__name__}")
+
+    def get_variant_state(self, key: str) -> dict[str, torch.Tensor] | None:
+        return self.variant_states.get(key)
+
+    def set_variant_state(self, key: str, state: dict[str, torch.Tensor]) -> None:
+        self.variant_states[key] = state
+
+    def _map_states(self, fn) -> None:
+        self.variant_states = {
+            key: {name: fn(tensor) for name, tensor in state.items()} for key, state in self.variant_states.items()
+        }
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        self._map_states(lambda tensor: tensor.index_select(0, beam_idx.to(tensor.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        self._map_states(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        self._map_states(lambda tensor: tensor[indices])
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if self.variant_states:
+            raise ValueError(
+                "HeadAttnCache cannot crop per-step attention state (it is a running quantity, not a per-token "
+                "list); assisted/speculative decoding is not supported for stateful attention variants."
+            )
+        super().crop(tokens_to_remove)
+
+    def reset(self) -> None:
+        super().reset()
+        self.variant_states = {}

@@ -1,0 +1,265 @@
+"""Configuration of the Marian-style encoder-decoder with pluggable attention."""
+
+from typing import Any
+
+from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
+
+from .attention_base import SITES
+from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
+
+
+POSITION_EMBEDDINGS = ("sinusoidal", "none")
+
+AUTO_MAP = {
+    "AutoConfig": "configuration_headattn.HeadAttnConfig",
+    "AutoModel": "modeling_headattn.HeadAttnModel",
+    "AutoModelForSeq2SeqLM": "modeling_headattn.HeadAttnForConditionalGeneration",
+}
+CUSTOM_PIPELINES = {
+    "translation": {
+        "impl": "pipeline_headattn.TranslationPipeline",
+        "pt": ["AutoModelForSeq2SeqLM"],
+        "type": "text",
+    }
+}
+
+
+class HeadAttnConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`HeadAttnForConditionalGeneration`]: Marian's architecture (post-LN Transformer
+    encoder-decoder, sinusoidal positions, optional embedding scaling, final logits bias) with an attention
+    variant chosen per site and layer.
+
+    Args:
+        vocab_size (`int`, defaults to 8000): Size of the (shared) vocabulary.
+        decoder_vocab_size (`int`, *optional*): Target vocabulary size when embeddings are not shared;
+            defaults to `vocab_size`.
+        d_model (`int`, defaults to 512): Width of the model.
+        encoder_layers / decoder_layers (`int`, defaults to 6): Number of layers.
+        encoder_attention_heads / decoder_attention_heads (`int`, defaults to 8): Heads per attention; must
+            divide `d_model`.
+        encoder_ffn_dim / decoder_ffn_dim (`int`, defaults to 2048): Inner size of the feed-forward blocks.
+        activation_function (`str`, defaults to `"swish"`): Any name in `transformers.activations.ACT2FN`.
+        dropout (`float`, defaults to 0.1): Dropout on embeddings and residual branches.
+        attention_dropout (`float`, defaults to 0.0): Dropout on attention probabilities.
+        activation_dropout (`float`, defaults to 0.0): Dropout after the feed-forward activation.
+        encoder_layerdrop / decoder_layerdrop (`float`, defaults to 0.0): LayerDrop probabilities.
+        max_position_embeddings (`int`, defaults to 512): Longest sequence the position table covers.
+        position_embedding (`str`, defaults to `"sinusoidal"`): `"sinusoidal"` (Marian's table) or `"none"`.
+        scale_embedding (`bool`, defaults to `True`): Multiply token embeddings by sqrt(d_model).
+        share_encoder_decoder_embeddings (`bool`, defaults to `True`): One embedding matrix for both sides.
+        tie_word_embeddings (`bool`, defaults to `True`): Tie the output projection to the decoder embeddings.
+        init_std (`float`, defaults to 0.02): Standard deviation of the weight initialisation.
+        label_smoothing (`float`, defaults to 0.0): Label smoothing of the model's own cross-entropy loss.
+        pad_token_id / eos_token_id / decoder_start_token_id (`int`, defaults to 0 / 1 / 0): Special token ids
+            (Marian starts decoding from the pad token).
+        encoder_self_attention / decoder_self_attention / cross_attention (`str`, `dict` or `list[dict]`,
+            defaults to `"softmax"`): The attention variant at each site. A name uses that variant at every
+            layer; a dict `{"type": name, "layers": [...], **options}` uses it at the listed layers (negative
+            indices count from the top; default all) and softmax elsewhere; a list of such dicts places
+            several variants at disjoint layers.
+    """
+
+    model_type = "headattn"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = {
+        "num_attention_heads": "encoder_attention_heads",
+        "hidden_size": "d_model",
+        # Transformers sizes the decoding cache from num_hidden_layers; its layers are the decoder's.
+        "num_hidden_layers": "decoder_layers",
+    }
+
+    def __init__(
+        self,
+        vocab_size: int = 8000,
+        decoder_vocab_size: int | None = None,
+        d_model: int = 512,
+        encoder_layers: int = 6,
+        decoder_layers: int = 6,
+        encoder_attention_heads: int = 8,
+        decoder_attention_heads: int = 8,
+        encoder_ffn_dim: int = 2048,
+        decoder_ffn_dim: int = 2048,
+        activation_function: str = "swish",
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        encoder_layerdrop: float = 0.0,
+        decoder_layerdrop: float = 0.0,
+        max_position_embeddings: int = 512,
+        position_embedding: str = "sinusoidal",
+        scale_embedding: bool = True,
+        share_encoder_decoder_embeddings: bool = True,
+        tie_word_embeddings: bool = True,
+        init_std: float = 0.02,
+        label_smoothing: float = 0.0,
+        use_cache: bool = True,
+        pad_token_id: int = 0,
+        eos_token_id: int = 1,
+        decoder_start_token_id: int = 0,
+        encoder_self_attention: str | dict | list = "softmax",
+        decoder_self_attention: str | dict | list = "softmax",
+        cross_attention: str | dict | list = "softmax",
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.decoder_vocab_size = decoder_vocab_size if decoder_vocab_size is not None else vocab_size
+        self.d_model = d_model
+        self.encoder_layers = encoder_layers
+        self.decoder_layers = decoder_layers
+        self.encoder_attention_heads = encoder_attention_heads
+        self.decoder_attention_heads = decoder_attention_heads
+        self.encoder_ffn_dim = encoder_ffn_dim
+        self.decoder_ffn_dim = decoder_ffn_dim
+        self.activation_function = activation_function
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.activation_dropout = activation_dropout
+        self.encoder_layerdrop = encoder_layerdrop
+        self.decoder_layerdrop = decoder_layerdrop
+        self.max_position_embeddings = max_position_embeddings
+        self.position_embedding = position_embedding
+        self.scale_embedding = scale_embedding
+        self.share_encoder_decoder_embeddings = share_encoder_decoder_embeddings
+        self.init_std = init_std
+        self.label_smoothing = label_smoothing
+        self.use_cache = use_cache
+        self.encoder_self_attention = encoder_self_attention
+        self.decoder_self_attention = decoder_self_attention
+        self.cross_attention = cross_attention
+        kwargs.setdefault("auto_map", dict(AUTO_MAP))
+        kwargs.setdefault("custom_pipelines", dict(CUSTOM_PIPELINES))
+        kwargs.setdefault("is_encoder_decoder", True)
+        super().__init__(
+            pad_token_id=pad_token_id,
+            eos_token_id=eos_token_id,
+            decoder_start_token_id=decoder_start_token_id,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
+        self._check_architecture()
+        for site in SITES:
+            self._resolve_site(site)
+
+    # ----------------------------------------------------------------------------------------------- checks
+    def _check_architecture(self) -> None:
+        for field in ("vocab_size", "decoder_vocab_size", "d_model", "encoder_layers", "decoder_layers",
+                      "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+                      "max_position_embeddings"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"`{field}` must be a positive integer, got {value!r}")
+        for field in ("encoder_attention_heads", "decoder_attention_heads"):
+            heads = getattr(self, field)
+            if self.d_model % heads != 0:
+                divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and h <= 64]
+                raise ValueError(
+                    f"`{field}`={heads} does not divide d_model={self.d_model}; heads that divide it: {divisors}"
+                )
+        for field in ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop",
+                      "decoder_layerdrop", "label_smoothing"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{field}` must be a number in [0, 1), got {value!r}")
+        if self.activation_function not in ACT2FN:
+            raise ValueError(
+                f"Unknown activation_function {self.activation_function!r}; accepted: {', '.join(sorted(ACT2FN))}"
+            )
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"Unknown position_embedding {self.position_embedding!r}; accepted: {', '.join(POSITION_EMBEDDINGS)}"
+            )
+        target_vocab = self.vocab_size if self.share_encoder_decoder_embeddings else self.decoder_vocab_size
+        if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"decoder_vocab_size={self.decoder_vocab_size} differs from vocab_size={self.vocab_size} but "
+                "share_encoder_decoder_embeddings=True; set them equal or share_encoder_decoder_embeddings=False"
+            )
+        for field, limit in (("pad_token_id", min(self.vocab_size, target_vocab)),
+                             ("eos_token_id", target_vocab), ("decoder_start_token_id", target_vocab)):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < limit:
+                raise ValueError(f"`{field}` must be an integer in [0, {limit}) for this vocabulary, got {value!r}")
+
+    def _num_layers(self, site: str) -> int:
+        return self.encoder_layers if site == "encoder_self_attention" else self.decoder_layers
+
+    def _num_heads(self, site: str) -> int:
+        return self.encoder_attention_heads if site == "encoder_self_attention" else self.decoder_attention_heads
+
+    def _resolve_site(self, site: str) -> list[tuple[str, dict[str, Any]]]:
+        """Validate one site's attention spec and return (variant name, options) for each of its layers."""
+        spec = getattr(self, site)
+        num_layers = self._num_layers(site)
+        if isinstance(spec, str):
+            entries = [{"type": spec}]
+        elif isinstance(spec, dict):
+            entries = [spec]
+        elif isinstance(spec, (list, tuple)) and spec and all(isinstance(entry, dict) for entry in spec):
+            entries = list(spec)
+        else:
+            raise ValueError(
+                f"`{site}` must be a variant name, a dict {{'type': name, 'layers': [...], **options}} or a "
+                f"non-empty list of such dicts; got {spec!r}"
+            )
+        placement: list[tuple[str, dict[str, Any]] | None] = [None] * num_layers
+        for entry in entries:
+            entry = dict(entry)
+            if "type" not in entry:
+                raise ValueError(f"`{site}` entry {entry!r} has no 'type'; registered: {', '.join(ATTENTION_VARIANTS)}")
+            name = entry.pop("type")
+            if name not in ATTENTION_VARIANTS:
+                raise ValueError(
+                    f"Unknown attention variant {name!r} for `{site}`; registered variants are: "
+                    f"{', '.join(sorted(ATTENTION_VARIANTS))}"
+                )
+            variant = get_attention_variant(name)
+            if site not in variant.sites:
+                raise ValueError(
+                    f"Attention variant {name!r} cannot be used at `{site}`; it supports: {', '.join(variant.sites)}"
+                )
+            layers = entry.pop("layers", None)
+            unknown = sorted(set(entry) - set(variant.options))
+            if unknown:
+                accepted = ", ".join(sorted(variant.options)) or "none"
+                raise ValueError(
+                    f"Attention variant {name!r} at `{site}` does not take option(s) {', '.join(unknown)}; "
+                    f"accepted options: {accepted} (plus 'layers')"
+                )
+            variant.check_options(entry, site=site, num_heads=self._num_heads(site), config=self)
+            for layer in self._resolve_layers(site, layers, num_layers):
+                if placement[layer] is not None:
+                    raise ValueError(f"Layer {layer} of `{site}` is given more than one attention variant")
+                placement[layer] = (name, entry)
+        return [chosen if chosen is not None else ("softmax", {}) for chosen in placement]
+
+    @staticmethod
+    def _resolve_layers(site: str, layers, num_layers: int) -> list[int]:
+        if layers is None:
+            return list(range(num_layers))
+        if isinstance(layers, int) and not isinstance(layers, bool):
+            layers = [layers]
+        if not isinstance(layers, (list, tuple)) or not layers:
+            raise ValueError(f"`layers` of `{site}` must be a non-empty list of layer indices, got {layers!r}")
+        resolved = []
+        for layer in layers:
+            if not isinstance(layer, int) or isinstance(layer, bool) or not -num_layers <= layer < num_layers:
+                raise ValueError(
+                    f"Layer index {layer!r} of `{site}` is out of range; this site has {num_layers} layers, so "
+                    f"indices in [{-num_layers}, {num_layers - 1}] are accepted"
+                )
+            resolved.append(layer % num_layers)
+        if len(set(resolved)) != len(resolved):
+            raise ValueError(f"`layers` of `{site}` lists a layer twice: {layers!r}")
+        return resolved
+
+    # ----------------------------------------------------------------------------------------------- queries
+    def attention_variant(self, site: str, layer_idx: int) -> tuple[str, dict[str, Any]]:
+        """The (variant name, options) used at `site` in layer `layer_idx`."""
+        if site not in SITES:
+            raise ValueError(f"Unknown attention site {site!r}; sites are: {', '.join(SITES)}")
+        return self._resolve_site(site)[layer_idx]
+
+
+__all__ = ["HeadAttnConfig"]

@@ -1,0 +1,810 @@
+"""Marian-style Transformer encoder-decoder whose attention at each site is a pluggable variant.
+
+The arithmetic follows `transformers.models.marian.modeling_marian` (post-LN layers, Marian's sinusoidal
+position table, optional sqrt(d_model) embedding scale, final logits bias); the attention in between the
+q/k/v projections and the residual is delegated to the variant the config names for that site and layer.
+"""
+
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_utils import PreTrainedModel
+
+from .attention_base import (
+    CROSS_ATTENTION,
+    DECODER_SELF_ATTENTION,
+    ENCODER_SELF_ATTENTION,
+    AttentionMask,
+    AttentionResult,
+)
+from .attention_registry import get_attention_variant
+from .cache_headattn import HeadAttnCache
+from .configuration_headattn import HeadAttnConfig
+
+
+# Every file a saved model needs to run through `trust_remote_code`; `save_pretrained` copies them all.
+RUNTIME_FILES = (
+    "attention_base.py",
+    "attention_registry.py",
+    "attention_running_sum.py",
+    "attention_softmax.py",
+    "cache_headattn.py",
+    "configuration_headattn.py",
+    "modeling_headattn.py",
+    "pipeline_headattn.py",
+)
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs for teacher forcing: labels shifted right behind the start token, -100 replaced by pad."""
+    shifted = labels.new_zeros(labels.shape)
+    shifted[:, 1:] = labels[:, :-1].clone()
+    shifted[:, 0] = decoder_start_token_id
+    shifted.masked_fill_(shifted == -100, pad_token_id)
+    return shifted
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+@dataclass
+class HeadAttnEncoderOutput(BaseModelOutput):
+    """Encoder output plus what the encoder's attention variants add.
+
+    aux_losses: the auxiliary loss terms of the encoder's variants, one scalar per module that has one.
+    diagnostics: module name -> {diagnostic name -> tensor}, when `output_diagnostics=True`.
+    """
+
+    aux_losses: tuple[torch.Tensor, ...] | None = None
+    diagnostics: dict[str, dict[str, torch.Tensor]] | None = None
+
+
+@dataclass
+class HeadAttnDecoderOutput(BaseModelOutput):
+    past_key_values: Cache | None = None
+    cross_attentions: tuple[torch.Tensor, ...] | None = None
+    aux_losses: tuple[torch.Tensor, ...] | None = None
+    diagnostics: dict[str, dict[str, torch.Tensor]] | None = None
+
+
+@dataclass
+class HeadAttnSeq2SeqModelOutput(Seq2SeqModelOutput):
+    """`Seq2SeqModelOutput` plus the attention variants' auxiliary loss (mean over the modules that have one)
+    and their diagnostics (module name -> {diagnostic name -> tensor}) from encoder and decoder."""
+
+    aux_loss: torch.Tensor | None = None
+    diagnostics: dict[str, dict[str, torch.Tensor]] | None = None
+
+
+@dataclass
+class HeadAttnSeq2SeqLMOutput(Seq2SeqLMOutput):
+    """`Seq2SeqLMOutput` whose `loss` is cross-entropy (with the config's label smoothing) plus `aux_loss`;
+    `ce_loss` is the cross-entropy part alone."""
+
+    ce_loss: torch.FloatTensor | None = None
+    aux_loss: torch.Tensor | None = None
+    diagnostics: dict[str, dict[str, torch.Tensor]] | None = None
+
+
+class _AttentionRecords:
+    """Collects, during one encoder or decoder pass, what the caller asked the attention modules to report."""
+
+    def __init__(self, output_attentions: bool, output_diagnostics: bool):
+        self.output_attentions = output_attentions
+        self.output_diagnostics = output_diagnostics
+        self.weights: dict[str, list[torch.Tensor]] = {}
+        self.aux_losses: list[torch.Tensor] = []
+        self.diagnostics: dict[str, dict[str, torch.Tensor]] = {}
+
+    def add(self, kind: str, module_name: str, result: AttentionResult) -> None:
+        if self.output_attentions:
+            self.weights.setdefault(kind, []).append(result.weights)
+        if result.aux_loss is not None:
+            self.aux_losses.append(result.aux_loss)
+        if self.output_diagnostics and result.diagnostics:
+            self.diagnostics[module_name] = result.diagnostics
+
+    def attentions(self, kind: str) -> tuple[torch.Tensor, ...] | None:
+        return tuple(self.weights.get(kind, ())) if self.output_attentions else None
+
+
+# ------------------------------------------------------------------------------------------------ modules
+class HeadAttnSinusoidalPositionalEmbedding(nn.Module):
+    """Marian's fixed position table: sines in the first half of each vector, cosines in the second."""
+
+    def __init__(self, num_positions: int, embedding_dim: int):
+        super().__init__()
+        self.register_buffer("weight", self.create_weight(num_positions, embedding_dim), persistent=False)
+
+    @staticmethod
+    def create_weight(num_positions: int, embedding_dim: int) -> torch.Tensor:
+        positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
+        rates = torch.pow(10000.0, 2 * (torch.arange(embedding_dim, dtype=torch.float64) // 2) / embedding_dim)
+        angles = positions / rates
+        half = (embedding_dim + 1) // 2
+        table = torch.empty(num_positions, embedding_dim, dtype=torch.float64)
+        table[:, :half] = torch.sin(angles[:, 0::2])
+        table[:, half:] = torch.cos(angles[:, 1::2])
+        return table.float()
+
+    def forward(self, seq_len: int, past_len: int = 0) -> torch.Tensor:
+        if past_len + seq_len > self.weight.shape[0]:
+            raise ValueError(
+                f"Sequence of length {past_len + seq_len} exceeds max_position_embeddings={self.weight.shape[0]}; "
+                "truncate the input or build the model with a larger max_position_embeddings"
+            )
+        return self.weight[past_len : past_len + seq_len]
+
+
+class HeadAttnAttention(nn.Module):
+    """Multi-head attention whose core (scores -> weights -> per-head outputs) is the configured variant."""
+
+    def __init__(self, config: HeadAttnConfig, site: str, layer_idx: int):
+        super().__init__()
+        self.site = site
+        self.layer_idx = layer_idx
+        self.is_cross_attention = site == CROSS_ATTENTION
+        embed_dim = config.d_model
+        self.num_heads = config.encoder_attention_heads if site == ENCODER_SELF_ATTENTION else config.decoder_attention_heads
+        self.head_dim = embed_dim // self.num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        variant_name, options = config.attention_variant(site, layer_idx)
+        variant_class = get_attention_variant(variant_name)
+        self.variant = variant_class(config, site, layer_idx, self.num_heads, self.head_dim, **options)
+        self.out_proj = None if variant_class.combines_heads else nn.Linear(embed_dim, embed_dim)
+        self.state_key = f"{site}.{layer_idx}"
+
+    def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
+        return states.view(*states.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: AttentionMask,
+        key_value_states: torch.Tensor | None = None,
+        past_key_values: HeadAttnCache | None = None,
+        output_attentions: bool = False,
+        output_diagnostics: bool = False,
+    ) -> tuple[torch.Tensor, AttentionResult]:
+        query = self._split_heads(self.q_proj(hidden_states))
+        if self.is_cross_attention:
+            if past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
+                cached = past_key_values.cross_attention_cache.layers[self.layer_idx]
+                key, value = cached.keys, cached.values
+            else:
+                key = self._split_heads(self.k_proj(key_value_states))
+                value = self._split_heads(self.v_proj(key_value_states))
+                if past_key_values is not None:
+                    key, value = past_key_values.cross_attention_cache.update(key, value, self.layer_idx)
+                    past_key_values.is_updated[self.layer_idx] = True
+        else:
+            key = self._split_heads(self.k_proj(hidden_states))
+            value = self._split_heads(self.v_proj(hidden_states))
+            if past_key_values is not None:
+                key, value = past_key_values.self_attention_cache.update(key, value, self.layer_idx)
+
+        keeps_state = self.variant.stateful and past_key_values is not None
+        result = self.variant(
+            query,
+            key,
+            value,
+            attention_mask,
+            hidden_states=hidden_states,
+            state=past_key_values.get_variant_state(self.state_key) if keeps_state else None,
+            output_attentions=output_attentions,
+            output_diagnostics=output_diagnostics,
+        )
+        if keeps_state:
+            past_key_values.set_variant_state(self.state_key, result.state)
+        output = result.output
+        if self.out_proj is not None:
+            output = self.out_proj(output.reshape(*hidden_states.shape[:-1], -1))
+        return output, result
+
+
+class HeadAttnFeedForward(nn.Module):
+    def __init__(self, config: HeadAttnConfig, ffn_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)
+
+
+class HeadAttnEncoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config: HeadAttnConfig, layer_idx: int):
+        super().__init__()
+        self.dropout = config.dropout
+        self.self_attn = HeadAttnAttention(config, ENCODER_SELF_ATTENTION, layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
+        self.ffn = HeadAttnFeedForward(config, config.encoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: AttentionMask,
+        output_attentions: bool = False,
+        output_diagnostics: bool = False,
+    ) -> tuple[torch.Tensor, AttentionResult]:
+        attended, result = self.self_attn(
+            hidden_states, attention_mask, output_attentions=output_attentions, output_diagnostics=output_diagnostics
+        )
+        hidden_states = self.self_attn_layer_norm(
+            hidden_states + nn.functional.dropout(attended, p=self.dropout, training=self.training)
+        )
+        transformed = self.ffn(hidden_states)
+        hidden_states = self.final_layer_norm(
+            hidden_states + nn.functional.dropout(transformed, p=self.dropout, training=self.training)
+        )
+        return hidden_states, result
+
+
+class HeadAttnDecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config: HeadAttnConfig, layer_idx: int):
+        super().__init__()
+        self.dropout = config.dropout
+        self.self_attn = HeadAttnAttention(config, DECODER_SELF_ATTENTION, layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
+        self.encoder_attn = HeadAttnAttention(config, CROSS_ATTENTION, layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model)
+        self.ffn = HeadAttnFeedForward(config, config.decoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        self_attention_mask: AttentionMask,
+        encoder_hidden_states: torch.Tensor,
+        cross_attention_mask: AttentionMask,
+        past_key_values: HeadAttnCache | None = None,
+        output_attentions: bool = False,
+        output_diagnostics: bool = False,
+    ) -> tuple[torch.Tensor, AttentionResult, AttentionResult]:
+        flags = {"output_attentions": output_attentions, "output_diagnostics": output_diagnostics}
+        attended, self_result = self.self_attn(
+            hidden_states, self_attention_mask, past_key_values=past_key_values, **flags
+        )
+        hidden_states = self.self_attn_layer_norm(
+            hidden_states + nn.functional.dropout(attended, p=self.dropout, training=self.training)
+        )
+        attended, cross_result = self.encoder_attn(
+            hidden_states,
+            cross_attention_mask,
+            key_value_states=encoder_hidden_states,
+            past_key_values=past_key_values,
+            **flags,
+        )
+        hidden_states = self.encoder_attn_layer_norm(
+            hidden_states + nn.functional.dropout(attended, p=self.dropout, training=self.training)
+        )
+        transformed = self.ffn(hidden_states)
+        hidden_states = self.final_layer_norm(
+            hidden_states + nn.functional.dropout(transformed, p=self.dropout, training=self.training)
+        )
+        return hidden_states, self_result, cross_result
+
+
+# ------------------------------------------------------------------------------------------------ models
+class HeadAttnPreTrainedModel(PreTrainedModel):
+    config_class = HeadAttnConfig
+    config: HeadAttnConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _no_split_modules = ["HeadAttnEncoderLayer", "HeadAttnDecoderLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, HeadAttnSinusoidalPositionalEmbedding):
+            init.copy_(module.weight, module.create_weight(*module.weight.shape))
+        elif isinstance(module, HeadAttnForConditionalGeneration):
+            init.zeros_(module.final_logits_bias)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save weights and config, plus every runtime code file, so that the folder loads through
+        `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)` and
+        `pipeline("translation", model=folder, trust_remote_code=True)` without this package installed."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        code_dir = Path(__file__).parent
+        for name in RUNTIME_FILES:
+            shutil.copyfile(code_dir / name, Path(save_directory) / name)
+
+
+class HeadAttnEncoder(nn.Module):
+    def __init__(self, config: HeadAttnConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.dropout = config.dropout
+        self.layerdrop = config.encoder_layerdrop
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = embed_tokens
+        self.embed_positions = (
+            HeadAttnSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
+            if config.position_embedding == "sinusoidal"
+            else None
+        )
+        self.layers = nn.ModuleList([HeadAttnEncoderLayer(config, i) for i in range(config.encoder_layers)])
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_diagnostics: bool = False,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> HeadAttnEncoderOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds` to the encoder")
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        hidden_states = inputs_embeds
+        if self.embed_positions is not None:
+            hidden_states = hidden_states + self.embed_positions(inputs_embeds.shape[1]).to(inputs_embeds.dtype)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+        mask = AttentionMask(attention_mask.bool()[:, None, None, :] if attention_mask is not None else None)
+        records = _AttentionRecords(output_attentions, output_diagnostics)
+        all_hidden_states = [hidden_states] if output_hidden_states else None
+        for idx, layer in enumerate(self.layers):
+            if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
+                continue
+            hidden_states, result = layer(hidden_states, mask, output_attentions, output_diagnostics)
+            records.add("self", f"encoder.layers.{idx}.self_attn", result)
+            if output_hidden_states:
+                all_hidden_states.append(hidden_states)
+
+        return HeadAttnEncoderOutput(
+            last_hidden_state=hidden_states,
+            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+            attentions=records.attentions("self"),
+            aux_losses=tuple(records.aux_losses) or None,
+            diagnostics=records.diagnostics or None,
+        )
+
+
+class HeadAttnDecoder(nn.Module):
+    def __init__(self, config: HeadAttnConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.dropout = config.dropout
+        self.layerdrop = config.decoder_layerdrop
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = embed_tokens
+        self.embed_positions = (
+            HeadAttnSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
+            if config.position_embedding == "sinusoidal"
+            else None
+        )
+        self.layers = nn.ModuleList([HeadAttnDecoderLayer(config, i) for i in range(config.decoder_layers)])
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    @staticmethod
+    def _self_attention_mask(
+        batch_size: int, seq_len: int, past_len: int, attention_mask: torch.Tensor | None, device
+    ) -> AttentionMask:
+        total = past_len + seq_len
+        if attention_mask is None and seq_len == 1:
+            return AttentionMask(None)  # one new token sees every cached position
+        query_positions = torch.arange(past_len, total, device=device)[:, None]
+        allowed = (query_positions >= torch.arange(total, device=device)[None, :])[None, None]
+        if attention_mask is not None:
+            if attention_mask.shape != (batch_size, total):
+                raise ValueError(
+                    f"decoder_attention_mask has shape {tuple(attention_mask.shape)}; expected "
+                    f"({batch_size}, {total}) = (batch, cached + new decoder positions)"
+                )
+            allowed = allowed & attention_mask.bool()[:, None, None, :]
+        return AttentionMask(allowed, is_causal=attention_mask is None and past_len == 0)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        output_diagnostics: bool = False,
+    ) -> HeadAttnDecoderOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `decoder_input_ids` or `decoder_inputs_embeds`")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        inputs_embeds = inputs_embeds * self.embed_scale
+        batch_size, seq_len = inputs_embeds.shape[:2]
+
+        if use_cache:
+            past_key_values = HeadAttnCache() if past_key_values is None else HeadAttnCache.wrap(past_key_values)
+        else:
+            past_key_values = None
+        past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
+
+        hidden_states = inputs_embeds
+        if self.embed_positions is not None:
+            hidden_states = hidden_states + self.embed_positions(seq_len, past_len).to(inputs_embeds.dtype)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+        self_mask = self._self_attention_mask(batch_size, seq_len, past_len, attention_mask, inputs_embeds.device)
+        cross_mask = AttentionMask(
+            encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None
+        )
+        records = _AttentionRecords(output_attentions, output_diagnostics)
+        all_hidden_states = [hidden_states] if output_hidden_states else None
+        for idx, layer in enumerate(self.layers):
+            if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
+                continue
+            hidden_states, self_result, cross_result = layer(
+                hidden_states,
+                self_mask,
+                encoder_hidden_states,
+                cross_mask,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+                output_diagnostics=output_diagnostics,
+            )
+            records.add("self", f"decoder.layers.{idx}.self_attn", self_result)
+            records.add("cross", f"decoder.layers.{idx}.encoder_attn", cross_result)
+            if output_hidden_states:
+                all_hidden_states.append(hidden_states)
+
+        return HeadAttnDecoderOutput(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values,
+            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+            attentions=records.attentions("self"),
+            cross_attentions=records.attentions("cross"),
+            aux_losses=tuple(records.aux_losses) or None,
+            diagnostics=records.diagnostics or None,
+        )
+
+
+def _mean_aux_loss(*groups: tuple[torch.Tensor, ...] | None) -> torch.Tensor | None:
+    terms = [term for group in groups if group for term in group]
+    return torch.stack(terms).mean() if terms else None
+
+
+class HeadAttnModel(HeadAttnPreTrainedModel):
+    """The bare encoder-decoder (no language-model head)."""
+
+    def __init__(self, config: HeadAttnConfig):
+        super().__init__(config)
+        if config.share_encoder_decoder_embeddings:
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            self._tied_weights_keys = {
+                "encoder.embed_tokens.weight": "shared.weight",
+                "decoder.embed_tokens.weight": "shared.weight",
+            }
+            encoder_embeddings = decoder_embeddings = self.shared
+        else:
+            encoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            decoder_embeddings = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
+        self.encoder = HeadAttnEncoder(config, encoder_embeddings)
+        self.decoder = HeadAttnDecoder(config, decoder_embeddings)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        if self.config.share_encoder_decoder_embeddings:
+            self.shared = value
+            self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
+
+    def get_encoder(self, modality=None):
+        return self.encoder
+
+    def get_decoder(self):
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_diagnostics: bool = False,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> HeadAttnSeq2SeqModelOutput:
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+                output_diagnostics=output_diagnostics,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = HeadAttnEncoderOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            output_diagnostics=output_diagnostics,
+        )
+        encoder_diagnostics = getattr(encoder_outputs, "diagnostics", None) or {}
+        diagnostics = {**encoder_diagnostics, **(decoder_outputs.diagnostics or {})}
+        return HeadAttnSeq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+            aux_loss=_mean_aux_loss(getattr(encoder_outputs, "aux_losses", None), decoder_outputs.aux_losses),
+            diagnostics=diagnostics or None,
+        )
+
+
+class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin):
+    """Encoder-decoder with a language-model head; the model's loss is label-smoothed cross-entropy plus the
+    attention variants' auxiliary loss, normalised so that gradient accumulation gives the same result."""
+
+    _keys_to_ignore_on_load_missing = ["final_logits_bias"]
+
+    def __init__(self, config: HeadAttnConfig):
+        super().__init__(config)
+        self.model = HeadAttnModel(config)
+        target_vocab_size = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
+        self.register_buffer("final_logits_bias", torch.zeros(1, target_vocab_size))
+        self.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
+        if config.share_encoder_decoder_embeddings:
+            self._tied_weights_keys = {
+                "lm_head.weight": "model.shared.weight",
+                "model.encoder.embed_tokens.weight": "model.shared.weight",
+                "model.decoder.embed_tokens.weight": "model.shared.weight",
+            }
+        else:
+            self._tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+        self.post_init()
+
+    def get_encoder(self, modality=None):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        if not self.config.share_encoder_decoder_embeddings:
+            raise ValueError(
+                "resize_token_embeddings resizes the shared vocabulary; this model has separate source and target "
+                "embeddings (share_encoder_decoder_embeddings=False)"
+            )
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        new_size = embeddings.weight.shape[0]
+        self.config.decoder_vocab_size = new_size
+        old_bias = self.final_logits_bias
+        if new_size <= old_bias.shape[-1]:
+            new_bias = old_bias[:, :new_size]
+        else:
+            new_bias = torch.cat([old_bias, old_bias.new_zeros(1, new_size - old_bias.shape[-1])], dim=1)
+        self.register_buffer("final_logits_bias", new_bias.contiguous())
+        return embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_diagnostics: bool = False,
+        return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> HeadAttnSeq2SeqLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch, target_length)`, *optional*): target ids, -100 where
+            ignored. Decoder inputs are derived from them when not given.
+        output_diagnostics (`bool`): return the attention variants' diagnostics (e.g. head importances).
+        num_items_in_batch (`int`, *optional*): number of label tokens across all micro-batches of one
+            optimizer step (passed by `Trainer`); the loss is then a sum over this batch divided by it, so
+            gradient accumulation matches a single large batch.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = shift_tokens_right(
+                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
+                )
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            output_diagnostics=output_diagnostics,
+        )
+        logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias.to(outputs.last_hidden_state.dtype)
+
+        loss = ce_loss = None
+        if labels is not None:
+            ce_loss, loss = self._loss(logits, labels, outputs.aux_loss, num_items_in_batch)
+
+        return HeadAttnSeq2SeqLMOutput(
+            loss=loss,
+            ce_loss=ce_loss,
+            aux_loss=outputs.aux_loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+            diagnostics=outputs.diagnostics,
+        )
+
+    def _loss(self, logits, labels, aux_loss, num_items_in_batch):
+        """Label-smoothed CE summed over this batch's label tokens, divided by the tokens of the whole optimizer
+        step; the auxiliary loss (a per-batch mean) is weighted by this batch's share of those tokens."""
+        labels = labels.to(logits.device)
+        batch_tokens = labels.ne(-100).sum()
+        ce_sum = nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]),
+            labels.reshape(-1),
+            ignore_index=-100,
+            reduction="sum",
+            label_smoothing=self.config.label_smoothing,
+        )
+        denominator = batch_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+        if torch.is_tensor(denominator):
+            denominator = denominator.to(ce_sum.device)
+        ce_loss = ce_sum / denominator
+        if aux_loss is None:
+            return ce_loss, ce_loss
+        share = 1.0 if num_items_in_batch is None else batch_tokens / denominator
+        return ce_loss, ce_loss + share * aux_loss
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @classmethod
+    def from_marian(cls, model_or_path, **config_overrides) -> "HeadAttnForConditionalGeneration":
+        """Build an equivalent softmax model from a `MarianMTModel` (an instance, a local folder or a Hub id):
+        same config, same weights, same generation config. `config_overrides` (e.g. an attention spec) are
+        applied on top; parameters a variant adds keep their fresh initialisation."""
+        from transformers import MarianMTModel
+
+        marian = model_or_path if isinstance(model_or_path, MarianMTModel) else MarianMTModel.from_pretrained(model_or_path)
+        source = marian.config
+        config = HeadAttnConfig(
+            vocab_size=source.vocab_size,
+            decoder_vocab_size=source.decoder_vocab_size,
+            d_model=source.d_model,
+            encoder_layers=source.encoder_layers,
+            decoder_layers=source.decoder_layers,
+            encoder_attention_heads=source.encoder_attention_heads,
+            decoder_attention_heads=source.decoder_attention_heads,
+            encoder_ffn_dim=source.encoder_ffn_dim,
+            decoder_ffn_dim=source.decoder_ffn_dim,
+            activation_function=source.activation_function,
+            dropout=source.dropout,
+            attention_dropout=source.attention_dropout,
+            activation_dropout=source.activation_dropout,
+            encoder_layerdrop=source.encoder_layerdrop,
+            decoder_layerdrop=source.decoder_layerdrop,
+            max_position_embeddings=source.max_position_embeddings,
+            position_embedding="sinusoidal",
+            scale_embedding=source.scale_embedding,
+            share_encoder_decoder_embeddings=source.share_encoder_decoder_embeddings,
+            tie_word_embeddings=source.tie_word_embeddings,
+            init_std=source.init_std,
+            pad_token_id=source.pad_token_id,
+            eos_token_id=source.eos_token_id,
+            decoder_start_token_id=source.decoder_start_token_id,
+            **config_overrides,
+        )
+        model = cls(config)
+        state = {_marian_key_to_headattn(key): value for key, value in marian.state_dict().items()}
+        state = {key: value for key, value in state.items() if "embed_positions" not in key}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected:
+            raise ValueError(f"from_marian: Marian weights with no place in this model: {unexpected}")
+        known_new = ("variant.", "embed_positions")
+        really_missing = [key for key in missing if not any(part in key for part in known_new)]
+        if really_missing:
+            raise ValueError(f"from_marian: weights missing from the Marian checkpoint: {really_missing}")
+        model.generation_config = marian.generation_config
+        return model.to(marian.dtype).eval()
+
+
+def _marian_key_to_headattn(key: str) -> str:
+    """Marian and this model name weights alike, except that the feed-forward sits in its own module."""
+    for name in ("fc1", "fc2"):
+        key = key.replace(f".{name}.", f".ffn.{name}.")
+    return key
+
+
+__all__ = [
+    "HeadAttnEncoderOutput",
+    "HeadAttnForConditionalGeneration",
+    "HeadAttnModel",
+    "HeadAttnPreTrainedModel",
+    "HeadAttnSeq2SeqLMOutput",
+    "HeadAttnSeq2SeqModelOutput",
+]

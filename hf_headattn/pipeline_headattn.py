@@ -1,0 +1,70 @@
+"""The translation pipeline shipped with every saved model (Transformers 5 removed its own).
+
+`pipeline("translation", model=folder_or_repo, trust_remote_code=True)` finds this class through the
+config's `custom_pipelines`; it takes a string or a list of strings, passes generation keyword arguments to
+`generate`, and returns `[{"translation_text": ...}]` (one dict per input; a list of dicts per input when
+`num_return_sequences > 1`).
+"""
+
+from transformers import GenerationConfig, Pipeline
+
+
+class TranslationPipeline(Pipeline):
+    _load_tokenizer = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_video_processor = False
+    _pipeline_calls_generate = True
+    _default_generation_config = GenerationConfig(max_new_tokens=256)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.tokenizer is None:
+            raise ValueError("The translation pipeline needs a tokenizer; pass `tokenizer=` or save one with the model")
+        model_vocab = self.model.get_input_embeddings().num_embeddings
+        if len(self.tokenizer) > model_vocab:
+            raise ValueError(
+                f"Tokenizer has {len(self.tokenizer)} tokens but the model's vocabulary has {model_vocab}; they do "
+                "not belong together (use the tokenizer the model was trained with, or resize_token_embeddings)"
+            )
+
+    def _sanitize_parameters(self, truncation=None, max_input_length=None, clean_up_tokenization_spaces=None,
+                             **generate_kwargs):
+        preprocess_params = {}
+        if truncation is not None:
+            preprocess_params["truncation"] = truncation
+        if max_input_length is not None:
+            preprocess_params["max_length"] = max_input_length
+        postprocess_params = {}
+        if clean_up_tokenization_spaces is not None:
+            postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        return preprocess_params, generate_kwargs, postprocess_params
+
+    def __call__(self, inputs, **kwargs):
+        if isinstance(inputs, str):
+            return super().__call__(inputs, **kwargs)
+        if not isinstance(inputs, (list, tuple)) or not all(isinstance(text, str) for text in inputs):
+            raise TypeError(f"The translation pipeline takes a string or a list of strings, got {type(inputs).__name__}")
+        results = super().__call__(list(inputs), **kwargs)
+        return [result[0] if len(result) == 1 else result for result in results]
+
+    def preprocess(self, text: str, truncation: bool = False, max_length: int | None = None):
+        return self.tokenizer(text, return_tensors="pt", truncation=truncation, max_length=max_length)
+
+    def _forward(self, model_inputs, **generate_kwargs):
+        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        batch_size = model_inputs["input_ids"].shape[0]
+        output_ids = self.model.generate(**model_inputs, **generate_kwargs)
+        # [batch, return sequences, length], so that batching splits per input and keeps its sequences together
+        return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+
+    def postprocess(self, model_outputs, clean_up_tokenization_spaces: bool = False):
+        return [
+            {
+                "translation_text": self.tokenizer.decode(
+                    ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+                )
+            }
+            for ids in model_outputs["output_ids"][0]
+        ]

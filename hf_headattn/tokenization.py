@@ -1,0 +1,193 @@
+"""Train a joint SentencePiece-style subword tokenizer with Marian conventions (`<pad>`=0, `</s>`=1, `<unk>`=2)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+PAD_TOKEN = "<pad>"
+EOS_TOKEN = "</s>"
+UNK_TOKEN = "<unk>"
+# Trainers give special tokens the first ids in list order, which is what pins pad/eos/unk to 0/1/2.
+SPECIAL_TOKENS = (PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
+SUPPORTED_MODELS = ("unigram", "bpe")
+
+__all__ = ["train_tokenizer", "SPECIAL_TOKENS", "SUPPORTED_MODELS", "PAD_TOKEN", "EOS_TOKEN", "UNK_TOKEN"]
+
+PathLike = str | os.PathLike
+
+
+def train_tokenizer(
+    files: PathLike | Iterable[PathLike] | None = None,
+    vocab_size: int = 8000,
+    *,
+    texts: Iterable[str] | None = None,
+    min_frequency: int = 2,
+    model: str = "unigram",
+    save_directory: PathLike | None = None,
+    show_progress: bool = False,
+    model_max_length: int = 512,
+) -> PreTrainedTokenizerFast:
+    """Train one subword vocabulary shared by source and target text.
+
+    Args:
+        files: Text file(s), one sentence per line; pass source and target files together for a joint vocabulary.
+        vocab_size: Upper bound on the vocabulary size, special tokens included. Unigram may stop below it on
+            small corpora; BPE may exceed it because every character seen in training is kept.
+        texts: In-memory sentences, used in addition to ``files``.
+        min_frequency: Minimum pair frequency for a BPE merge. The Unigram trainer has no such option and
+            ignores it.
+        model: ``"unigram"`` (SentencePiece default) or ``"bpe"``. Prefer ``"bpe"`` for tiny corpora with few
+            distinct words such as :mod:`hf_headattn.toy_corpus`: the `tokenizers` Unigram trainer seeds only
+            substrings shared by several word *types*, so there even frequent whole words end up split into
+            characters (about 3 pieces per word on the toy corpus, against 1.1 with BPE).
+        save_directory: If given, the tokenizer is written there with ``save_pretrained``.
+        show_progress: Show the `tokenizers` training progress bar.
+        model_max_length: Maximum sequence length used by ``truncation=True``.
+
+    Returns:
+        A ``PreTrainedTokenizerFast`` that appends ``</s>`` (no BOS), pads on the right with ``<pad>`` and
+        supports ``tok(src, text_target=tgt)``; ``AutoTokenizer.from_pretrained`` reloads it without remote code.
+    """
+    model_name = _check_model(model)
+    _check_int("vocab_size", vocab_size, minimum=len(SPECIAL_TOKENS) + 1)
+    _check_int("min_frequency", min_frequency, minimum=0)
+    _check_int("model_max_length", model_max_length, minimum=1)
+    paths = _check_files(files)
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("texts must be an iterable of sentences, not a single string")
+    if not paths and texts is None:
+        raise ValueError("No training data: pass files=... (text files, one sentence per line) and/or texts=...")
+
+    if model_name == "unigram":
+        backend = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(SPECIAL_TOKENS),
+            unk_token=UNK_TOKEN,
+            show_progress=show_progress,
+        )
+    else:
+        # fuse_unk mirrors SentencePiece: a run of unknown characters becomes a single <unk>.
+        backend = Tokenizer(models.BPE(unk_token=UNK_TOKEN, fuse_unk=True))
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=list(SPECIAL_TOKENS),
+            show_progress=show_progress,
+        )
+    # Collapsing/stripping whitespace matches SentencePiece's remove_extra_whitespaces; without it stray
+    # spaces become lone "▁" pieces and decode() no longer reproduces the input.
+    backend.normalizer = normalizers.Sequence(
+        [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
+    )
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+
+    counter = _LineCounter(_iter_corpus(paths, texts))
+    try:
+        backend.train_from_iterator(counter, trainer=trainer)
+    except Exception as err:
+        # The Rust trainer reports this without saying which knob to turn.
+        if "not large enough" in str(err):
+            raise ValueError(
+                f"vocab_size={vocab_size} is too small for this corpus: the {model_name} vocabulary must hold "
+                f"every character of the training text plus {len(SPECIAL_TOKENS)} special tokens"
+            ) from err
+        raise
+    if counter.count == 0:
+        raise ValueError("The training corpus is empty: every file/text line is blank")
+
+    ids = {token: backend.token_to_id(token) for token in SPECIAL_TOKENS}
+    if ids != {token: i for i, token in enumerate(SPECIAL_TOKENS)}:  # guards against a tokenizers behaviour change
+        raise RuntimeError(f"Special token ids came out as {ids}, expected <pad>=0, </s>=1, <unk>=2")
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"$A {EOS_TOKEN}",
+        pair=f"$A $B {EOS_TOKEN}",
+        special_tokens=[(EOS_TOKEN, ids[EOS_TOKEN])],
+    )
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=PAD_TOKEN,
+        eos_token=EOS_TOKEN,
+        unk_token=UNK_TOKEN,
+        model_max_length=model_max_length,
+        padding_side="right",
+        truncation_side="right",
+        # Already False by default in 5.x; pinned so decode() keeps " ." and " ," exactly as in the corpus.
+        clean_up_tokenization_spaces=False,
+    )
+    if save_directory is not None:
+        tokenizer.save_pretrained(os.fspath(save_directory))
+    return tokenizer
+
+
+def _check_model(model: str) -> str:
+    name = model.lower() if isinstance(model, str) else None
+    if name not in SUPPORTED_MODELS:
+        accepted = ", ".join(repr(m) for m in SUPPORTED_MODELS)
+        raise ValueError(f"Unsupported tokenizer model {model!r}; accepted values: {accepted}")
+    return name
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        if name == "vocab_size":
+            raise ValueError(
+                f"vocab_size={value} is too small: it must be larger than the {len(SPECIAL_TOKENS)} special "
+                f"tokens {', '.join(SPECIAL_TOKENS)}"
+            )
+        raise ValueError(f"{name}={value} must be >= {minimum}")
+
+
+def _check_files(files: PathLike | Iterable[PathLike] | None) -> list[Path]:
+    if files is None:
+        return []
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    paths = []
+    for f in files:
+        if not isinstance(f, (str, os.PathLike)):
+            raise TypeError(f"files must be paths (str or os.PathLike), got {f!r}")
+        path = Path(f)
+        # Checked up front so a typo in the last file does not surface only after reading all the others.
+        if not path.exists():
+            raise FileNotFoundError(f"Training file does not exist: {os.fspath(f)}")
+        if not path.is_file():
+            raise IsADirectoryError(f"Training path is not a regular file: {os.fspath(f)}")
+        paths.append(path)
+    return paths
+
+
+def _iter_corpus(paths: list[Path], texts: Iterable[str] | None) -> Iterator[str]:
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    yield line.rstrip("\r\n")
+    if texts is not None:
+        for text in texts:
+            if not isinstance(text, str):
+                raise TypeError(f"texts must contain strings, got {type(text).__name__}: {text!r}")
+            if text.strip():
+                yield text
+
+
+class _LineCounter:
+    """Counts the lines fed to the trainer, which itself happily trains on nothing."""
+
+    def __init__(self, lines: Iterator[str]):
+        self._lines = lines
+        self.count = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self._lines:
+            self.count += 1
+            yield line
