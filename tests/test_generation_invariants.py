@@ -1,0 +1,99 @@
+"""Invariants every attention variant must keep: cache = no cache, padded batch = sentences alone, and beam
+search reordering every piece of per-step state."""
+
+import pytest
+import torch
+
+from hf_headattn import HeadAttnCache
+
+from helpers import random_model, source_batch, tiny_config
+
+
+VARIANT_CONFIGS = {
+    "softmax": {},
+    "running_sum": {"cross_attention": {"type": "running_sum", "penalty": 2.0}},
+}
+
+# Random models fall into repeating one token; forbidding repeats makes every step's argmax matter.
+GENERATION = dict(max_new_tokens=10, do_sample=False, no_repeat_ngram_size=1)
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANT_CONFIGS))
+def model(request):
+    return random_model(tiny_config(**VARIANT_CONFIGS[request.param]))
+
+
+@pytest.mark.parametrize("num_beams", [1, 5])
+def test_cache_equals_no_cache(model, num_beams):
+    input_ids, attention_mask = source_batch()
+    with_cache = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams,
+                                use_cache=True, **GENERATION)
+    without_cache = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams,
+                                   use_cache=False, **GENERATION)
+    assert torch.equal(with_cache, without_cache)
+
+
+@pytest.mark.parametrize("num_beams", [1, 5])
+def test_padded_batch_equals_sentences_alone(model, num_beams):
+    lengths = (7, 4, 9)
+    input_ids, attention_mask = source_batch(lengths)
+    batched = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, **GENERATION)
+    for row, length in enumerate(lengths):
+        alone = model.generate(input_ids=input_ids[row : row + 1, :length], num_beams=num_beams, **GENERATION)
+        width = alone.shape[1]
+        assert torch.equal(batched[row, :width], alone[0]), f"sentence {row} differs when batched"
+        assert (batched[row, width:] == model.config.pad_token_id).all()
+
+
+def test_padded_batch_logits_equal_sentences_alone(model):
+    lengths = (7, 4, 9)
+    input_ids, attention_mask = source_batch(lengths)
+    decoder_input_ids = torch.randint(2, 64, (3, 5), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        batched = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+        for row, length in enumerate(lengths):
+            alone = model(input_ids=input_ids[row : row + 1, :length], decoder_input_ids=decoder_input_ids[row : row + 1])
+            torch.testing.assert_close(batched.logits[row], alone.logits[0], atol=1e-5, rtol=1e-5)
+
+
+def test_step_by_step_decoding_with_cache_equals_full_forward(model):
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids = torch.randint(2, 64, (3, 6), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+        cache, steps = None, []
+        for t in range(decoder_input_ids.shape[1]):
+            out = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
+                        decoder_input_ids=decoder_input_ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            steps.append(out.logits)
+    assert isinstance(cache, HeadAttnCache)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_beam_search_depends_on_reordering_the_variant_state(monkeypatch):
+    """Proves the cache = no-cache beam test above can fail: skip reordering the per-step state and the
+    stateful variant's beam-search output changes."""
+    model = random_model(tiny_config(**VARIANT_CONFIGS["running_sum"]))
+    input_ids, attention_mask = source_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=5, **GENERATION)
+    reference = model.generate(**kwargs, use_cache=False)
+    parent_reorder = HeadAttnCache.__mro__[1].reorder_cache
+    monkeypatch.setattr(HeadAttnCache, "reorder_cache", lambda self, beam_idx: parent_reorder(self, beam_idx))
+    assert not torch.equal(model.generate(**kwargs, use_cache=True), reference)
+
+
+def test_cache_state_follows_reorder_and_batch_selection():
+    cache = HeadAttnCache()
+    cache.set_variant_state("cross_attention.0", {"coverage": torch.arange(4.0)[:, None]})
+    cache.reorder_cache(torch.tensor([3, 3, 0, 1]))
+    assert cache.get_variant_state("cross_attention.0")["coverage"].squeeze(1).tolist() == [3.0, 3.0, 0.0, 1.0]
+    cache.batch_repeat_interleave(2)
+    assert cache.get_variant_state("cross_attention.0")["coverage"].squeeze(1).tolist() == [3, 3, 3, 3, 0, 0, 1, 1]
+    cache.batch_select_indices(torch.tensor([0, 4]))
+    assert cache.get_variant_state("cross_attention.0")["coverage"].squeeze(1).tolist() == [3.0, 0.0]
+    with pytest.raises(ValueError, match="cannot crop per-step attention state"):
+        cache.crop(1)
+    cache.reset()
+    assert cache.get_variant_state("cross_attention.0") is None
