@@ -5,6 +5,7 @@ position table, optional sqrt(d_model) embedding scale, final logits bias); the 
 q/k/v projections and the residual is delegated to the variant the config names for that site and layer.
 """
 
+import copy
 import math
 import shutil
 from dataclasses import dataclass
@@ -357,7 +358,6 @@ class HeadAttnEncoder(nn.Module):
         output_hidden_states: bool | None = None,
         output_diagnostics: bool = False,
         return_dict: bool | None = None,
-        **kwargs,
     ) -> HeadAttnEncoderOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds` to the encoder")
@@ -383,13 +383,14 @@ class HeadAttnEncoder(nn.Module):
             if output_hidden_states:
                 all_hidden_states.append(hidden_states)
 
-        return HeadAttnEncoderOutput(
+        output = HeadAttnEncoderOutput(
             last_hidden_state=hidden_states,
             hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
             attentions=records.attentions("self"),
             aux_losses=tuple(records.aux_losses) or None,
             diagnostics=records.diagnostics or None,
         )
+        return output.to_tuple() if return_dict is False else output
 
 
 class HeadAttnDecoder(nn.Module):
@@ -550,7 +551,6 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
         output_hidden_states: bool | None = None,
         output_diagnostics: bool = False,
         return_dict: bool | None = None,
-        **kwargs,
     ) -> HeadAttnSeq2SeqModelOutput:
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
@@ -586,7 +586,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
         )
         encoder_diagnostics = getattr(encoder_outputs, "diagnostics", None) or {}
         diagnostics = {**encoder_diagnostics, **(decoder_outputs.diagnostics or {})}
-        return HeadAttnSeq2SeqModelOutput(
+        output = HeadAttnSeq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
             past_key_values=decoder_outputs.past_key_values,
             decoder_hidden_states=decoder_outputs.hidden_states,
@@ -598,6 +598,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
             aux_loss=_mean_aux_loss(getattr(encoder_outputs, "aux_losses", None), decoder_outputs.aux_losses),
             diagnostics=diagnostics or None,
         )
+        return output.to_tuple() if return_dict is False else output
 
 
 class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin):
@@ -605,6 +606,8 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
     attention variants' auxiliary loss, normalised so that gradient accumulation gives the same result."""
 
     _keys_to_ignore_on_load_missing = ["final_logits_bias"]
+    # Trainer passes num_items_in_batch to forward when a model declares it takes loss kwargs.
+    accepts_loss_kwargs = True
 
     def __init__(self, config: HeadAttnConfig):
         super().__init__(config)
@@ -668,7 +671,6 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         output_diagnostics: bool = False,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
     ) -> HeadAttnSeq2SeqLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch, target_length)`, *optional*): target ids, -100 where
@@ -704,7 +706,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         if labels is not None:
             ce_loss, loss = self._loss(logits, labels, outputs.aux_loss, num_items_in_batch)
 
-        return HeadAttnSeq2SeqLMOutput(
+        output = HeadAttnSeq2SeqLMOutput(
             loss=loss,
             ce_loss=ce_loss,
             aux_loss=outputs.aux_loss,
@@ -718,6 +720,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             encoder_attentions=outputs.encoder_attentions,
             diagnostics=outputs.diagnostics,
         )
+        return output.to_tuple() if return_dict is False else output
 
     def _loss(self, logits, labels, aux_loss, num_items_in_batch):
         """Label-smoothed CE summed over this batch's label tokens, divided by the tokens of the whole optimizer
@@ -789,7 +792,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         really_missing = [key for key in missing if not any(part in key for part in known_new)]
         if really_missing:
             raise ValueError(f"from_marian: weights missing from the Marian checkpoint: {really_missing}")
-        model.generation_config = marian.generation_config
+        model.generation_config = copy.deepcopy(marian.generation_config)
         return model.to(marian.dtype).eval()
 
 

@@ -97,3 +97,13 @@ def test_cache_state_follows_reorder_and_batch_selection():
         cache.crop(1)
     cache.reset()
     assert cache.get_variant_state("cross_attention.0") is None
+
+
+def test_sampling_with_cache_equals_without(model):
+    input_ids, attention_mask = source_batch()
+    outputs = []
+    for use_cache in (True, False):
+        torch.manual_seed(11)
+        outputs.append(model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True, top_k=10,
+                                      max_new_tokens=8, use_cache=use_cache))
+    assert torch.equal(*outputs)

@@ -1,6 +1,8 @@
 """The Transformers contract of the model: attentions, SDPA = eager, gradient checkpointing, resizing,
 safetensors, the loss (label smoothing, gradient accumulation, auxiliary loss)."""
 
+import functools
+
 import pytest
 import torch
 from torch import nn
@@ -160,3 +162,83 @@ def test_auxiliary_loss_is_added_and_scaled_by_token_share():
         accumulated = accumulated + part.loss.detach()
         expected = expected + (part_labels != -100).sum() / total_items * part.aux_loss.detach()
     torch.testing.assert_close(accumulated, expected)
+
+
+def test_return_dict_false_gives_tuples():
+    model = random_model(tiny_config())
+    input_ids, attention_mask, labels = _batch()
+    as_tuple = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, return_dict=False)
+    as_output = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    assert isinstance(as_tuple, tuple)
+    assert torch.equal(as_tuple[0], as_output.loss) and torch.equal(as_tuple[1], as_output.logits)
+
+
+def test_unknown_forward_argument_is_an_error_not_silently_dropped():
+    model = random_model(tiny_config())
+    input_ids, attention_mask, labels = _batch()
+    with pytest.raises(TypeError, match="decoder_attention_masks"):
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, decoder_attention_masks=None)
+
+
+def test_trainer_passes_num_items_in_batch_under_gradient_accumulation(tmp_path, monkeypatch):
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    from hf_headattn import train_tokenizer
+
+    texts = ["der hund schläft .", "die katze lacht .", "ein kind singt .", "der mann wartet ."]
+    tokenizer = train_tokenizer(texts=texts * 5, vocab_size=60, model="bpe")
+    model = random_model(tiny_config(vocab_size=len(tokenizer)), std=0.05).train()
+    seen = []
+    forward = type(model).forward
+
+    @functools.wraps(forward)  # Trainer reads the forward signature to pick dataset columns
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("num_items_in_batch"))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", spy)
+    data = Dataset.from_dict(dict(tokenizer(texts, text_target=texts[::-1])))
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=Seq2SeqTrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=1,
+                                      gradient_accumulation_steps=2, report_to="none", use_cpu=True,
+                                      save_strategy="no", disable_tqdm=True),
+        train_dataset=data,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+    )
+    trainer.train()
+    expected = sum(len(ids) for ids in data["labels"])
+    assert len(seen) == 2 and all(int(items) == expected for items in seen)
+
+
+def test_variant_diagnostics_are_returned_on_request():
+    model = random_model(tiny_config(cross_attention={"type": "running_sum", "layers": [1]}))
+    input_ids, attention_mask, labels = _batch()
+    plain = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    assert plain.diagnostics is None
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_diagnostics=True)
+    assert set(out.diagnostics) == {"decoder.layers.1.encoder_attn"}
+    coverage = out.diagnostics["decoder.layers.1.encoder_attn"]["coverage"]
+    assert coverage.shape == (3, 4, 9)  # batch, heads, source positions
+    # every target position spends one unit of attention: coverage sums to the number of target positions
+    torch.testing.assert_close(coverage.sum(-1), torch.full((3, 4), 6.0))
+
+
+def test_too_long_input_raises_clear_error():
+    model = random_model(tiny_config(max_position_embeddings=8))
+    input_ids, attention_mask = source_batch((9,))
+    with pytest.raises(ValueError, match="Sequence of length 9 exceeds max_position_embeddings=8"):
+        model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids[:, :2])
+
+
+def test_public_names_are_importable():
+    import hf_headattn
+
+    for name in ("HeadAttnConfig", "HeadAttnModel", "HeadAttnForConditionalGeneration", "train_tokenizer"):
+        assert hasattr(hf_headattn, name)
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    config = AutoConfig.for_model("headattn", vocab_size=64, d_model=32, encoder_attention_heads=4,
+                                  decoder_attention_heads=4)
+    assert type(AutoModelForSeq2SeqLM.from_config(config)) is HeadAttnForConditionalGeneration
