@@ -328,12 +328,14 @@ class HeadAttnPreTrainedModel(PreTrainedModel):
             shutil.copyfile(code_dir / name, Path(save_directory) / name)
 
 
-class HeadAttnEncoder(nn.Module):
-    def __init__(self, config: HeadAttnConfig, embed_tokens: nn.Embedding):
+class HeadAttnStack(nn.Module):
+    """What the encoder and decoder share: token embeddings, the position table, input dropout, LayerDrop."""
+
+    def __init__(self, config: HeadAttnConfig, embed_tokens: nn.Embedding, layers: list[nn.Module], layerdrop: float):
         super().__init__()
         self.config = config
         self.dropout = config.dropout
-        self.layerdrop = config.encoder_layerdrop
+        self.layerdrop = layerdrop
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_tokens = embed_tokens
         self.embed_positions = (
@@ -341,13 +343,28 @@ class HeadAttnEncoder(nn.Module):
             if config.position_embedding == "sinusoidal"
             else None
         )
-        self.layers = nn.ModuleList([HeadAttnEncoderLayer(config, i) for i in range(config.encoder_layers)])
+        self.layers = nn.ModuleList(layers)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embed_tokens
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
+
+    def _add_positions(self, inputs_embeds: torch.Tensor, past_len: int = 0) -> torch.Tensor:
+        hidden_states = inputs_embeds
+        if self.embed_positions is not None:
+            hidden_states = hidden_states + self.embed_positions(inputs_embeds.shape[1], past_len).to(inputs_embeds.dtype)
+        return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+    def _skips_layer(self) -> bool:
+        return self.training and self.layerdrop > 0.0 and bool(torch.rand([]) < self.layerdrop)
+
+
+class HeadAttnEncoder(HeadAttnStack):
+    def __init__(self, config: HeadAttnConfig, embed_tokens: nn.Embedding):
+        layers = [HeadAttnEncoderLayer(config, i) for i in range(config.encoder_layers)]
+        super().__init__(config, embed_tokens, layers, config.encoder_layerdrop)
 
     def forward(
         self,
@@ -365,18 +382,15 @@ class HeadAttnEncoder(nn.Module):
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        if inputs_embeds is None:
+        if inputs_embeds is None:  # as in Marian, embeddings passed in by the caller are not scaled
             inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
-        hidden_states = inputs_embeds
-        if self.embed_positions is not None:
-            hidden_states = hidden_states + self.embed_positions(inputs_embeds.shape[1]).to(inputs_embeds.dtype)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = self._add_positions(inputs_embeds)
 
         mask = AttentionMask(attention_mask.bool()[:, None, None, :] if attention_mask is not None else None)
         records = _AttentionRecords(output_attentions, output_diagnostics)
         all_hidden_states = [hidden_states] if output_hidden_states else None
         for idx, layer in enumerate(self.layers):
-            if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
+            if self._skips_layer():
                 continue
             hidden_states, result = layer(hidden_states, mask, output_attentions, output_diagnostics)
             records.add("self", f"encoder.layers.{idx}.self_attn", result)
@@ -393,26 +407,10 @@ class HeadAttnEncoder(nn.Module):
         return output.to_tuple() if return_dict is False else output
 
 
-class HeadAttnDecoder(nn.Module):
+class HeadAttnDecoder(HeadAttnStack):
     def __init__(self, config: HeadAttnConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
-        self.dropout = config.dropout
-        self.layerdrop = config.decoder_layerdrop
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = embed_tokens
-        self.embed_positions = (
-            HeadAttnSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
-            if config.position_embedding == "sinusoidal"
-            else None
-        )
-        self.layers = nn.ModuleList([HeadAttnDecoderLayer(config, i) for i in range(config.decoder_layers)])
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embed_tokens = value
+        layers = [HeadAttnDecoderLayer(config, i) for i in range(config.decoder_layers)]
+        super().__init__(config, embed_tokens, layers, config.decoder_layerdrop)
 
     @staticmethod
     def _self_attention_mask(
@@ -458,10 +456,7 @@ class HeadAttnDecoder(nn.Module):
             past_key_values = None
         past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
 
-        hidden_states = inputs_embeds
-        if self.embed_positions is not None:
-            hidden_states = hidden_states + self.embed_positions(seq_len, past_len).to(inputs_embeds.dtype)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = self._add_positions(inputs_embeds, past_len)
 
         self_mask = self._self_attention_mask(batch_size, seq_len, past_len, attention_mask, inputs_embeds.device)
         cross_mask = AttentionMask(
@@ -470,7 +465,7 @@ class HeadAttnDecoder(nn.Module):
         records = _AttentionRecords(output_attentions, output_diagnostics)
         all_hidden_states = [hidden_states] if output_hidden_states else None
         for idx, layer in enumerate(self.layers):
-            if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
+            if self._skips_layer():
                 continue
             hidden_states, self_result, cross_result = layer(
                 hidden_states,
