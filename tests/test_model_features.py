@@ -78,8 +78,9 @@ def test_resize_token_embeddings_keeps_ties_and_logits_bias():
     assert model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits.shape[-1] == 70
 
 
-def test_save_writes_safetensors_and_reloads(tmp_path):
-    model = random_model(tiny_config(cross_attention="running_sum"))
+@pytest.mark.parametrize("tie_word_embeddings", [True, False])
+def test_save_writes_safetensors_and_reloads(tmp_path, tie_word_embeddings):
+    model = random_model(tiny_config(cross_attention="running_sum", tie_word_embeddings=tie_word_embeddings))
     model.save_pretrained(tmp_path)
     assert (tmp_path / "model.safetensors").exists()
     reloaded = HeadAttnForConditionalGeneration.from_pretrained(tmp_path).eval()
@@ -89,7 +90,9 @@ def test_save_writes_safetensors_and_reloads(tmp_path):
             reloaded(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits,
             model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits,
         )
-    assert reloaded.lm_head.weight.data_ptr() == reloaded.model.shared.weight.data_ptr()
+    lm_head_is_tied = reloaded.lm_head.weight.data_ptr() == reloaded.model.shared.weight.data_ptr()
+    assert lm_head_is_tied == tie_word_embeddings
+    assert reloaded.model.encoder.embed_tokens is reloaded.model.decoder.embed_tokens is reloaded.model.shared
 
 
 def test_base_model_and_separate_embeddings():
