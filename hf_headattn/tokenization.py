@@ -14,7 +14,7 @@ EOS_TOKEN = "</s>"
 UNK_TOKEN = "<unk>"
 # Trainers give special tokens the first ids in list order, which is what pins pad/eos/unk to 0/1/2.
 SPECIAL_TOKENS = (PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
-SUPPORTED_MODELS = ("unigram", "bpe")
+SUPPORTED_MODELS = ("bpe", "unigram")
 
 __all__ = ["train_tokenizer", "SPECIAL_TOKENS", "SUPPORTED_MODELS", "PAD_TOKEN", "EOS_TOKEN", "UNK_TOKEN"]
 
@@ -27,7 +27,7 @@ def train_tokenizer(
     *,
     texts: Iterable[str] | None = None,
     min_frequency: int = 2,
-    model: str = "unigram",
+    model: str = "bpe",
     save_directory: PathLike | None = None,
     show_progress: bool = False,
     model_max_length: int = 512,
@@ -41,8 +41,8 @@ def train_tokenizer(
         texts: In-memory sentences, used in addition to ``files``.
         min_frequency: Minimum pair frequency for a BPE merge. The Unigram trainer has no such option and
             ignores it.
-        model: ``"unigram"`` (SentencePiece default) or ``"bpe"``. Prefer ``"bpe"`` for tiny corpora with few
-            distinct words such as :mod:`hf_headattn.toy_corpus`: the `tokenizers` Unigram trainer seeds only
+        model: ``"bpe"`` (default) or ``"unigram"`` (SentencePiece's default). BPE is the default because on
+            corpora with few distinct words, such as :mod:`hf_headattn.toy_corpus`, the `tokenizers` Unigram trainer seeds only
             substrings shared by several word *types*, so there even frequent whole words end up split into
             characters (about 3 pieces per word on the toy corpus, against 1.1 with BPE).
         save_directory: If given, the tokenizer is written there with ``save_pretrained``.

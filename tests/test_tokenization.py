@@ -153,11 +153,11 @@ def test_vocab_size_too_small_for_special_tokens(corpus, size):
 
 def test_unigram_vocab_size_too_small_for_alphabet(corpus):
     with pytest.raises(ValueError, match="vocab_size=10 is too small for this corpus"):
-        train_tokenizer(corpus["train.src"], vocab_size=10)
+        train_tokenizer(corpus["train.src"], vocab_size=10, model="unigram")
 
 
 def test_unknown_model_name(corpus):
-    with pytest.raises(ValueError, match=r"'wordpiece'.*'unigram', 'bpe'"):
+    with pytest.raises(ValueError, match=r"'wordpiece'.*'bpe', 'unigram'"):
         train_tokenizer(corpus["train.src"], model="wordpiece")
 
 
