@@ -30,16 +30,24 @@ class AttentionMask:
     def __init__(self, allowed: torch.Tensor | None, is_causal: bool = False):
         self.allowed = allowed
         self.is_causal = is_causal
-        self._additive: dict[torch.dtype, torch.Tensor] = {}
+        self._derived: dict = {}
 
     def additive(self, dtype: torch.dtype) -> torch.Tensor | None:
         """The mask as 0 / finfo(dtype).min scores; a finite minimum keeps fully masked rows free of NaN."""
         if self.allowed is None:
             return None
-        if dtype not in self._additive:
-            zero = torch.zeros((), dtype=dtype, device=self.allowed.device)
-            self._additive[dtype] = torch.where(self.allowed, zero, torch.finfo(dtype).min)
-        return self._additive[dtype]
+        return self.derived(("additive", dtype), lambda: to_additive(self.allowed, dtype))
+
+    def derived(self, key, build):
+        """A mask computed from this one, built on first use and shared by every layer of the forward pass."""
+        if key not in self._derived:
+            self._derived[key] = build()
+        return self._derived[key]
+
+
+def to_additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)
 
 
 @dataclass
@@ -110,20 +118,32 @@ class AttentionVariant(nn.Module):
         raise NotImplementedError
 
 
-def masked_softmax_attention(
+def dot_product_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    attention_mask: AttentionMask,
+    additive_mask: torch.Tensor | None,
     scaling: float,
+    *,
     dropout: float = 0.0,
-    training: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager scaled dot-product attention; returns per-head outputs [B, Tq, H, D] and weights [B, H, Tq, Tk]."""
+    need_weights: bool = False,
+    use_sdpa: bool = True,
+    is_causal: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(Q K^T * scaling + mask) V. Returns per-head outputs [B, Tq, H, D] and, if `need_weights`, the
+    weights [B, H, Tq, Tk]. Uses PyTorch's fused SDPA unless weights are needed or `use_sdpa` is False;
+    `is_causal` (only with no additive mask) selects SDPA's causal kernel."""
+    if use_sdpa and not need_weights:
+        output = nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=additive_mask, dropout_p=dropout, is_causal=is_causal, scale=scaling
+        )
+        return output.transpose(1, 2), None
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
-    additive = attention_mask.additive(scores.dtype)
-    if additive is not None:
-        scores = scores + additive
+    if is_causal:
+        additive_mask = to_additive(torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril(),
+                                    scores.dtype)
+    if additive_mask is not None:
+        scores = scores + additive_mask
     weights = torch.softmax(scores, dim=-1)
-    dropped = nn.functional.dropout(weights, p=dropout, training=training)
+    dropped = nn.functional.dropout(weights, p=dropout, training=dropout > 0.0)
     return torch.matmul(dropped, value).transpose(1, 2), weights

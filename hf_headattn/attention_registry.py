@@ -1,6 +1,7 @@
 """The one map from attention-variant name to class. Adding a variant: one module, one line here."""
 
 from .attention_base import AttentionVariant
+from .attention_mma import MixedMultiHeadAttention
 from .attention_running_sum import RunningSumAttention
 from .attention_softmax import SoftmaxAttention
 
@@ -8,6 +9,7 @@ from .attention_softmax import SoftmaxAttention
 ATTENTION_VARIANTS: dict[str, type[AttentionVariant]] = {
     SoftmaxAttention.name: SoftmaxAttention,
     RunningSumAttention.name: RunningSumAttention,
+    MixedMultiHeadAttention.name: MixedMultiHeadAttention,
 }
 
 

@@ -36,6 +36,7 @@ from .configuration_headattn import HeadAttnConfig
 # Every file a saved model needs to run through `trust_remote_code`; `save_pretrained` copies them all.
 RUNTIME_FILES = (
     "attention_base.py",
+    "attention_mma.py",
     "attention_registry.py",
     "attention_running_sum.py",
     "attention_softmax.py",

@@ -12,6 +12,11 @@ from helpers import random_model, source_batch, tiny_config
 VARIANT_CONFIGS = {
     "softmax": {},
     "running_sum": {"cross_attention": {"type": "running_sum", "penalty": 2.0}},
+    "mma": {
+        "encoder_self_attention": "mma",
+        "decoder_self_attention": {"type": "mma", "head_kinds": ["global", "local", "backward", "local"]},
+    },
+    "mma-no-positions": {"encoder_self_attention": {"type": "mma", "window": 2}, "position_embedding": "none"},
 }
 
 # Random models fall into repeating one token; forbidding repeats makes every step's argmax matter.

@@ -57,10 +57,17 @@ def tokenizer():
     return train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=200, model="bpe")
 
 
-@pytest.fixture(scope="module", params=["softmax", "running_sum"])
+VARIANTS = {
+    "softmax": {},
+    "running_sum": {"cross_attention": "running_sum"},
+    "mma": {"encoder_self_attention": "mma"},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
 def saved_model(request, tokenizer, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"model-{request.param}")
-    model = random_model(tiny_config(vocab_size=len(tokenizer), cross_attention=request.param))
+    model = random_model(tiny_config(vocab_size=len(tokenizer), **VARIANTS[request.param]))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model, folder
