@@ -85,6 +85,33 @@ def load_hub_translation_dataset(
     )
 
 
+def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,
+                        num_beams: int = 4, batch_size: int = 32) -> dict:
+    """Translate a test file with a saved model folder (loaded through its own code) and score it with sacrebleu."""
+    import sacrebleu
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForSeq2SeqLM
+
+    test = read_parallel_files(source_path, reference_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True).eval()
+    hypotheses = []
+    for start in tqdm(range(0, len(test), batch_size), desc=f"translating {Path(source_path).name}"):
+        batch = tokenizer(test["source"][start : start + batch_size], return_tensors="pt", padding=True,
+                          truncation=True)
+        with torch.no_grad():
+            output_ids = model.generate(**batch, num_beams=num_beams)
+        hypotheses += [text.strip() for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
+    references = test["target"]
+    return {
+        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+        "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+        "sentences": len(hypotheses),
+        "hypotheses": hypotheses,
+    }
+
+
 def tokenize_parallel(dataset: DatasetDict | Dataset, tokenizer, max_length: int = 128):
     """Add `input_ids`, `attention_mask` and `labels`; sentences longer than `max_length` are truncated."""
 
