@@ -13,7 +13,7 @@ from datasets import Dataset
 
 from hf_headattn import demo
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
-from hf_headattn.training import load_hub_translation_dataset, main as train, read_parallel_files
+from hf_headattn.training import load_hub_translation_dataset, main as train, read_parallel_files, translate_and_score
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,6 +59,9 @@ def test_demo_trains_reloads_through_remote_code_and_translates(tmp_path):
     assert summary["test_sentences"] == 100
     assert summary["bleu"] > 90, summary  # the toy language is learnt almost perfectly in 5 epochs
     assert (tmp_path / "model" / "pipeline_headattn.py").exists()
+    scores = translate_and_score(tmp_path / "model", tmp_path / "data" / "test.src", tmp_path / "data" / "test.tgt",
+                                 num_beams=4)
+    assert scores["sentences"] == 100 and scores["bleu"] > 90
 
 
 @pytest.mark.slow
