@@ -132,16 +132,15 @@ def dot_product_attention(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(Q K^T * scaling + mask) V. Returns per-head outputs [B, Tq, H, D] and, if `need_weights`, the
     weights [B, H, Tq, Tk]. Uses PyTorch's fused SDPA unless weights are needed or `use_sdpa` is False;
-    `is_causal` (only with no additive mask) selects SDPA's causal kernel."""
+    `is_causal` (only with no additive mask, and only on the SDPA path) selects SDPA's causal kernel."""
+    if is_causal and (need_weights or not use_sdpa):
+        raise ValueError("is_causal selects SDPA's causal kernel; on the eager path pass the causal additive mask")
     if use_sdpa and not need_weights:
         output = nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=additive_mask, dropout_p=dropout, is_causal=is_causal, scale=scaling
         )
         return output.transpose(1, 2), None
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
-    if is_causal:
-        additive_mask = to_additive(torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril(),
-                                    scores.dtype)
     if additive_mask is not None:
         scores = scores + additive_mask
     weights = torch.softmax(scores, dim=-1)

@@ -23,7 +23,8 @@ class SoftmaxAttention(AttentionVariant):
         output_attentions: bool = False,
         output_diagnostics: bool = False,
     ) -> AttentionResult:
-        use_causal_kernel = attention_mask.is_causal and query.shape[-2] == key.shape[-2]
+        use_sdpa = self.config._attn_implementation != "eager" and not output_attentions
+        use_causal_kernel = use_sdpa and attention_mask.is_causal and query.shape[-2] == key.shape[-2]
         output, weights = dot_product_attention(
             query,
             key,
@@ -32,7 +33,7 @@ class SoftmaxAttention(AttentionVariant):
             self.scaling,
             dropout=self.dropout if self.training else 0.0,
             need_weights=output_attentions,
-            use_sdpa=self.config._attn_implementation != "eager",
+            use_sdpa=use_sdpa,
             is_causal=use_causal_kernel,
         )
         return AttentionResult(output=output, weights=weights)

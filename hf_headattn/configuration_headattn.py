@@ -185,7 +185,8 @@ class HeadAttnConfig(PreTrainedConfig):
     def _num_layers(self, site: str) -> int:
         return self.encoder_layers if site == "encoder_self_attention" else self.decoder_layers
 
-    def _num_heads(self, site: str) -> int:
+    def attention_heads(self, site: str) -> int:
+        """Number of heads of the attention at `site`."""
         return self.encoder_attention_heads if site == "encoder_self_attention" else self.decoder_attention_heads
 
     def _resolve_site(self, site: str) -> list[tuple[str, dict[str, Any]]]:
@@ -227,7 +228,7 @@ class HeadAttnConfig(PreTrainedConfig):
                     f"Attention variant {name!r} at `{site}` does not take option(s) {', '.join(unknown)}; "
                     f"accepted options: {accepted} (plus 'layers')"
                 )
-            variant.check_options(entry, site=site, num_heads=self._num_heads(site), config=self)
+            variant.check_options(entry, site=site, num_heads=self.attention_heads(site), config=self)
             for layer in self._resolve_layers(site, layers, num_layers):
                 if placement[layer] is not None:
                     raise ValueError(f"Layer {layer} of `{site}` is given more than one attention variant")

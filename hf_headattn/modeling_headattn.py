@@ -155,7 +155,7 @@ class HeadAttnAttention(nn.Module):
         self.layer_idx = layer_idx
         self.is_cross_attention = site == CROSS_ATTENTION
         embed_dim = config.d_model
-        self.num_heads = config.encoder_attention_heads if site == ENCODER_SELF_ATTENTION else config.decoder_attention_heads
+        self.num_heads = config.attention_heads(site)
         self.head_dim = embed_dim // self.num_heads
         self.q_proj = nn.Linear(embed_dim, embed_dim)
         self.k_proj = nn.Linear(embed_dim, embed_dim)

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import sacrebleu
 from datasets import Dataset, DatasetDict, load_dataset
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
 
@@ -85,10 +86,17 @@ def load_hub_translation_dataset(
     )
 
 
+def score_translations(hypotheses: list[str], references: list[str]) -> dict:
+    """Corpus BLEU and chrF with sacrebleu's default settings."""
+    return {
+        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+        "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+    }
+
+
 def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,
                         num_beams: int = 4, batch_size: int = 32) -> dict:
     """Translate a test file with a saved model folder (loaded through its own code) and score it with sacrebleu."""
-    import sacrebleu
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForSeq2SeqLM
@@ -103,13 +111,7 @@ def translate_and_score(model_dir: str | Path, source_path: str | Path, referenc
         with torch.no_grad():
             output_ids = model.generate(**batch, num_beams=num_beams)
         hypotheses += [text.strip() for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
-    references = test["target"]
-    return {
-        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-        "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
-        "sentences": len(hypotheses),
-        "hypotheses": hypotheses,
-    }
+    return {**score_translations(hypotheses, test["target"]), "sentences": len(hypotheses), "hypotheses": hypotheses}
 
 
 def tokenize_parallel(dataset: DatasetDict | Dataset, tokenizer, max_length: int = 128):
@@ -123,8 +125,6 @@ def tokenize_parallel(dataset: DatasetDict | Dataset, tokenizer, max_length: int
 
 def translation_metrics(tokenizer):
     """`compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: corpus BLEU and chrF (sacrebleu)."""
-    import sacrebleu
-
     def compute(eval_prediction):
         predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
         if isinstance(predictions, tuple):
@@ -133,10 +133,7 @@ def translation_metrics(tokenizer):
         labels = np.where(labels < 0, tokenizer.pad_token_id, labels)
         hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
         references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
-        return {
-            "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-            "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
-        }
+        return score_translations(hypotheses, references)
 
     return compute
 
