@@ -57,15 +57,21 @@ class AttentionResult:
     output: [batch, queries, heads, head_dim] per-head outputs, or [batch, queries, d_model] if the variant
         `combines_heads`.
     weights: [batch, heads, queries, keys] attention probabilities, when asked for (output_attentions).
-    aux_loss: a scalar to add to the training loss (already weighted by the variant's own coefficient).
-    diagnostics: named tensors for analysis (e.g. head importances), when asked for (output_diagnostics).
+    aux_loss: [batch, queries] the variant's auxiliary loss per query token, already weighted by its own
+        coefficient. The model averages it over real (non-pad) tokens and adds it to the training loss; per
+        token, so that the model can normalise it like the cross-entropy and gradient accumulation stays exact.
+    head_kl: [batch, queries] KL(head importances || uniform) per query token, for variants that weigh heads
+        (DHICM); averaged like `aux_loss` and reported as `outputs.head_kl`.
+    head_importances: [batch, queries, heads] each token's importance of each head (rows sum to 1), when
+        asked for (output_head_importances).
     state: the per-decoding-step state after this call; kept in the cache so that beam search reorders it.
     """
 
     output: torch.Tensor
     weights: torch.Tensor | None = None
     aux_loss: torch.Tensor | None = None
-    diagnostics: dict[str, torch.Tensor] | None = None
+    head_kl: torch.Tensor | None = None
+    head_importances: torch.Tensor | None = None
     state: dict[str, torch.Tensor] | None = None
 
 
@@ -73,17 +79,23 @@ class AttentionVariant(nn.Module):
     """Base class of attention variants.
 
     Subclasses set `name`, the `options` they accept (name -> default), the `sites` where they may be
-    used, whether they `combine_heads` themselves, and whether they are `stateful` (keep per-step state
-    across decoding steps). They implement `forward` and may refine `check_options`.
+    used, the layers a spec without `layers` places them at (`default_layers`, None = every layer), whether
+    they `combine_heads` themselves, whether they are `stateful` (keep per-step state across decoding steps)
+    and whether their heads may be pruned (`prunable`: nothing in the variant is tied to a head's index).
+    They implement `forward` and may refine `check_options`.
     """
 
     name: ClassVar[str]
     options: ClassVar[dict[str, Any]] = {}
     sites: ClassVar[tuple[str, ...]] = SITES
+    default_layers: ClassVar[tuple[int, ...] | None] = None
     combines_heads: ClassVar[bool] = False
     stateful: ClassVar[bool] = False
+    prunable: ClassVar[bool] = True
 
     def __init__(self, config, site: str, layer_idx: int, num_heads: int, head_dim: int, **options):
+        """num_heads: the heads this module has (fewer than the site's when some were pruned); head_dim: the
+        size of each head (d_model / the site's head count, unchanged by pruning)."""
         super().__init__()
         self.config = config
         self.site = site
@@ -91,7 +103,7 @@ class AttentionVariant(nn.Module):
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.scaling = head_dim**-0.5
-        self.dropout = config.attention_dropout
+        self.attention_dropout = config.attention_dropout
         resolved = {**self.options, **options}
         for option, value in resolved.items():
             setattr(self, option, value)
@@ -110,7 +122,7 @@ class AttentionVariant(nn.Module):
         hidden_states: torch.Tensor,
         state: dict[str, torch.Tensor] | None = None,
         output_attentions: bool = False,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
     ) -> AttentionResult:
         """query: [batch, heads, queries, head_dim]; key, value: [batch, heads, keys, head_dim];
         hidden_states: the un-projected query-side input [batch, queries, d_model]; state: this module's

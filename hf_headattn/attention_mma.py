@@ -42,6 +42,7 @@ class MixedMultiHeadAttention(AttentionVariant):
     name = "mma"
     options = {"window": 1, "head_kinds": None}
     sites = (ENCODER_SELF_ATTENTION, DECODER_SELF_ATTENTION)
+    prunable = False  # each head's mask kind is tied to its index
 
     def __init__(self, config, site, layer_idx, num_heads, head_dim, **options):
         super().__init__(config, site, layer_idx, num_heads, head_dim, **options)
@@ -84,7 +85,7 @@ class MixedMultiHeadAttention(AttentionVariant):
         hidden_states: torch.Tensor,
         state=None,
         output_attentions: bool = False,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
     ) -> AttentionResult:
         num_queries, num_keys = query.shape[-2], key.shape[-2]
 
@@ -103,7 +104,7 @@ class MixedMultiHeadAttention(AttentionVariant):
             value,
             additive,
             self.scaling,
-            dropout=self.dropout if self.training else 0.0,
+            dropout=self.attention_dropout if self.training else 0.0,
             need_weights=output_attentions,
             use_sdpa=self.config._attn_implementation != "eager",
         )

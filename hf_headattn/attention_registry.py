@@ -1,6 +1,7 @@
 """The one map from attention-variant name to class. Adding a variant: one module, one line here."""
 
 from .attention_base import AttentionVariant
+from .attention_dhicm import DynamicHeadImportanceAttention
 from .attention_mma import MixedMultiHeadAttention
 from .attention_running_sum import RunningSumAttention
 from .attention_softmax import SoftmaxAttention
@@ -10,6 +11,7 @@ ATTENTION_VARIANTS: dict[str, type[AttentionVariant]] = {
     SoftmaxAttention.name: SoftmaxAttention,
     RunningSumAttention.name: RunningSumAttention,
     MixedMultiHeadAttention.name: MixedMultiHeadAttention,
+    DynamicHeadImportanceAttention.name: DynamicHeadImportanceAttention,
 }
 
 

@@ -3,7 +3,8 @@ the attention each source position has already received, z'_t = z_t - penalty * 
 beta_t = sum_{tau < t} alpha_tau (the cumulative attention of Malaviya et al., 2018, Sec. 3.2, used here as a
 plain coverage penalty). Its output depends on every earlier decoding step, so any mistake in carrying or
 beam-reordering the per-step state changes the translation. With `aux_weight` > 0 it also returns an auxiliary
-loss (aux_weight times the mean squared final coverage), which exercises the model's auxiliary-loss path."""
+loss per target token (aux_weight times the mean squared coverage after that token), which exercises the model's
+auxiliary-loss path."""
 
 import torch
 
@@ -33,7 +34,7 @@ class RunningSumAttention(AttentionVariant):
         hidden_states: torch.Tensor,
         state=None,
         output_attentions: bool = False,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
     ) -> AttentionResult:
         batch, heads, num_queries, _ = query.shape
         scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling
@@ -43,17 +44,20 @@ class RunningSumAttention(AttentionVariant):
         coverage = scores.new_zeros(batch, heads, key.shape[-2]) if state is None else state["coverage"]
         # The scores of step t depend on the attention of steps < t, so this loop over target positions is
         # inherent to the math; generation with a cache runs it once per step.
-        step_weights = []
+        step_weights, step_coverages = [], []
         for t in range(num_queries):
             weights_t = torch.softmax(scores[:, :, t] - self.penalty * coverage, dim=-1)
             coverage = coverage + weights_t
             step_weights.append(weights_t)
+            step_coverages.append(coverage)
         weights = torch.stack(step_weights, dim=2)
+        aux_loss = None
+        if self.aux_weight:
+            aux_loss = self.aux_weight * torch.stack(step_coverages, dim=1).pow(2).mean(dim=(2, 3))
         output = torch.matmul(weights, value).transpose(1, 2)
         return AttentionResult(
             output=output,
             weights=weights if output_attentions else None,
-            aux_loss=self.aux_weight * coverage.pow(2).mean() if self.aux_weight else None,
-            diagnostics={"coverage": coverage} if output_diagnostics else None,
+            aux_loss=aux_loss,
             state={"coverage": coverage},
         )

@@ -21,7 +21,7 @@ class SoftmaxAttention(AttentionVariant):
         hidden_states: torch.Tensor,
         state=None,
         output_attentions: bool = False,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
     ) -> AttentionResult:
         use_sdpa = self.config._attn_implementation != "eager" and not output_attentions
         use_causal_kernel = use_sdpa and attention_mask.is_causal and query.shape[-2] == key.shape[-2]
@@ -31,7 +31,7 @@ class SoftmaxAttention(AttentionVariant):
             value,
             None if use_causal_kernel else attention_mask.additive(query.dtype),
             self.scaling,
-            dropout=self.dropout if self.training else 0.0,
+            dropout=self.attention_dropout if self.training else 0.0,
             need_weights=output_attentions,
             use_sdpa=use_sdpa,
             is_causal=use_causal_kernel,

@@ -5,11 +5,16 @@ from typing import Any
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 
-from .attention_base import SITES
+from .attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION, SITES
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
 
 
 POSITION_EMBEDDINGS = ("sinusoidal", "none")
+_MODULE_NAMES = {
+    ENCODER_SELF_ATTENTION: ("encoder", "self_attn"),
+    DECODER_SELF_ATTENTION: ("decoder", "self_attn"),
+    CROSS_ATTENTION: ("decoder", "encoder_attn"),
+}
 
 AUTO_MAP = {
     "AutoConfig": "configuration_headattn.HeadAttnConfig",
@@ -55,10 +60,15 @@ class HeadAttnConfig(PreTrainedConfig):
         pad_token_id / eos_token_id / decoder_start_token_id (`int`, defaults to 0 / 1 / 0): Special token ids
             (Marian starts decoding from the pad token).
         encoder_self_attention / decoder_self_attention / cross_attention (`str`, `dict` or `list[dict]`,
-            defaults to `"softmax"`): The attention variant at each site. A name uses that variant at every
-            layer; a dict `{"type": name, "layers": [...], **options}` uses it at the listed layers (negative
-            indices count from the top; default all) and softmax elsewhere; a list of such dicts places
+            defaults to `"softmax"`): The attention variant at each site. A name uses that variant at its
+            default layers (every layer, except for variants whose paper places them elsewhere: `dhicm` goes
+            to the last layer); a dict `{"type": name, "layers": [...], **options}` uses it at the listed
+            layers (negative indices count from the top) and softmax elsewhere; a list of such dicts places
             several variants at disjoint layers.
+        pruned_heads (`dict[str, list[int]]`, *optional*): Heads removed from attention modules, as module name
+            (`"encoder.layers.5.self_attn"`, `"decoder.layers.5.self_attn"`, `"decoder.layers.5.encoder_attn"`)
+            -> indices of the removed heads among the site's original heads. Set by
+            `HeadAttnPreTrainedModel.prune_heads`; the pruned modules are built with smaller projections.
     """
 
     model_type = "headattn"
@@ -101,6 +111,7 @@ class HeadAttnConfig(PreTrainedConfig):
         encoder_self_attention: str | dict | list = "softmax",
         decoder_self_attention: str | dict | list = "softmax",
         cross_attention: str | dict | list = "softmax",
+        pruned_heads: dict[str, list[int]] | None = None,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -128,6 +139,7 @@ class HeadAttnConfig(PreTrainedConfig):
         self.encoder_self_attention = encoder_self_attention
         self.decoder_self_attention = decoder_self_attention
         self.cross_attention = cross_attention
+        self.pruned_heads = {name: sorted(heads) for name, heads in (pruned_heads or {}).items()}
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         kwargs.setdefault("custom_pipelines", dict(CUSTOM_PIPELINES))
         kwargs.setdefault("is_encoder_decoder", True)
@@ -138,7 +150,14 @@ class HeadAttnConfig(PreTrainedConfig):
             tie_word_embeddings=tie_word_embeddings,
             **kwargs,
         )
+        self.validate_architecture()
+
+    def validate_architecture(self) -> None:
+        """Raise ValueError, naming the bad value and what would be accepted, for any inconsistent field (also
+        run by `save_pretrained`, through `PreTrainedConfig.validate`)."""
+        super().validate_architecture()
         self._check_architecture()
+        self._check_pruned_heads()
         for site in SITES:
             self._resolve_site(site)
 
@@ -183,11 +202,42 @@ class HeadAttnConfig(PreTrainedConfig):
                 raise ValueError(f"`{field}` must be an integer in [0, {limit}) for this vocabulary, got {value!r}")
 
     def _num_layers(self, site: str) -> int:
-        return self.encoder_layers if site == "encoder_self_attention" else self.decoder_layers
+        return self.encoder_layers if site == ENCODER_SELF_ATTENTION else self.decoder_layers
 
     def attention_heads(self, site: str) -> int:
-        """Number of heads of the attention at `site`."""
-        return self.encoder_attention_heads if site == "encoder_self_attention" else self.decoder_attention_heads
+        """Number of heads of the attention at `site` before any pruning."""
+        return self.encoder_attention_heads if site == ENCODER_SELF_ATTENTION else self.decoder_attention_heads
+
+    @staticmethod
+    def module_name(site: str, layer_idx: int) -> str:
+        """The attention module's name inside the encoder-decoder, as used by `pruned_heads` and in outputs."""
+        stack, attention = _MODULE_NAMES[site]
+        return f"{stack}.layers.{layer_idx}.{attention}"
+
+    def kept_heads(self, site: str, layer_idx: int) -> list[int]:
+        """Original indices of the heads the module at `site`, layer `layer_idx` keeps after pruning."""
+        pruned = set(self.pruned_heads.get(self.module_name(site, layer_idx), ()))
+        return [head for head in range(self.attention_heads(site)) if head not in pruned]
+
+    def _check_pruned_heads(self) -> None:
+        if not isinstance(self.pruned_heads, dict):
+            raise ValueError(f"`pruned_heads` must be a dict module name -> head indices, got {self.pruned_heads!r}")
+        modules = {self.module_name(site, layer): site for site in SITES for layer in range(self._num_layers(site))}
+        for name, heads in self.pruned_heads.items():
+            if name not in modules:
+                raise ValueError(
+                    f"`pruned_heads` names unknown attention module {name!r}; modules look like "
+                    f"'encoder.layers.0.self_attn', 'decoder.layers.0.self_attn', 'decoder.layers.0.encoder_attn' "
+                    f"(this model has {self.encoder_layers} encoder and {self.decoder_layers} decoder layers)"
+                )
+            num_heads = self.attention_heads(modules[name])
+            if any(not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < num_heads for head in heads):
+                raise ValueError(f"`pruned_heads[{name!r}]` = {heads!r}: head indices must be integers in "
+                                 f"[0, {num_heads})")
+            if len(set(heads)) != len(heads):
+                raise ValueError(f"`pruned_heads[{name!r}]` = {heads!r} lists a head twice")
+            if len(heads) >= num_heads:
+                raise ValueError(f"`pruned_heads[{name!r}]` removes all {num_heads} heads; keep at least one")
 
     def _resolve_site(self, site: str) -> list[tuple[str, dict[str, Any]]]:
         """Validate one site's attention spec and return (variant name, options) for each of its layers."""
@@ -220,7 +270,7 @@ class HeadAttnConfig(PreTrainedConfig):
                 raise ValueError(
                     f"Attention variant {name!r} cannot be used at `{site}`; it supports: {', '.join(variant.sites)}"
                 )
-            layers = entry.pop("layers", None)
+            layers = entry.pop("layers", variant.default_layers)
             unknown = sorted(set(entry) - set(variant.options))
             if unknown:
                 accepted = ", ".join(sorted(variant.options)) or "none"
@@ -228,10 +278,17 @@ class HeadAttnConfig(PreTrainedConfig):
                     f"Attention variant {name!r} at `{site}` does not take option(s) {', '.join(unknown)}; "
                     f"accepted options: {accepted} (plus 'layers')"
                 )
-            variant.check_options(entry, site=site, num_heads=self.attention_heads(site), config=self)
-            for layer in self._resolve_layers(site, layers, num_layers):
+            resolved_layers = self._resolve_layers(site, layers, num_layers)
+            for num_heads in sorted({len(self.kept_heads(site, layer)) for layer in resolved_layers}):
+                variant.check_options(entry, site=site, num_heads=num_heads, config=self)
+            for layer in resolved_layers:
                 if placement[layer] is not None:
                     raise ValueError(f"Layer {layer} of `{site}` is given more than one attention variant")
+                if not variant.prunable and self.module_name(site, layer) in self.pruned_heads:
+                    raise ValueError(
+                        f"Attention variant {name!r} ties each head to its index, so its heads cannot be pruned; "
+                        f"remove {self.module_name(site, layer)!r} from `pruned_heads`"
+                    )
                 placement[layer] = (name, entry)
         return [chosen if chosen is not None else ("softmax", {}) for chosen in placement]
 

@@ -17,6 +17,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
+from transformers.generation.utils import GenerateBeamEncoderDecoderOutput, GenerateEncoderDecoderOutput
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.modeling_utils import PreTrainedModel
@@ -25,6 +26,7 @@ from .attention_base import (
     CROSS_ATTENTION,
     DECODER_SELF_ATTENTION,
     ENCODER_SELF_ATTENTION,
+    SITES,
     AttentionMask,
     AttentionResult,
 )
@@ -36,6 +38,7 @@ from .configuration_headattn import HeadAttnConfig
 # Every file a saved model needs to run through `trust_remote_code`; `save_pretrained` copies them all.
 RUNTIME_FILES = (
     "attention_base.py",
+    "attention_dhicm.py",
     "attention_mma.py",
     "attention_registry.py",
     "attention_running_sum.py",
@@ -59,63 +62,135 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 # ------------------------------------------------------------------------------------------------ outputs
 @dataclass
 class HeadAttnEncoderOutput(BaseModelOutput):
-    """Encoder output plus what the encoder's attention variants add.
+    """Encoder output plus what the encoder's attention variants add. The per-sentence tensors are batch-first
+    so that `generate` expands them to beams with the rest of the encoder output.
 
-    aux_losses: the auxiliary loss terms of the encoder's variants, one scalar per module that has one.
-    diagnostics: module name -> {diagnostic name -> tensor}, when `output_diagnostics=True`.
+    aux_loss: [batch, modules] each variant module's auxiliary loss averaged over the sentence's real tokens.
+    head_kl: [batch, modules] the same for KL(head importances || uniform) of the modules that weigh heads.
+    head_importances: module name -> [batch, source_len, heads], when `output_head_importances=True`.
     """
 
-    aux_losses: tuple[torch.Tensor, ...] | None = None
-    diagnostics: dict[str, dict[str, torch.Tensor]] | None = None
+    aux_loss: torch.Tensor | None = None
+    head_kl: torch.Tensor | None = None
+    head_importances: dict[str, torch.Tensor] | None = None
 
 
 @dataclass
 class HeadAttnDecoderOutput(BaseModelOutput):
+    """Decoder output; `aux_loss` and `head_kl` are per token, [batch, modules, target_len]."""
+
     past_key_values: Cache | None = None
     cross_attentions: tuple[torch.Tensor, ...] | None = None
-    aux_losses: tuple[torch.Tensor, ...] | None = None
-    diagnostics: dict[str, dict[str, torch.Tensor]] | None = None
+    aux_loss: torch.Tensor | None = None
+    head_kl: torch.Tensor | None = None
+    head_importances: dict[str, torch.Tensor] | None = None
 
 
 @dataclass
 class HeadAttnSeq2SeqModelOutput(Seq2SeqModelOutput):
-    """`Seq2SeqModelOutput` plus the attention variants' auxiliary loss (mean over the modules that have one)
-    and their diagnostics (module name -> {diagnostic name -> tensor}) from encoder and decoder."""
+    """`Seq2SeqModelOutput` plus what the attention variants add, averaged over the real target tokens as the
+    cross-entropy is (see `_average_over_target_tokens`) and over the modules that report them:
+
+    aux_loss: the variants' auxiliary loss (for DHICM, -lambda * KL).
+    head_kl: KL(head importances || uniform) of the modules that weigh heads (DHICM).
+    head_importances: module name -> [batch, tokens, heads], when `output_head_importances=True`.
+    """
 
     aux_loss: torch.Tensor | None = None
-    diagnostics: dict[str, dict[str, torch.Tensor]] | None = None
+    head_kl: torch.Tensor | None = None
+    head_importances: dict[str, torch.Tensor] | None = None
 
 
 @dataclass
 class HeadAttnSeq2SeqLMOutput(Seq2SeqLMOutput):
     """`Seq2SeqLMOutput` whose `loss` is cross-entropy (with the config's label smoothing) plus `aux_loss`;
-    `ce_loss` is the cross-entropy part alone."""
+    `ce_loss` is the cross-entropy part alone; `head_kl` and `head_importances` as in
+    `HeadAttnSeq2SeqModelOutput`."""
 
     ce_loss: torch.FloatTensor | None = None
     aux_loss: torch.Tensor | None = None
-    diagnostics: dict[str, dict[str, torch.Tensor]] | None = None
+    head_kl: torch.Tensor | None = None
+    head_importances: dict[str, torch.Tensor] | None = None
+
+
+@dataclass
+class HeadAttnGenerateOutput(GenerateEncoderDecoderOutput):
+    """`generate` output with `head_importances` (module name -> [sequences, tokens, heads]); for decoder
+    modules, row t belongs to the step that produced `sequences[:, t + 1]`; rows after a sequence's end are
+    padding."""
+
+    head_importances: dict[str, torch.Tensor] | None = None
+
+
+@dataclass
+class HeadAttnGenerateBeamOutput(GenerateBeamEncoderDecoderOutput):
+    """Beam-search `generate` output with `head_importances`, as in `HeadAttnGenerateOutput`."""
+
+    head_importances: dict[str, torch.Tensor] | None = None
 
 
 class _AttentionRecords:
-    """Collects, during one encoder or decoder pass, what the caller asked the attention modules to report."""
+    """Collects, during one encoder or decoder pass, what the attention modules report."""
 
-    def __init__(self, output_attentions: bool, output_diagnostics: bool):
+    def __init__(self, output_attentions: bool):
         self.output_attentions = output_attentions
-        self.output_diagnostics = output_diagnostics
         self.weights: dict[str, list[torch.Tensor]] = {}
         self.aux_losses: list[torch.Tensor] = []
-        self.diagnostics: dict[str, dict[str, torch.Tensor]] = {}
+        self.head_kls: list[torch.Tensor] = []
+        self.head_importances: dict[str, torch.Tensor] = {}
 
     def add(self, kind: str, module_name: str, result: AttentionResult) -> None:
         if self.output_attentions:
             self.weights.setdefault(kind, []).append(result.weights)
         if result.aux_loss is not None:
             self.aux_losses.append(result.aux_loss)
-        if self.output_diagnostics and result.diagnostics:
-            self.diagnostics[module_name] = result.diagnostics
+        if result.head_kl is not None:
+            self.head_kls.append(result.head_kl)
+        if result.head_importances is not None:
+            self.head_importances[module_name] = result.head_importances
 
     def attentions(self, kind: str) -> tuple[torch.Tensor, ...] | None:
         return tuple(self.weights.get(kind, ())) if self.output_attentions else None
+
+
+def _stack_terms(terms: list[torch.Tensor]) -> torch.Tensor | None:
+    """Per-token terms of several modules, [batch, tokens] each -> [batch, modules, tokens] in float32."""
+    return torch.stack(terms, dim=1).float() if terms else None
+
+
+def _masked_sum(terms: torch.Tensor, token_mask: torch.Tensor | None) -> torch.Tensor:
+    """[batch, modules, tokens] -> [batch, modules], summed over the tokens where `token_mask` is True."""
+    if token_mask is None:
+        return terms.sum(-1)
+    return torch.where(token_mask.bool()[:, None, :], terms, 0.0).sum(-1)
+
+
+def _per_sentence_mean(terms: torch.Tensor | None, token_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """[batch, modules, tokens] -> [batch, modules], averaged over each sentence's real tokens."""
+    if terms is None:
+        return None
+    counts = terms.new_full(terms.shape[:1], terms.shape[-1]) if token_mask is None else token_mask.sum(-1)
+    return _masked_sum(terms, token_mask) / counts.to(terms.dtype).clamp(min=1)[:, None]
+
+
+def _average_over_target_tokens(
+    encoder_means: torch.Tensor | None, decoder_terms: torch.Tensor | None, target_token_mask: torch.Tensor
+) -> torch.Tensor | None:
+    """A per-token quantity of every module, averaged over modules and over real target tokens.
+
+    Decoder modules sum their term over the real target tokens; encoder modules contribute each sentence's
+    mean over its real source tokens, weighted by the sentence's number of target tokens. Every module's
+    total is thus a sum over target tokens, like the summed cross-entropy, so dividing by the tokens of a whole
+    optimizer step (`num_items_in_batch`) makes gradient accumulation exact."""
+    target_counts = target_token_mask.sum(-1).float()
+    per_module = []
+    if encoder_means is not None:
+        per_module.append((encoder_means * target_counts[:, None]).sum(0))
+    if decoder_terms is not None:
+        per_module.append(_masked_sum(decoder_terms, target_token_mask).sum(0))
+    if not per_module:
+        return None
+    return torch.cat(per_module).mean() / target_counts.sum().clamp(min=1)
 
 
 # ------------------------------------------------------------------------------------------------ modules
@@ -155,16 +230,37 @@ class HeadAttnAttention(nn.Module):
         self.layer_idx = layer_idx
         self.is_cross_attention = site == CROSS_ATTENTION
         embed_dim = config.d_model
-        self.num_heads = config.attention_heads(site)
-        self.head_dim = embed_dim // self.num_heads
-        self.q_proj = nn.Linear(embed_dim, embed_dim)
-        self.k_proj = nn.Linear(embed_dim, embed_dim)
-        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.head_dim = embed_dim // config.attention_heads(site)
+        self.num_heads = len(config.kept_heads(site, layer_idx))
+        inner_dim = self.num_heads * self.head_dim
+        self.q_proj = nn.Linear(embed_dim, inner_dim)
+        self.k_proj = nn.Linear(embed_dim, inner_dim)
+        self.v_proj = nn.Linear(embed_dim, inner_dim)
         variant_name, options = config.attention_variant(site, layer_idx)
         variant_class = get_attention_variant(variant_name)
         self.variant = variant_class(config, site, layer_idx, self.num_heads, self.head_dim, **options)
-        self.out_proj = None if variant_class.combines_heads else nn.Linear(embed_dim, embed_dim)
+        self.out_proj = None if variant_class.combines_heads else nn.Linear(inner_dim, embed_dim)
         self.state_key = f"{site}.{layer_idx}"
+
+    @torch.no_grad()
+    def keep_heads(self, positions: list[int]) -> None:
+        """Physically remove every head but those at `positions` (indices among this module's current heads):
+        the q/k/v projections lose those heads' output rows and the output projection their input columns."""
+        rows = torch.cat([torch.arange(p * self.head_dim, (p + 1) * self.head_dim) for p in positions])
+        rows = rows.to(self.q_proj.weight.device)
+        for name in ("q_proj", "k_proj", "v_proj"):
+            old = getattr(self, name)
+            new = nn.Linear(old.in_features, len(rows), device=old.weight.device, dtype=old.weight.dtype)
+            new.weight.copy_(old.weight[rows])
+            new.bias.copy_(old.bias[rows])
+            setattr(self, name, new)
+        if self.out_proj is not None:
+            old = self.out_proj
+            new = nn.Linear(len(rows), old.out_features, device=old.weight.device, dtype=old.weight.dtype)
+            new.weight.copy_(old.weight[:, rows])
+            new.bias.copy_(old.bias)
+            self.out_proj = new
+        self.num_heads = self.variant.num_heads = len(positions)
 
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
         return states.view(*states.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
@@ -176,7 +272,7 @@ class HeadAttnAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,
         past_key_values: HeadAttnCache | None = None,
         output_attentions: bool = False,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
     ) -> tuple[torch.Tensor, AttentionResult]:
         query = self._split_heads(self.q_proj(hidden_states))
         if self.is_cross_attention:
@@ -204,7 +300,7 @@ class HeadAttnAttention(nn.Module):
             hidden_states=hidden_states,
             state=past_key_values.get_variant_state(self.state_key) if keeps_state else None,
             output_attentions=output_attentions,
-            output_diagnostics=output_diagnostics,
+            output_head_importances=output_head_importances,
         )
         if keeps_state:
             past_key_values.set_variant_state(self.state_key, result.state)
@@ -242,10 +338,13 @@ class HeadAttnEncoderLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: AttentionMask,
         output_attentions: bool = False,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
     ) -> tuple[torch.Tensor, AttentionResult]:
         attended, result = self.self_attn(
-            hidden_states, attention_mask, output_attentions=output_attentions, output_diagnostics=output_diagnostics
+            hidden_states,
+            attention_mask,
+            output_attentions=output_attentions,
+            output_head_importances=output_head_importances,
         )
         hidden_states = self.self_attn_layer_norm(
             hidden_states + nn.functional.dropout(attended, p=self.dropout, training=self.training)
@@ -276,9 +375,9 @@ class HeadAttnDecoderLayer(GradientCheckpointingLayer):
         cross_attention_mask: AttentionMask,
         past_key_values: HeadAttnCache | None = None,
         output_attentions: bool = False,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
     ) -> tuple[torch.Tensor, AttentionResult, AttentionResult]:
-        flags = {"output_attentions": output_attentions, "output_diagnostics": output_diagnostics}
+        flags = {"output_attentions": output_attentions, "output_head_importances": output_head_importances}
         attended, self_result = self.self_attn(
             hidden_states, self_attention_mask, past_key_values=past_key_values, **flags
         )
@@ -328,6 +427,34 @@ class HeadAttnPreTrainedModel(PreTrainedModel):
         for name in RUNTIME_FILES:
             shutil.copyfile(code_dir / name, Path(save_directory) / name)
 
+    def prune_heads(self, heads_to_prune: dict[str, list[int]]) -> None:
+        """Remove attention heads for good: `heads_to_prune` maps module names (`"encoder.layers.5.self_attn"`,
+        `"decoder.layers.5.self_attn"`, `"decoder.layers.5.encoder_attn"`) to head indices among the site's
+        original heads. The projections shrink, `config.pruned_heads` records the removal, and the pruned model
+        saves and loads (also through remote code) like any other."""
+        config = self.config
+        proposed = {name: list(heads) for name, heads in config.pruned_heads.items()}
+        for name, heads in heads_to_prune.items():
+            already = sorted(set(heads) & set(proposed.get(name, ())))
+            if already:
+                raise ValueError(f"Head(s) {already} of {name!r} are already pruned")
+            proposed[name] = sorted([*proposed.get(name, ()), *heads])
+        previous = config.pruned_heads
+        config.pruned_heads = proposed
+        try:
+            config.validate_architecture()
+        except ValueError:
+            config.pruned_heads = previous
+            raise
+        for site in SITES:
+            for layer_idx in range(config._num_layers(site)):
+                name = config.module_name(site, layer_idx)
+                if name not in heads_to_prune:
+                    continue
+                kept_before = [head for head in range(config.attention_heads(site)) if head not in previous.get(name, ())]
+                kept_after = config.kept_heads(site, layer_idx)
+                self.base_model.get_submodule(name).keep_heads([kept_before.index(head) for head in kept_after])
+
 
 class HeadAttnStack(nn.Module):
     """What the encoder and decoder share: token embeddings, the position table, input dropout, LayerDrop."""
@@ -374,7 +501,7 @@ class HeadAttnEncoder(HeadAttnStack):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
         return_dict: bool | None = None,
     ) -> HeadAttnEncoderOutput:
         if (input_ids is None) == (inputs_embeds is None):
@@ -388,12 +515,12 @@ class HeadAttnEncoder(HeadAttnStack):
         hidden_states = self._add_positions(inputs_embeds)
 
         mask = AttentionMask(attention_mask.bool()[:, None, None, :] if attention_mask is not None else None)
-        records = _AttentionRecords(output_attentions, output_diagnostics)
+        records = _AttentionRecords(output_attentions)
         all_hidden_states = [hidden_states] if output_hidden_states else None
         for idx, layer in enumerate(self.layers):
             if self._skips_layer():
                 continue
-            hidden_states, result = layer(hidden_states, mask, output_attentions, output_diagnostics)
+            hidden_states, result = layer(hidden_states, mask, output_attentions, output_head_importances)
             records.add("self", f"encoder.layers.{idx}.self_attn", result)
             if output_hidden_states:
                 all_hidden_states.append(hidden_states)
@@ -402,8 +529,9 @@ class HeadAttnEncoder(HeadAttnStack):
             last_hidden_state=hidden_states,
             hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
             attentions=records.attentions("self"),
-            aux_losses=tuple(records.aux_losses) or None,
-            diagnostics=records.diagnostics or None,
+            aux_loss=_per_sentence_mean(_stack_terms(records.aux_losses), attention_mask),
+            head_kl=_per_sentence_mean(_stack_terms(records.head_kls), attention_mask),
+            head_importances=records.head_importances or None,
         )
         return output.to_tuple() if return_dict is False else output
 
@@ -442,7 +570,7 @@ class HeadAttnDecoder(HeadAttnStack):
         use_cache: bool | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
     ) -> HeadAttnDecoderOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` or `decoder_inputs_embeds`")
@@ -463,7 +591,7 @@ class HeadAttnDecoder(HeadAttnStack):
         cross_mask = AttentionMask(
             encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None
         )
-        records = _AttentionRecords(output_attentions, output_diagnostics)
+        records = _AttentionRecords(output_attentions)
         all_hidden_states = [hidden_states] if output_hidden_states else None
         for idx, layer in enumerate(self.layers):
             if self._skips_layer():
@@ -475,7 +603,7 @@ class HeadAttnDecoder(HeadAttnStack):
                 cross_mask,
                 past_key_values=past_key_values,
                 output_attentions=output_attentions,
-                output_diagnostics=output_diagnostics,
+                output_head_importances=output_head_importances,
             )
             records.add("self", f"decoder.layers.{idx}.self_attn", self_result)
             records.add("cross", f"decoder.layers.{idx}.encoder_attn", cross_result)
@@ -488,14 +616,10 @@ class HeadAttnDecoder(HeadAttnStack):
             hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
             attentions=records.attentions("self"),
             cross_attentions=records.attentions("cross"),
-            aux_losses=tuple(records.aux_losses) or None,
-            diagnostics=records.diagnostics or None,
+            aux_loss=_stack_terms(records.aux_losses),
+            head_kl=_stack_terms(records.head_kls),
+            head_importances=records.head_importances or None,
         )
-
-
-def _mean_aux_loss(*groups: tuple[torch.Tensor, ...] | None) -> torch.Tensor | None:
-    terms = [term for group in groups if group for term in group]
-    return torch.stack(terms).mean() if terms else None
 
 
 class HeadAttnModel(HeadAttnPreTrainedModel):
@@ -545,9 +669,17 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
+        target_token_mask: torch.Tensor | None = None,
         return_dict: bool | None = None,
     ) -> HeadAttnSeq2SeqModelOutput:
+        r"""
+        output_head_importances (`bool`): return each head-weighing module's per-token head importances.
+        target_token_mask (`torch.Tensor` of shape `(batch, target_length)`, *optional*): the decoder positions
+            that are real tokens, over which the variants' auxiliary terms are averaged (default:
+            `decoder_attention_mask`, else every position). `HeadAttnForConditionalGeneration` passes
+            `labels != -100`.
+        """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
@@ -560,7 +692,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
                 inputs_embeds=inputs_embeds,
                 output_attentions=output_attentions,
                 output_hidden_states=output_hidden_states,
-                output_diagnostics=output_diagnostics,
+                output_head_importances=output_head_importances,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = HeadAttnEncoderOutput(
@@ -578,10 +710,16 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            output_diagnostics=output_diagnostics,
+            output_head_importances=output_head_importances,
         )
-        encoder_diagnostics = getattr(encoder_outputs, "diagnostics", None) or {}
-        diagnostics = {**encoder_diagnostics, **(decoder_outputs.diagnostics or {})}
+        if target_token_mask is None:
+            target_token_mask = decoder_attention_mask
+        if target_token_mask is None:
+            target_token_mask = torch.ones(
+                decoder_outputs.last_hidden_state.shape[:2], dtype=torch.bool, device=decoder_outputs.last_hidden_state.device
+            )
+        head_importances = {**(getattr(encoder_outputs, "head_importances", None) or {}),
+                            **(decoder_outputs.head_importances or {})}
         output = HeadAttnSeq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
             past_key_values=decoder_outputs.past_key_values,
@@ -591,8 +729,13 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
-            aux_loss=_mean_aux_loss(getattr(encoder_outputs, "aux_losses", None), decoder_outputs.aux_losses),
-            diagnostics=diagnostics or None,
+            aux_loss=_average_over_target_tokens(
+                getattr(encoder_outputs, "aux_loss", None), decoder_outputs.aux_loss, target_token_mask
+            ),
+            head_kl=_average_over_target_tokens(
+                getattr(encoder_outputs, "head_kl", None), decoder_outputs.head_kl, target_token_mask
+            ),
+            head_importances=head_importances or None,
         )
         return output.to_tuple() if return_dict is False else output
 
@@ -664,14 +807,15 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        output_diagnostics: bool = False,
+        output_head_importances: bool = False,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
     ) -> HeadAttnSeq2SeqLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch, target_length)`, *optional*): target ids, -100 where
             ignored. Decoder inputs are derived from them when not given.
-        output_diagnostics (`bool`): return the attention variants' diagnostics (e.g. head importances).
+        output_head_importances (`bool`): return, for each DHICM module, the per-token head importances
+            [batch, tokens, heads] in `outputs.head_importances`.
         num_items_in_batch (`int`, *optional*): number of label tokens across all micro-batches of one
             optimizer step (passed by `Trainer`); the loss is then a sum over this batch divided by it, so
             gradient accumulation matches a single large batch.
@@ -694,7 +838,8 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            output_diagnostics=output_diagnostics,
+            output_head_importances=output_head_importances,
+            target_token_mask=labels.ne(-100) if labels is not None else None,
         )
         logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias.to(outputs.last_hidden_state.dtype)
 
@@ -714,13 +859,15 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
-            diagnostics=outputs.diagnostics,
+            head_kl=outputs.head_kl,
+            head_importances=outputs.head_importances,
         )
         return output.to_tuple() if return_dict is False else output
 
     def _loss(self, logits, labels, aux_loss, num_items_in_batch):
         """Label-smoothed CE summed over this batch's label tokens, divided by the tokens of the whole optimizer
-        step; the auxiliary loss (a per-batch mean) is weighted by this batch's share of those tokens."""
+        step; the auxiliary loss (this batch's per-target-token average) is weighted by the batch's share of
+        those tokens, which makes it a sum over target tokens divided by the same count."""
         labels = labels.to(logits.device)
         batch_tokens = labels.ne(-100).sum()
         ce_sum = nn.functional.cross_entropy(
@@ -738,6 +885,35 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             return ce_loss, ce_loss
         share = 1.0 if num_items_in_batch is None else batch_tokens / denominator
         return ce_loss, ce_loss + share * aux_loss
+
+    def generate(self, inputs=None, *args, output_head_importances: bool = False, **kwargs):
+        """`GenerationMixin.generate`; with `output_head_importances=True` it returns a
+        `HeadAttnGenerateOutput` / `HeadAttnGenerateBeamOutput` whose `head_importances` hold, for each DHICM
+        module, the importances of the final sequences. They come from one teacher-forced pass over the
+        generated sequences, which computes exactly what the decoding steps computed (every step depends only
+        on the source and the prefix), without carrying per-step tensors through beam reordering."""
+        if not output_head_importances:
+            return super().generate(inputs, *args, **kwargs)
+        source_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        if source_ids is None:
+            raise ValueError("generate(output_head_importances=True) needs the source token ids (`input_ids`)")
+        kwargs["return_dict_in_generate"] = True
+        generated = super().generate(inputs, *args, **kwargs)
+        sequences = generated.sequences
+        per_source = sequences.shape[0] // source_ids.shape[0]
+        attention_mask = kwargs.get("attention_mask")
+        with torch.no_grad():
+            teacher_forced = self(
+                input_ids=source_ids.repeat_interleave(per_source, dim=0),
+                attention_mask=attention_mask.repeat_interleave(per_source, dim=0) if attention_mask is not None else None,
+                decoder_input_ids=sequences[:, :-1],
+                output_head_importances=True,
+                use_cache=False,
+            )
+        output_class = (
+            HeadAttnGenerateBeamOutput if isinstance(generated, GenerateBeamEncoderDecoderOutput) else HeadAttnGenerateOutput
+        )
+        return output_class(**generated, head_importances=teacher_forced.head_importances)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -802,6 +978,8 @@ def _marian_key_to_headattn(key: str) -> str:
 __all__ = [
     "HeadAttnEncoderOutput",
     "HeadAttnForConditionalGeneration",
+    "HeadAttnGenerateBeamOutput",
+    "HeadAttnGenerateOutput",
     "HeadAttnModel",
     "HeadAttnPreTrainedModel",
     "HeadAttnSeq2SeqLMOutput",

@@ -213,35 +213,3 @@ def test_trainer_passes_num_items_in_batch_under_gradient_accumulation(tmp_path,
     trainer.train()
     expected = sum(len(ids) for ids in data["labels"])
     assert len(seen) == 2 and all(int(items) == expected for items in seen)
-
-
-def test_variant_diagnostics_are_returned_on_request():
-    model = random_model(tiny_config(cross_attention={"type": "running_sum", "layers": [1]}))
-    input_ids, attention_mask, labels = _batch()
-    plain = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
-    assert plain.diagnostics is None
-    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_diagnostics=True)
-    assert set(out.diagnostics) == {"decoder.layers.1.encoder_attn"}
-    coverage = out.diagnostics["decoder.layers.1.encoder_attn"]["coverage"]
-    assert coverage.shape == (3, 4, 9)  # batch, heads, source positions
-    # every target position spends one unit of attention: coverage sums to the number of target positions
-    torch.testing.assert_close(coverage.sum(-1), torch.full((3, 4), 6.0))
-
-
-def test_too_long_input_raises_clear_error():
-    model = random_model(tiny_config(max_position_embeddings=8))
-    input_ids, attention_mask = source_batch((9,))
-    with pytest.raises(ValueError, match="Sequence of length 9 exceeds max_position_embeddings=8"):
-        model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids[:, :2])
-
-
-def test_public_names_are_importable():
-    import hf_headattn
-
-    for name in ("HeadAttnConfig", "HeadAttnModel", "HeadAttnForConditionalGeneration", "train_tokenizer"):
-        assert hasattr(hf_headattn, name)
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM
-
-    config = AutoConfig.for_model("headattn", vocab_size=64, d_model=32, encoder_attention_heads=4,
-                                  decoder_attention_heads=4)
-    assert type(AutoModelForSeq2SeqLM.from_config(config)) is HeadAttnForConditionalGeneration

@@ -61,6 +61,11 @@ VARIANTS = {
     "softmax": {},
     "running_sum": {"cross_attention": "running_sum"},
     "mma": {"encoder_self_attention": "mma"},
+    "dhicm-all-sites": {
+        "encoder_self_attention": {"type": "dhicm", "layers": [0, 1]},
+        "decoder_self_attention": {"type": "dhicm", "score": "mlp"},
+        "cross_attention": {"type": "dhicm", "d_m": 12, "layers": [0, 1]},
+    },
 }
 
 
