@@ -94,7 +94,8 @@ class DynamicHeadImportanceAttention(AttentionVariant):
             # s = v^T tanh(W O^h + U x), the MLP alternative of Sec. 2.1
             hidden = torch.tanh(self.w(head_outputs) + projected_input.unsqueeze(2))
             scores = self.score_vector(hidden).squeeze(-1)
-        log_importances = torch.log_softmax(scores.float(), dim=-1)
+        # half-precision scores are normalised in float32
+        log_importances = torch.log_softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1)
         importances = log_importances.exp()  # Eq. 1, G(x, O^h): [batch, queries, heads]
         # Eq. 3, W_s sum_h G_h V O^h; V is shared by the heads, so it is applied once after the weighted sum.
         combined = torch.einsum("bth,bthd->btd", importances.to(head_outputs.dtype), head_outputs)

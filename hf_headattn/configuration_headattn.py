@@ -214,6 +214,10 @@ class HeadAttnConfig(PreTrainedConfig):
         stack, attention = _MODULE_NAMES[site]
         return f"{stack}.layers.{layer_idx}.{attention}"
 
+    def attention_modules(self) -> dict[str, tuple[str, int]]:
+        """Every attention module's name -> (site, layer index)."""
+        return {self.module_name(site, layer): (site, layer) for site in SITES for layer in range(self._num_layers(site))}
+
     def kept_heads(self, site: str, layer_idx: int) -> list[int]:
         """Original indices of the heads the module at `site`, layer `layer_idx` keeps after pruning."""
         pruned = set(self.pruned_heads.get(self.module_name(site, layer_idx), ()))
@@ -222,7 +226,7 @@ class HeadAttnConfig(PreTrainedConfig):
     def _check_pruned_heads(self) -> None:
         if not isinstance(self.pruned_heads, dict):
             raise ValueError(f"`pruned_heads` must be a dict module name -> head indices, got {self.pruned_heads!r}")
-        modules = {self.module_name(site, layer): site for site in SITES for layer in range(self._num_layers(site))}
+        modules = self.attention_modules()
         for name, heads in self.pruned_heads.items():
             if name not in modules:
                 raise ValueError(
@@ -230,7 +234,7 @@ class HeadAttnConfig(PreTrainedConfig):
                     f"'encoder.layers.0.self_attn', 'decoder.layers.0.self_attn', 'decoder.layers.0.encoder_attn' "
                     f"(this model has {self.encoder_layers} encoder and {self.decoder_layers} decoder layers)"
                 )
-            num_heads = self.attention_heads(modules[name])
+            num_heads = self.attention_heads(modules[name][0])
             if any(not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < num_heads for head in heads):
                 raise ValueError(f"`pruned_heads[{name!r}]` = {heads!r}: head indices must be integers in "
                                  f"[0, {num_heads})")
@@ -279,8 +283,6 @@ class HeadAttnConfig(PreTrainedConfig):
                     f"accepted options: {accepted} (plus 'layers')"
                 )
             resolved_layers = self._resolve_layers(site, layers, num_layers)
-            for num_heads in sorted({len(self.kept_heads(site, layer)) for layer in resolved_layers}):
-                variant.check_options(entry, site=site, num_heads=num_heads, config=self)
             for layer in resolved_layers:
                 if placement[layer] is not None:
                     raise ValueError(f"Layer {layer} of `{site}` is given more than one attention variant")
@@ -290,6 +292,8 @@ class HeadAttnConfig(PreTrainedConfig):
                         f"remove {self.module_name(site, layer)!r} from `pruned_heads`"
                     )
                 placement[layer] = (name, entry)
+            for num_heads in sorted({len(self.kept_heads(site, layer)) for layer in resolved_layers}):
+                variant.check_options(entry, site=site, num_heads=num_heads, config=self)
         return [chosen if chosen is not None else ("softmax", {}) for chosen in placement]
 
     @staticmethod

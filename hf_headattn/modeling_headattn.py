@@ -21,12 +21,12 @@ from transformers.generation.utils import GenerateBeamEncoderDecoderOutput, Gene
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.modeling_utils import PreTrainedModel
+from transformers.utils import logging
 
 from .attention_base import (
     CROSS_ATTENTION,
     DECODER_SELF_ATTENTION,
     ENCODER_SELF_ATTENTION,
-    SITES,
     AttentionMask,
     AttentionResult,
 )
@@ -34,6 +34,8 @@ from .attention_registry import get_attention_variant
 from .cache_headattn import HeadAttnCache
 from .configuration_headattn import HeadAttnConfig
 
+
+logger = logging.get_logger(__name__)
 
 # Every file a saved model needs to run through `trust_remote_code`; `save_pretrained` copies them all.
 RUNTIME_FILES = (
@@ -446,14 +448,12 @@ class HeadAttnPreTrainedModel(PreTrainedModel):
         except ValueError:
             config.pruned_heads = previous
             raise
-        for site in SITES:
-            for layer_idx in range(config._num_layers(site)):
-                name = config.module_name(site, layer_idx)
-                if name not in heads_to_prune:
-                    continue
-                kept_before = [head for head in range(config.attention_heads(site)) if head not in previous.get(name, ())]
-                kept_after = config.kept_heads(site, layer_idx)
-                self.base_model.get_submodule(name).keep_heads([kept_before.index(head) for head in kept_after])
+        modules = config.attention_modules()
+        for name in heads_to_prune:
+            site, layer_idx = modules[name]
+            kept_before = [head for head in range(config.attention_heads(site)) if head not in previous.get(name, ())]
+            kept_after = config.kept_heads(site, layer_idx)
+            self.base_model.get_submodule(name).keep_heads([kept_before.index(head) for head in kept_after])
 
 
 class HeadAttnStack(nn.Module):
@@ -846,6 +846,12 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         loss = ce_loss = None
         if labels is not None:
             ce_loss, loss = self._loss(logits, labels, outputs.aux_loss, num_items_in_batch)
+        elif self.training and outputs.aux_loss is not None:
+            logger.warning_once(
+                "Training without `labels`: the attention variants' auxiliary loss is in `outputs.aux_loss` but no "
+                "`outputs.loss` includes it. If Trainer's `label_smoothing_factor` took the labels, set the model's "
+                "`config.label_smoothing` instead so that the model computes the whole loss."
+            )
 
         output = HeadAttnSeq2SeqLMOutput(
             loss=loss,

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import sacrebleu
 from datasets import Dataset, DatasetDict, load_dataset
+import torch
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
 
 from .configuration_headattn import HeadAttnConfig
@@ -97,7 +98,6 @@ def score_translations(hypotheses: list[str], references: list[str]) -> dict:
 def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,
                         num_beams: int = 4, batch_size: int = 32) -> dict:
     """Translate a test file with a saved model folder (loaded through its own code) and score it with sacrebleu."""
-    import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForSeq2SeqLM
 
@@ -136,6 +136,42 @@ def translation_metrics(tokenizer):
         return score_translations(hypotheses, references)
 
     return compute
+
+
+class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` that also logs the parts of the loss the attention variants add: `aux_loss` and
+    `head_kl` (DHICM's KL(importances || uniform)), averaged over the micro-batches since the last log.
+
+    The model computes its own label-smoothed loss (`config.label_smoothing`) so that the auxiliary loss is part
+    of it; Trainer's `label_smoothing_factor` would recompute the loss from the logits alone and drop that term,
+    so it is refused here."""
+
+    LOGGED_PARTS = ("aux_loss", "head_kl")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.args.label_smoothing_factor:
+            raise ValueError(
+                f"label_smoothing_factor={self.args.label_smoothing_factor} makes Trainer recompute the loss from the "
+                "logits and drop the attention variants' auxiliary loss; set the model's `config.label_smoothing` "
+                "instead and leave label_smoothing_factor at 0"
+            )
+        self._loss_parts: dict[str, list] = {}
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        if model.training and isinstance(outputs, dict):
+            for name in self.LOGGED_PARTS:
+                if outputs.get(name) is not None:
+                    self._loss_parts.setdefault(name, []).append(outputs[name].detach())
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._loss_parts:  # a training log, not an evaluation one
+            for name, values in self._loss_parts.items():
+                logs[name] = torch.stack(values).float().mean().item()
+            self._loss_parts = {}
+        super().log(logs, start_time)
 
 
 def parse_args(argv=None):
@@ -280,7 +316,7 @@ def main(argv=None):
     model.generation_config.max_length = args.max_length
     model.generation_config.num_beams = args.num_beams
 
-    trainer = Seq2SeqTrainer(
+    trainer = HeadAttnSeq2SeqTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
@@ -303,8 +339,6 @@ def main(argv=None):
 
 
 def _cuda_available() -> bool:
-    import torch
-
     return torch.cuda.is_available()
 
 

@@ -1,0 +1,74 @@
+"""Named configurations from the papers' own hyper-parameter tables.
+
+Source of every DHICM preset: Goindani & Shrivastava, "A Dynamic Head Importance Computation Mechanism for
+Neural Machine Translation", Table 2 (Default and Optimal hyper-parameters) and Sec. 4.3 (6 encoder and
+6 decoder layers, d = 512, lambda = 0.1, DHICM in the last layer of encoder and decoder, fairseq's
+Transformer with ReLU). `dhicm=False` gives the paper's baselines: T-base (`transformer_base`) and T-optimal
+(the optimal settings without DHICM).
+"""
+
+from .configuration_headattn import HeadAttnConfig
+
+
+# Table 2; "dhicm_dropout" is the row "Dropout (Section 3.1)", N/A for the default Transformer-base.
+TABLE_2 = {
+    "default": dict(ffn_dim=2048, heads=8, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
+                    dhicm_dropout=None, label_smoothing=0.1),
+    "de-en": dict(ffn_dim=2048, heads=4, dropout=0.5, attention_dropout=0.1, activation_dropout=0.3,
+                  dhicm_dropout=0.5, label_smoothing=0.1),
+    "hi-en": dict(ffn_dim=1024, heads=4, dropout=0.3, attention_dropout=0.0, activation_dropout=0.0,
+                  dhicm_dropout=0.2, label_smoothing=0.1),
+    "be-en": dict(ffn_dim=128, heads=2, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
+                  dhicm_dropout=0.2, label_smoothing=0.4),
+}
+DHICM_KL_WEIGHT = 0.1  # Sec. 4.3: "we set lambda as 0.1, for all experiments"
+
+
+def table2_config(setting: str, vocab_size: int, *, dhicm: bool, **overrides) -> HeadAttnConfig:
+    """The configuration of one column of Table 2 (`"default"`, `"de-en"`, `"hi-en"`, `"be-en"`) at the paper's
+    sizes; with `dhicm=True`, DHICM at the last layer's encoder self-, decoder self- and cross-attention with
+    that column's DHICM dropout. `overrides` are any other `HeadAttnConfig` fields (e.g. token ids)."""
+    if setting not in TABLE_2:
+        raise ValueError(f"Unknown Table 2 setting {setting!r}; accepted: {', '.join(TABLE_2)}")
+    row = TABLE_2[setting]
+    fields = dict(
+        vocab_size=vocab_size,
+        d_model=512,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=row["heads"],
+        decoder_attention_heads=row["heads"],
+        encoder_ffn_dim=row["ffn_dim"],
+        decoder_ffn_dim=row["ffn_dim"],
+        activation_function="relu",
+        dropout=row["dropout"],
+        attention_dropout=row["attention_dropout"],
+        activation_dropout=row["activation_dropout"],
+        label_smoothing=row["label_smoothing"],
+    )
+    if dhicm:
+        spec = {"type": "dhicm", "layers": [-1], "kl_weight": DHICM_KL_WEIGHT, "dropout": row["dhicm_dropout"]}
+        fields.update(encoder_self_attention=spec, decoder_self_attention=spec, cross_attention=spec)
+    fields.update(overrides)
+    return HeadAttnConfig(**fields)
+
+
+def transformer_base(vocab_size: int, *, dhicm: bool = False, **overrides) -> HeadAttnConfig:
+    """T-base: Table 2's "Default" column (Vaswani et al.'s Transformer-base). The paper runs DHICM only with
+    the optimal settings; `dhicm=True` adds it with the model's dropout as its own."""
+    return table2_config("default", vocab_size, dhicm=dhicm, **overrides)
+
+
+def dhicm_de_en(vocab_size: int, *, dhicm: bool = True, **overrides) -> HeadAttnConfig:
+    """Table 2, optimal De-En column (IWSLT14 / WMT17 German-English); `dhicm=False` gives T-optimal."""
+    return table2_config("de-en", vocab_size, dhicm=dhicm, **overrides)
+
+
+def dhicm_hi_en(vocab_size: int, *, dhicm: bool = True, **overrides) -> HeadAttnConfig:
+    """Table 2, optimal Hi-En column (HindEnCorp); `dhicm=False` gives T-optimal."""
+    return table2_config("hi-en", vocab_size, dhicm=dhicm, **overrides)
+
+
+def dhicm_be_en(vocab_size: int, *, dhicm: bool = True, **overrides) -> HeadAttnConfig:
+    """Table 2, optimal Be-En column (TED talks Belarusian-English); `dhicm=False` gives T-optimal."""
+    return table2_config("be-en", vocab_size, dhicm=dhicm, **overrides)
