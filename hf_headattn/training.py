@@ -98,20 +98,28 @@ def score_translations(hypotheses: list[str], references: list[str]) -> dict:
 def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,
                         num_beams: int = 4, batch_size: int = 32) -> dict:
     """Translate a test file with a saved model folder (loaded through its own code) and score it with sacrebleu."""
-    from tqdm.auto import tqdm
     from transformers import AutoModelForSeq2SeqLM
 
     test = read_parallel_files(source_path, reference_path)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True).eval()
-    hypotheses = []
-    for start in tqdm(range(0, len(test), batch_size), desc=f"translating {Path(source_path).name}"):
-        batch = tokenizer(test["source"][start : start + batch_size], return_tensors="pt", padding=True,
-                          truncation=True)
-        with torch.no_grad():
-            output_ids = model.generate(**batch, num_beams=num_beams)
-        hypotheses += [text.strip() for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
+    hypotheses = translate_sentences(model, tokenizer, test["source"], num_beams, batch_size,
+                                     desc=f"translating {Path(source_path).name}")
     return {**score_translations(hypotheses, test["target"]), "sentences": len(hypotheses), "hypotheses": hypotheses}
+
+
+def translate_sentences(model, tokenizer, sources: list[str], num_beams: int = 4, batch_size: int = 32,
+                        desc: str = "translating") -> list[str]:
+    """Batched beam-search translation with a progress bar."""
+    from tqdm.auto import tqdm
+
+    hypotheses = []
+    for start in tqdm(range(0, len(sources), batch_size), desc=desc):
+        batch = tokenizer(sources[start : start + batch_size], return_tensors="pt", padding=True, truncation=True)
+        with torch.no_grad():
+            output_ids = model.generate(**batch.to(model.device), num_beams=num_beams)
+        hypotheses += [text.strip() for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
+    return hypotheses
 
 
 def tokenize_parallel(dataset: DatasetDict | Dataset, tokenizer, max_length: int = 128):
