@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_headattn.head_pruning import mean_head_importances, prune_least_important_heads
-from hf_headattn.training import read_parallel_files, score_translations, translate_sentences
+from hf_headattn.training import multi30k_paths, read_parallel_files, score_translations, translate_sentences
 
 
 def main(argv=None):
@@ -36,9 +36,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    data, output_dir = Path(args.data_dir), Path(args.output_dir)
-    valid = read_parallel_files(data / "val.de", data / "val.en")
-    test = read_parallel_files(data / "test_2016_flickr.de", data / "test_2016_flickr.en")
+    data, output_dir = multi30k_paths(args.data_dir), Path(args.output_dir)
+    valid = read_parallel_files(data["val.de"], data["val.en"])
+    test = read_parallel_files(data["test_2016_flickr.de"], data["test_2016_flickr.en"])
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)
     original = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=True).eval()
 

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_headattn.training import main as train, translate_and_score
+from hf_headattn.training import main as train, multi30k_paths, translate_and_score
 
 
 def main(argv=None):
@@ -32,18 +32,15 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
 
-    data, output_dir = Path(args.data_dir), Path(args.output_dir)
-    for name in ("train.de", "train.en", "val.de", "val.en", "test_2016_flickr.de", "test_2016_flickr.en"):
-        if not (data / name).is_file():
-            raise FileNotFoundError(f"{data / name} not found; point --data-dir at the Multi30k folder")
+    data, output_dir = multi30k_paths(args.data_dir), Path(args.output_dir)
     dhicm = json.dumps({"type": "dhicm", "layers": [-1], "dropout": args.dhicm_dropout, "kl_weight": args.kl_weight})
     systems = {"softmax": "softmax", "dhicm": dhicm}
     results = {}
     for system, spec in systems.items():
         model_dir = output_dir / system
         train_metrics = train([
-            "--train-source", str(data / "train.de"), "--train-target", str(data / "train.en"),
-            "--valid-source", str(data / "val.de"), "--valid-target", str(data / "val.en"),
+            "--train-source", str(data["train.de"]), "--train-target", str(data["train.en"]),
+            "--valid-source", str(data["val.de"]), "--valid-target", str(data["val.en"]),
             "--max-train-pairs", str(args.train_pairs), "--max-valid-pairs", "200",
             "--output-dir", str(model_dir), "--vocab-size", "8000", "--d-model", str(args.d_model),
             "--layers", str(args.layers), "--heads", str(args.heads), "--ffn-dim", str(args.ffn_dim),
@@ -52,7 +49,7 @@ def main(argv=None):
             "--num-beams", "1", "--seed", str(args.seed),
             "--encoder-self-attention", spec, "--decoder-self-attention", spec, "--cross-attention", spec,
         ])
-        scores = translate_and_score(model_dir, data / "test_2016_flickr.de", data / "test_2016_flickr.en",
+        scores = translate_and_score(model_dir, data["test_2016_flickr.de"], data["test_2016_flickr.en"],
                                      num_beams=args.num_beams)
         (model_dir / "test_2016_flickr.hyp.en").write_text("\n".join(scores.pop("hypotheses")) + "\n")
         results[system] = {**scores, "parameters": train_metrics["parameters"],

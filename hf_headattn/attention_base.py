@@ -112,6 +112,27 @@ class AttentionVariant(nn.Module):
     def check_options(cls, options: dict[str, Any], *, site: str, num_heads: int, config) -> None:
         """Raise ValueError for option values this variant cannot use (names are checked by the config)."""
 
+    def softmax_heads(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: "AttentionMask",
+        output_attentions: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Standard per-head softmax attention with this module's attention dropout: [B, Tq, H, D] outputs and,
+        if asked for, the weights. Uses SDPA unless the config asks for eager or weights are wanted, and SDPA's
+        causal kernel when the mask is exactly the causal triangle."""
+        use_sdpa = self.config._attn_implementation != "eager" and not output_attentions
+        use_causal_kernel = use_sdpa and attention_mask.is_causal and query.shape[-2] == key.shape[-2]
+        return dot_product_attention(
+            query,
+            key,
+            value,
+            None if use_causal_kernel else attention_mask.additive(query.dtype),
+            self.scaling,
+            dropout=self.attention_dropout if self.training else 0.0,
+            need_weights=output_attentions,
+            use_sdpa=use_sdpa,
+            is_causal=use_causal_kernel,
+        )
+
     def forward(
         self,
         query: torch.Tensor,

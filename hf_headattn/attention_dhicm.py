@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from .attention_base import AttentionMask, AttentionResult, AttentionVariant, dot_product_attention
+from .attention_base import AttentionMask, AttentionResult, AttentionVariant
 
 
 SCORES = ("dot", "mlp")
@@ -72,19 +72,8 @@ class DynamicHeadImportanceAttention(AttentionVariant):
         output_attentions: bool = False,
         output_head_importances: bool = False,
     ) -> AttentionResult:
-        use_sdpa = self.config._attn_implementation != "eager" and not output_attentions
-        use_causal_kernel = use_sdpa and attention_mask.is_causal and query.shape[-2] == key.shape[-2]
-        head_outputs, weights = dot_product_attention(  # O^h: [batch, queries, heads, d_k]
-            query,
-            key,
-            value,
-            None if use_causal_kernel else attention_mask.additive(query.dtype),
-            self.scaling,
-            dropout=self.attention_dropout if self.training else 0.0,
-            need_weights=output_attentions,
-            use_sdpa=use_sdpa,
-            is_causal=use_causal_kernel,
-        )
+        # O^h: [batch, queries, heads, d_k]
+        head_outputs, weights = self.softmax_heads(query, key, value, attention_mask, output_attentions)
         projected_input = nn.functional.dropout(self.u(hidden_states), p=self.dropout, training=self.training)
         if self.score_vector is None:
             # Eq. 2, s = (O^h)^T W^T (U x) / sqrt(d_m); W^T U x is computed once for all heads.

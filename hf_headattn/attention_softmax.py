@@ -2,7 +2,7 @@
 
 import torch
 
-from .attention_base import AttentionMask, AttentionResult, AttentionVariant, dot_product_attention
+from .attention_base import AttentionMask, AttentionResult, AttentionVariant
 
 
 class SoftmaxAttention(AttentionVariant):
@@ -23,17 +23,5 @@ class SoftmaxAttention(AttentionVariant):
         output_attentions: bool = False,
         output_head_importances: bool = False,
     ) -> AttentionResult:
-        use_sdpa = self.config._attn_implementation != "eager" and not output_attentions
-        use_causal_kernel = use_sdpa and attention_mask.is_causal and query.shape[-2] == key.shape[-2]
-        output, weights = dot_product_attention(
-            query,
-            key,
-            value,
-            None if use_causal_kernel else attention_mask.additive(query.dtype),
-            self.scaling,
-            dropout=self.attention_dropout if self.training else 0.0,
-            need_weights=output_attentions,
-            use_sdpa=use_sdpa,
-            is_causal=use_causal_kernel,
-        )
+        output, weights = self.softmax_heads(query, key, value, attention_mask, output_attentions)
         return AttentionResult(output=output, weights=weights)

@@ -54,6 +54,19 @@ def read_parallel_files(source_path: str | Path, target_path: str | Path, max_pa
     return Dataset.from_dict({"source": sources, "target": targets})
 
 
+MULTI30K_FILES = ("train.de", "train.en", "val.de", "val.en", "test_2016_flickr.de", "test_2016_flickr.en")
+
+
+def multi30k_paths(data_dir: str | Path) -> dict[str, Path]:
+    """The Multi30k De-En files (see ../shared/data/multi30k/README) by name, checked to exist."""
+    data_dir = Path(data_dir)
+    missing = [name for name in MULTI30K_FILES if not (data_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{data_dir} lacks {', '.join(missing)}; point --data-dir at the Multi30k folder "
+                                f"(it holds {', '.join(MULTI30K_FILES)})")
+    return {name: data_dir / name for name in MULTI30K_FILES}
+
+
 def load_hub_translation_dataset(
     name: str,
     config_name: str | None,
