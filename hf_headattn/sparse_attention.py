@@ -34,12 +34,20 @@ Shared conventions:
   which is the limit of the solution as ``sum(u)`` decreases to 1; the gradients are those of that map:
   ``dz = 0`` and ``du = dalpha`` on the allowed keys. Add a sink key with ``u = inf`` to rule this out.
 * float16/bfloat16 inputs are computed in float32, float64 inputs in float64; the result has ``z``'s dtype.
-* ``z`` must not contain NaN or ``+inf``.
+* ``z`` must not contain NaN or ``+inf``. Scores are shifted by the row maximum, and results are exact up to
+  rounding of quantities of the size of ``z - max(z)``: float32 errors grow like ``|z| * 1e-7`` (about
+  ``1e-6`` for scores of size 5). ``csparsemax`` needs ``|z - max(z)|`` small enough that ``z - u`` differs
+  from ``z`` in floating point, another reason to mask padding rather than give it a ``finfo.min`` score.
 
 Degenerate points (ties at a breakpoint, bounds that sum to exactly 1) are handled exactly in the forward
-pass. Where the map is not differentiable the backward pass returns the derivative on the segment just above
-the threshold, which is always well defined for a feasible row (e.g. unit fertilities with one-hot attention
-give the ``sparsemax`` gradient and no gradient to ``u``).
+pass. Where the map is not differentiable, the backward pass returns the one-sided derivative of the piece
+on which the breakpoint search lands (for ``csparsemax`` the segment of tau values just above the solution),
+whose key sets are fixed by the search rather than by comparing rounded values, and which for a feasible row
+always has a key strictly inside its bounds. E.g. one-hot attention under unit bounds (alpha_j = u_j = 1) gets
+the ``sparsemax`` gradient and no gradient to ``u``.
+
+Cost: one sort along ``dim`` (of n values for ``sparsemax`` and ``csoftmax``, 2n for ``csparsemax``) plus
+O(n) elementwise work per row, all as batched tensor operations.
 """
 
 import torch
@@ -52,95 +60,99 @@ __all__ = ["csoftmax", "csparsemax", "sparsemax"]
 # (u = +inf for a sink key) without changing the solution or which rows are feasible.
 _NON_BINDING_BOUND = 2.0
 
-
-def _row_max(zs: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """Max over the allowed keys of each row (0 for a row with none), for the usual shift-invariance trick."""
-    z_max = torch.where(allowed, zs, float("-inf")).amax(dim=-1, keepdim=True)
-    return torch.where(torch.isfinite(z_max), z_max, 0.0)
+# Implementation note: masks are applied by multiplying with a 0/1 tensor of the compute dtype rather than
+# with torch.where, which is several times slower on CPU; every masked quantity is made finite first.
 
 
-def _first_reaching_one(values: torch.Tensor) -> torch.Tensor:
-    """Index of the first entry >= 1 along the last dim (its size where none is); robust to rounding that
-    makes a mathematically monotone sequence wobble."""
-    return ((values >= 1).cumsum(dim=-1) == 0).sum(dim=-1, keepdim=True)
+def _shifted_scores(z: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """z - max over the allowed keys of the row (shift invariance of all three maps), 0 on masked keys."""
+    finite_z = torch.nan_to_num(z, neginf=0.0)
+    z_max = (finite_z + torch.log(keep)).amax(dim=-1, keepdim=True)  # log(0) = -inf drops masked keys
+    z_max = torch.nan_to_num(z_max, neginf=0.0)  # rows with no allowed key
+    return (finite_z - z_max) * keep
 
 
 class SparsemaxFunction(torch.autograd.Function):
     """sparsemax over the last dim (Martins & Astudillo, 2016, Alg. 1: sort-based threshold).
 
-    Forward: sort the allowed scores in decreasing order; the support size is the largest k with
-    1 + k z_(k) > sum_{i<=k} z_(i), and tau = (sum_{i<=k} z_(i) - 1) / k. O(n log n).
+    Input: scores with -inf on masked keys. Forward: sort the scores in decreasing order; the support size is
+    the largest k with 1 + k z_(k) > sum_{i<=k} z_(i), and tau = (sum_{i<=k} z_(i) - 1) / k. O(n log n).
     Backward: dz = 1[alpha > 0] (dalpha - mean of dalpha over the support).
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, z: torch.Tensor) -> torch.Tensor:
         n = z.shape[-1]
-        zs = torch.where(allowed, z - _row_max(z, allowed), float("-inf"))
+        z_max = torch.nan_to_num(z.amax(dim=-1, keepdim=True), neginf=0.0)  # 0 for a row with no allowed key
+        zs = z - z_max  # masked keys stay -inf and sort last
         z_sorted, _ = torch.sort(zs, dim=-1, descending=True)
         k = torch.arange(1, n + 1, dtype=z.dtype, device=z.device)
-        valid = k <= allowed.sum(dim=-1, keepdim=True)  # sorted positions holding allowed keys
-        z_sorted = torch.where(valid, z_sorted, 0.0)
-        z_cumsum = z_sorted.cumsum(dim=-1)
-        in_support = valid & (1 + k * z_sorted > z_cumsum)  # Eq. 3 solved as in Martins & Astudillo (2016), Alg. 1
+        z_cumsum = z_sorted.cumsum(dim=-1)  # -inf from the first masked key on: never in the support
+        in_support = 1 + k * z_sorted > z_cumsum  # Eq. 3 solved by Martins & Astudillo (2016), Alg. 1
         support_size = in_support.sum(dim=-1, keepdim=True)
         tau = (z_cumsum.gather(-1, (support_size - 1).clamp(min=0)) - 1) / support_size.clamp(min=1)  # Eq. 3: sum = 1
-        alpha = torch.where(allowed, (zs - tau).clamp(min=0), 0.0)  # Eq. 3: alpha_j = max(0, z_j - tau)
-        ctx.save_for_backward(alpha)
+        tau = torch.nan_to_num(tau, neginf=0.0)  # rows with no allowed key
+        alpha = (zs - tau).clamp(min=0)  # Eq. 3: alpha_j = max(0, z_j - tau)
+        ctx.save_for_backward(alpha, support_size)
         return alpha
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_alpha: torch.Tensor):
-        (alpha,) = ctx.saved_tensors
-        support = alpha > 0
-        g = torch.where(support, grad_alpha, 0.0)
-        m = g.sum(dim=-1, keepdim=True) / support.sum(dim=-1, keepdim=True).clamp(min=1)  # mean over the support
-        grad_z = torch.where(support, g - m, 0.0)  # Eq. 7 with no upper bounds: dz_j = 1[alpha_j > 0](dalpha_j - m)
-        return grad_z, None
+        alpha, support_size = ctx.saved_tensors
+        support = (alpha > 0).to(alpha.dtype)
+        m = (grad_alpha * support).sum(dim=-1, keepdim=True) / support_size.clamp(min=1)  # mean over the support
+        return support * (grad_alpha - m)  # Eq. 7 with no upper bounds: dz_j = 1[alpha_j > 0](dalpha_j - m)
 
 
 class ConstrainedSoftmaxFunction(torch.autograd.Function):
     """Constrained softmax over the last dim (Eq. 4; Martins & Kreutzer, 2017).
 
-    Forward (sort-based, exact): the solution is alpha_j = min(u_j, g exp(z_j)) for the g > 0 with
-    F(g) = sum_j min(u_j, g exp(z_j)) = 1. F is increasing and piecewise linear in g with breakpoints at the
-    ratios rho_j = u_j / exp(z_j); key j is capped iff rho_j < g. Sort the ratios (in log space) ascending,
-    evaluate F at every breakpoint with a cumulative sum of the bounds and a reverse log-cumsum-exp of the
-    scores, take the first breakpoint with F >= 1: the keys before it are the capped set R, and
-    g = (1 - sum_{R} u) / sum_{not R} exp(z). This yields the same set as the iterative capping of Martins &
-    Kreutzer (2017) in O(n log n) without a loop. Infeasible rows (sum u < 1): alpha = u.
+    Input: scores, bounds and a 0/1 tensor of allowed keys. Forward (sort-based, exact): the solution is
+    alpha_j = min(u_j, g exp(z_j)) for the g > 0 with F(g) = sum_j min(u_j, g exp(z_j)) = 1. F is increasing
+    and piecewise linear in g with breakpoints at the ratios rho_j = u_j / exp(z_j); key j is capped iff
+    rho_j < g. Sort the ratios (in log space) ascending, evaluate F at every breakpoint with a cumulative sum
+    of the bounds and a reverse cumulative sum of exp(z), take the first breakpoint with F >= 1: the keys
+    before it are the capped set R, and g = (1 - sum_{R} u) / sum_{not R} exp(z). This yields the set that
+    the iterative capping of Martins & Kreutzer (2017) converges to, in O(n log n) without a loop.
+    Infeasible rows (sum u < 1): alpha = u.
     Backward (A = allowed keys below their bound, R = capped keys):
     dz_j = 1[j in A] alpha_j (dalpha_j - m), du_j = 1[j in R] (dalpha_j - m),
     m = sum_{A} alpha_i dalpha_i / sum_{A} alpha_i  (sum_{A} alpha_i = 1 - sum_{R} u_i); m = 0 if A is empty.
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, u: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         n = z.shape[-1]
-        neg_inf = float("-inf")
-        zs = torch.where(allowed, z - _row_max(z, allowed), neg_inf)
-        us = torch.where(allowed, u.clamp(min=0, max=_NON_BINDING_BOUND), 0.0)
-        log_ratio = torch.where(allowed, torch.log(us) - zs, neg_inf)  # log rho_j = log(u_j / exp(z_j))
+        zs = _shifted_scores(z, keep)
+        us = u.clamp(min=0, max=_NON_BINDING_BOUND) * keep  # masked keys: bound 0, so always "capped" at 0
+        log_ratio = torch.log(us) - zs  # log rho_j = log(u_j / exp(z_j)); -inf for zero bounds and masked keys
         ratio_sorted, order = torch.sort(log_ratio, dim=-1)
-        z_sorted = zs.gather(-1, order)
         u_cumsum = us.gather(-1, order).cumsum(dim=-1)
-        lse_from = torch.logcumsumexp(z_sorted.flip(-1), dim=-1).flip(-1)  # log sum_{i >= k} exp(z_(i))
-        lse_after = torch.cat([lse_from[..., 1:], torch.full_like(lse_from[..., :1], neg_inf)], dim=-1)
-        f_at_breakpoint = u_cumsum + torch.exp(ratio_sorted + lse_after)  # Eq. 4 KKT: F(rho_(k)) = sum_j min(u_j, rho_(k) e^{z_j})
-        k = _first_reaching_one(f_at_breakpoint)
+        z_sorted = zs.gather(-1, order)
+        # log sum_{i > k} exp(z_(i)): in the linear domain (no cancellation: a reverse cumulative sum) unless
+        # some allowed key's exp(z - max) would underflow, then with logcumsumexp.
+        if bool((zs >= (-80.0 if z.dtype != torch.float64 else -700.0)).all()):
+            e_sorted = torch.exp(z_sorted) * keep.gather(-1, order)
+            log_tail = torch.log(e_sorted.flip(-1).cumsum(dim=-1).flip(-1))
+        else:
+            z_sorted = z_sorted + torch.log(keep.gather(-1, order))
+            log_tail = torch.logcumsumexp(z_sorted.flip(-1), dim=-1).flip(-1)
+        log_tail = torch.nn.functional.pad(log_tail[..., 1:], (0, 1), value=float("-inf"))
+        f_at_breakpoint = u_cumsum + torch.exp(ratio_sorted + log_tail)  # Eq. 4 KKT: F(rho) = sum_j min(u_j, rho e^z_j)
+        # First breakpoint with F >= 1 (n: none, infeasible). F is non-decreasing; where rounding makes it wobble,
+        # it does so within rounding of 1 at breakpoints rho_j ~ g, where capping key j or not is the same.
+        k = (f_at_breakpoint < 1).sum(dim=-1, keepdim=True)
         feasible = k < n
         k = k.clamp(max=n - 1)
-        upper = ratio_sorted.gather(-1, k)  # log g lies in [log rho_(k-1), log rho_(k)]
-        lower = torch.where(k > 0, ratio_sorted.gather(-1, (k - 1).clamp(min=0)), neg_inf)
-        capped = allowed & (~feasible | (log_ratio < upper))  # Eq. 4 KKT: R = {j : rho_j < g}
-        free = allowed & ~capped
-        capped_mass = torch.where(capped, us, 0.0).sum(dim=-1, keepdim=True)
-        log_free_mass = torch.log((1 - capped_mass).clamp(min=torch.finfo(z.dtype).tiny))
-        log_g = log_free_mass - torch.logsumexp(torch.where(free, zs, neg_inf), dim=-1, keepdim=True)  # Eq. 4: sum alpha = 1
-        log_g = torch.maximum(torch.minimum(log_g, upper), lower)
-        alpha_free = torch.minimum(torch.exp(zs + log_g), us)  # Eq. 4 KKT: alpha_j = g exp(z_j) below the bound
-        alpha = torch.where(capped, us, torch.where(free, alpha_free, 0.0))  # Eq. 4 KKT: alpha_j = u_j on R
+        threshold = ratio_sorted.gather(-1, k)  # log g lies in [log rho_(k-1), log rho_(k)]
+        capped = ((log_ratio < threshold) | ~feasible).to(z.dtype) * keep  # Eq. 4 KKT: R = {j : rho_j < g}
+        free = keep - capped
+        free_mass = (1 - (us * capped).sum(dim=-1, keepdim=True)).clamp(min=0)  # Eq. 4: 1 - sum_{R} u left for A
+        log_free_norm = torch.nan_to_num(torch.logsumexp(zs + torch.log(free), dim=-1, keepdim=True), neginf=0.0)
+        softmax_free = torch.exp((zs - log_free_norm) * free)  # meaningful (and kept finite) only on free keys
+        alpha_free = torch.minimum(free_mass * softmax_free, us)  # Eq. 4 KKT: alpha_j = g exp(z_j) below the bound
+        alpha = capped * us + free * alpha_free  # Eq. 4 KKT: alpha_j = u_j on R
         ctx.save_for_backward(alpha, capped)
         return alpha
 
@@ -148,59 +160,55 @@ class ConstrainedSoftmaxFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_alpha: torch.Tensor):
         alpha, capped = ctx.saved_tensors
-        alpha_free = torch.where(capped, 0.0, alpha)  # alpha on A (masked keys hold 0)
+        alpha_free = alpha * (1 - capped)  # alpha on A (masked keys hold 0)
         free_mass = alpha_free.sum(dim=-1, keepdim=True)  # = 1 - sum_{R} u
         weighted = (alpha_free * grad_alpha).sum(dim=-1, keepdim=True)
-        m = torch.where(free_mass > 0, weighted / torch.where(free_mass > 0, free_mass, 1.0), 0.0)  # Martins & Kreutzer (2017)
+        m = weighted / free_mass.clamp(min=torch.finfo(alpha.dtype).tiny)  # Martins & Kreutzer (2017); 0 if A is empty
         grad_z = alpha_free * (grad_alpha - m)  # dz_j = 1[j in A] alpha_j (dalpha_j - m)
-        grad_u = torch.where(capped, grad_alpha - m, 0.0)  # du_j = 1[j in R] (dalpha_j - m)
+        grad_u = capped * (grad_alpha - m)  # du_j = 1[j in R] (dalpha_j - m)
         return grad_z, grad_u, None
 
 
 class ConstrainedSparsemaxFunction(torch.autograd.Function):
     """Constrained sparsemax over the last dim (Eq. 6, Proposition 1; Malaviya et al., 2018).
 
-    Forward (sort-based, exact; the breakpoint search of Pardalos & Kovoor, 1990, with a sort in place of
-    median selection): f(tau) = sum_j clip(z_j - tau, 0, u_j) is non-increasing and piecewise linear in tau
-    with breakpoints z_j (key j leaves zero) and z_j - u_j (key j reaches its bound). Sort the 2n breakpoints
-    in decreasing order and evaluate f at each as a cumulative sum of (number of keys strictly inside their
-    box on the segment above) x (segment length) -- a sum of non-negative terms, so no cancellation. The first
-    breakpoint with f >= 1 closes the segment that holds tau; on it the sets A (0 < alpha < u) and A_R
-    (alpha = u) are fixed and tau = (sum_{A} z + sum_{A_R} u - 1) / |A|. O(n log n). Infeasible rows
-    (sum u < 1): alpha = u.
+    Input: scores, bounds and a 0/1 tensor of allowed keys. Forward (sort-based, exact; the breakpoint search
+    of Pardalos & Kovoor, 1990, with a sort in place of median selection): f(tau) = sum_j clip(z_j - tau, 0,
+    u_j) is non-increasing and piecewise linear in tau with breakpoints z_j (key j leaves zero) and z_j - u_j
+    (key j reaches its bound). Sort the 2n breakpoints in decreasing order and evaluate f at each as a
+    cumulative sum of (number of keys strictly inside their box on the segment above) x (segment length), a
+    sum of non-negative terms, so no cancellation. The first breakpoint with f >= 1 closes the segment that
+    holds tau; on it the sets A (0 < alpha < u) and A_R (alpha = u) are fixed and
+    tau = (sum_{A} z + sum_{A_R} u - 1) / |A|. O(n log n). Infeasible rows (sum u < 1): alpha = u.
     Backward (Eq. 7-8): dz_j = 1[j in A](dalpha_j - m), du_j = 1[j in A_R](dalpha_j - m),
     m = mean of dalpha over A (m = 0 if A is empty).
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, u: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         n = z.shape[-1]
-        # Masked keys become a zero-width box [0, 0]: they contribute 0 for every tau.
-        zs = torch.where(allowed, z - _row_max(z, allowed), 0.0)
-        us = torch.where(allowed, u.clamp(min=0, max=_NON_BINDING_BOUND), 0.0)
+        # Masked keys become a zero-width box [0, 0] at score 0: they contribute 0 for every tau.
+        zs = _shifted_scores(z, keep)
+        us = u.clamp(min=0, max=_NON_BINDING_BOUND) * keep
         z_minus_u = zs - us
         breakpoints, order = torch.sort(torch.cat([zs, z_minus_u], dim=-1), dim=-1, descending=True)
-        entering = torch.where(order < n, 1.0, -1.0).to(z.dtype)  # +1 at z_j (key enters), -1 at z_j - u_j (capped)
-        inside_after = entering.cumsum(dim=-1)
-        inside_before = torch.cat([torch.zeros_like(inside_after[..., :1]), inside_after[..., :-1]], dim=-1)
-        gap = torch.cat([torch.zeros_like(breakpoints[..., :1]), breakpoints[..., :-1] - breakpoints[..., 1:]], dim=-1)
-        f_at_breakpoint = torch.where(inside_before > 0, inside_before * gap, 0.0).cumsum(dim=-1)  # Eq. 6: f(e_k) = sum_j clip(z_j - e_k, 0, u_j)
-        k = _first_reaching_one(f_at_breakpoint)
+        entering = (order < n).to(z.dtype) * 2 - 1  # +1 at z_j (key j enters), -1 at z_j - u_j (capped)
+        inside_before = torch.nn.functional.pad(entering.cumsum(dim=-1)[..., :-1], (1, 0))
+        gap = torch.nn.functional.pad(breakpoints[..., :-1] - breakpoints[..., 1:], (1, 0))
+        # (inside_before is -1 only between tied breakpoints of a zero-width box, where the gap is 0.)
+        f_at_breakpoint = (inside_before.clamp(min=0) * gap).cumsum(dim=-1)  # Eq. 6: f(e) = sum_j clip(z_j - e, 0, u_j)
+        k = (f_at_breakpoint < 1).sum(dim=-1, keepdim=True)  # first e_k with f >= 1 (f is non-decreasing); 2n: none
         feasible = k < 2 * n
         k = k.clamp(min=1, max=2 * n - 1)
         lo = breakpoints.gather(-1, k)  # tau lies in [lo, hi]; no breakpoint strictly inside
         hi = breakpoints.gather(-1, k - 1)
-        capped = allowed & (~feasible | (z_minus_u >= hi))  # A_R: alpha_j = u_j on the whole segment
-        active = allowed & feasible & (z_minus_u <= lo) & (zs >= hi)  # A: 0 < alpha_j < u_j on the segment
+        capped = ((z_minus_u >= hi) | ~feasible).to(z.dtype) * keep  # A_R: alpha_j = u_j on the whole segment
+        active = ((z_minus_u <= lo) & (zs >= hi) & feasible).to(z.dtype) * keep  # A: 0 < alpha_j < u_j there
         n_active = active.sum(dim=-1, keepdim=True)
-        tau = (
-            torch.where(active, zs, 0.0).sum(dim=-1, keepdim=True)
-            + torch.where(capped, us, 0.0).sum(dim=-1, keepdim=True)
-            - 1
-        ) / n_active.clamp(min=1)  # Prop. 1: sum_j alpha_j = 1 solved for tau on A, A_R
+        excess = (zs * active).sum(dim=-1, keepdim=True) + (us * capped).sum(dim=-1, keepdim=True) - 1
+        tau = excess / n_active.clamp(min=1)  # Prop. 1: sum_{A} (z_j - tau) + sum_{A_R} u_j = 1 solved for tau
         tau = torch.maximum(torch.minimum(tau, hi), lo)
-        alpha_active = torch.minimum(zs - tau, us)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
-        alpha = torch.where(active, alpha_active, torch.where(capped, us, 0.0))
+        alpha = active * torch.minimum(zs - tau, us) + capped * us  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
         ctx.save_for_backward(active, capped)
         return alpha
 
@@ -209,14 +217,15 @@ class ConstrainedSparsemaxFunction(torch.autograd.Function):
     def backward(ctx, grad_alpha: torch.Tensor):
         active, capped = ctx.saved_tensors
         n_active = active.sum(dim=-1, keepdim=True)
-        m = torch.where(active, grad_alpha, 0.0).sum(dim=-1, keepdim=True) / n_active.clamp(min=1)  # m = mean of dalpha over A
-        grad_z = torch.where(active, grad_alpha - m, 0.0)  # Eq. 7: dz_j = 1(j in A)(dalpha_j - m)
-        grad_u = torch.where(capped, grad_alpha - m, 0.0)  # Eq. 8: du_j = 1(j in A_R)(dalpha_j - m)
+        m = (grad_alpha * active).sum(dim=-1, keepdim=True) / n_active.clamp(min=1)  # Eq. 7-8: mean of dalpha over A
+        grad_z = active * (grad_alpha - m)  # Eq. 7: dz_j = 1(j in A)(dalpha_j - m)
+        grad_u = capped * (grad_alpha - m)  # Eq. 8: du_j = 1(j in A_R)(dalpha_j - m)
         return grad_z, grad_u, None
 
 
 def _prepare(z: torch.Tensor, u, dim: int, mask):
-    """Broadcast, promote to the compute dtype and move `dim` last. Returns (z, u, allowed, dim)."""
+    """Broadcast, promote to the compute dtype and move `dim` last. Returns (z, u, allowed, dim), allowed being
+    the bool tensor of keys that may be attended (mask and not -inf; None for sparsemax without a mask)."""
     if not torch.is_tensor(z) or not z.is_floating_point():
         raise TypeError(f"z must be a floating-point tensor, got {type(z).__name__} {getattr(z, 'dtype', '')}")
     if u is not None and not torch.is_tensor(u):
@@ -229,14 +238,27 @@ def _prepare(z: torch.Tensor, u, dim: int, mask):
     compute_dtype = torch.float64 if torch.float64 in dtypes else torch.float32
     shapes = [z.shape] + ([u.shape] if u is not None else []) + ([mask.shape] if mask is not None else [])
     shape = torch.broadcast_shapes(*shapes)
-    dim = dim % len(shape) if len(shape) else 0
-    z = z.to(compute_dtype).expand(shape).movedim(dim, -1)
+    if len(shape) == 0:
+        raise ValueError("z must have at least one dimension")
+    dim = dim % len(shape)
+    z = _last(z.to(compute_dtype).expand(shape), dim)
     if u is not None:
-        u = u.to(compute_dtype).expand(shape).movedim(dim, -1)
+        u = _last(u.to(compute_dtype).expand(shape), dim)
+    if u is None and mask is None:  # sparsemax handles -inf scores itself
+        return z, u, None, dim
     allowed = z != float("-inf")
     if mask is not None:
-        allowed = allowed & mask.expand(shape).movedim(dim, -1)
+        allowed = allowed & _last(mask.expand(shape), dim)
     return z, u, allowed, dim
+
+
+def _last(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Move `dim` to the end (no-op when it already is there)."""
+    return x if dim == x.dim() - 1 else x.movedim(dim, -1)
+
+
+def _back(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return x if dim == x.dim() - 1 else x.movedim(-1, dim)
 
 
 def sparsemax(z: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -249,8 +271,10 @@ def sparsemax(z: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None) 
     out_dtype = z.dtype if torch.is_tensor(z) else None
     zc, _, allowed, dim = _prepare(z, None, dim, mask)
     if zc.shape[-1] == 0:
-        return (zc * 0).movedim(-1, dim).to(out_dtype)
-    return SparsemaxFunction.apply(zc, allowed).movedim(-1, dim).to(out_dtype)
+        return _back(zc * 0, dim).to(out_dtype)
+    if mask is not None:
+        zc = zc + torch.log(allowed.to(zc.dtype))  # -inf on masked keys
+    return _back(SparsemaxFunction.apply(zc), dim).to(out_dtype)
 
 
 def csoftmax(z: torch.Tensor, u, dim: int = -1, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -267,8 +291,8 @@ def csoftmax(z: torch.Tensor, u, dim: int = -1, mask: torch.Tensor | None = None
     out_dtype = z.dtype if torch.is_tensor(z) else None
     zc, uc, allowed, dim = _prepare(z, u, dim, mask)
     if zc.shape[-1] == 0:
-        return (zc * 0 + uc * 0).movedim(-1, dim).to(out_dtype)
-    return ConstrainedSoftmaxFunction.apply(zc, uc, allowed).movedim(-1, dim).to(out_dtype)
+        return _back(zc * 0 + uc * 0, dim).to(out_dtype)
+    return _back(ConstrainedSoftmaxFunction.apply(zc, uc, allowed.to(zc.dtype)), dim).to(out_dtype)
 
 
 def csparsemax(z: torch.Tensor, u, dim: int = -1, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -285,5 +309,5 @@ def csparsemax(z: torch.Tensor, u, dim: int = -1, mask: torch.Tensor | None = No
     out_dtype = z.dtype if torch.is_tensor(z) else None
     zc, uc, allowed, dim = _prepare(z, u, dim, mask)
     if zc.shape[-1] == 0:
-        return (zc * 0 + uc * 0).movedim(-1, dim).to(out_dtype)
-    return ConstrainedSparsemaxFunction.apply(zc, uc, allowed).movedim(-1, dim).to(out_dtype)
+        return _back(zc * 0 + uc * 0, dim).to(out_dtype)
+    return _back(ConstrainedSparsemaxFunction.apply(zc, uc, allowed.to(zc.dtype)), dim).to(out_dtype)
