@@ -25,11 +25,14 @@ class AttentionMask:
     `allowed` is a bool tensor broadcastable to [batch, heads, queries, keys] (True = may attend), or None
     when every key is visible. `is_causal` is True only when `allowed` is exactly the lower triangle for
     every row, so that fused kernels may use their causal fast path instead of the materialised mask.
+    `fertility` ([batch, keys], cross-attention only) is each source token's attention budget, for the
+    constrained variants.
     """
 
-    def __init__(self, allowed: torch.Tensor | None, is_causal: bool = False):
+    def __init__(self, allowed: torch.Tensor | None, is_causal: bool = False, fertility: torch.Tensor | None = None):
         self.allowed = allowed
         self.is_causal = is_causal
+        self.fertility = fertility
         self._derived: dict = {}
 
     def additive(self, dtype: torch.dtype) -> torch.Tensor | None:
@@ -81,7 +84,8 @@ class AttentionVariant(nn.Module):
     Subclasses set `name`, the `options` they accept (name -> default), the `sites` where they may be
     used, the layers a spec without `layers` places them at (`default_layers`, None = every layer), whether
     they `combine_heads` themselves, whether they are `stateful` (keep per-step state across decoding steps)
-    and whether their heads may be pruned (`prunable`: nothing in the variant is tied to a head's index).
+    whether their heads may be pruned (`prunable`: nothing in the variant is tied to a head's index) and
+    whether they need the source tokens' fertilities (`needs_fertility`; the encoder then computes them).
     They implement `forward` and may refine `check_options`.
     """
 
@@ -92,6 +96,7 @@ class AttentionVariant(nn.Module):
     combines_heads: ClassVar[bool] = False
     stateful: ClassVar[bool] = False
     prunable: ClassVar[bool] = True
+    needs_fertility: ClassVar[bool] = False
 
     def __init__(self, config, site: str, layer_idx: int, num_heads: int, head_dim: int, **options):
         """num_heads: the heads this module has (fewer than the site's when some were pruned); head_dim: the

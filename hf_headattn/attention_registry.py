@@ -5,6 +5,7 @@ from .attention_dhicm import DynamicHeadImportanceAttention
 from .attention_mma import MixedMultiHeadAttention
 from .attention_running_sum import RunningSumAttention
 from .attention_softmax import SoftmaxAttention
+from .attention_sparse import ConstrainedSoftmaxAttention, ConstrainedSparsemaxAttention, SparsemaxAttention
 
 
 ATTENTION_VARIANTS: dict[str, type[AttentionVariant]] = {
@@ -12,6 +13,9 @@ ATTENTION_VARIANTS: dict[str, type[AttentionVariant]] = {
     RunningSumAttention.name: RunningSumAttention,
     MixedMultiHeadAttention.name: MixedMultiHeadAttention,
     DynamicHeadImportanceAttention.name: DynamicHeadImportanceAttention,
+    SparsemaxAttention.name: SparsemaxAttention,
+    ConstrainedSoftmaxAttention.name: ConstrainedSoftmaxAttention,
+    ConstrainedSparsemaxAttention.name: ConstrainedSparsemaxAttention,
 }
 
 

@@ -7,6 +7,7 @@ from transformers.activations import ACT2FN
 
 from .attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION, SITES
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
+from .fertility import FERTILITY_STRATEGIES
 
 
 POSITION_EMBEDDINGS = ("sinusoidal", "none")
@@ -69,6 +70,15 @@ class HeadAttnConfig(PreTrainedConfig):
             (`"encoder.layers.5.self_attn"`, `"decoder.layers.5.self_attn"`, `"decoder.layers.5.encoder_attn"`)
             -> indices of the removed heads among the site's original heads. Set by
             `HeadAttnPreTrainedModel.prune_heads`; the pruned modules are built with smaller projections.
+        fertility (`str`, defaults to `"constant"`): How the constrained cross-attention variants (`csoftmax`,
+            `csparsemax`) bound the attention each source token receives (Malaviya et al., 2018, Sec. 4):
+            `"constant"` (every token gets `constant_fertility`), `"guided"` (per token id, the largest fertility
+            seen in word alignments of the training data, kept in the model; see
+            `hf_headattn.alignment.guided_fertility_table`) or `"predicted"` (a bi-LSTM tagger inside the model,
+            trained on those fertilities; see `hf_headattn.alignment.train_fertility_predictor`).
+        constant_fertility (`float`, defaults to 2.0): The fertility of every token with `"constant"`.
+        fertility_predictor_size (`int`, defaults to 128): Embedding and hidden size of the `"predicted"` tagger.
+        max_fertility (`int`, defaults to 10): The largest fertility the `"predicted"` tagger can output.
     """
 
     model_type = "headattn"
@@ -112,6 +122,10 @@ class HeadAttnConfig(PreTrainedConfig):
         decoder_self_attention: str | dict | list = "softmax",
         cross_attention: str | dict | list = "softmax",
         pruned_heads: dict[str, list[int]] | None = None,
+        fertility: str = "constant",
+        constant_fertility: float = 2.0,
+        fertility_predictor_size: int = 128,
+        max_fertility: int = 10,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -140,6 +154,10 @@ class HeadAttnConfig(PreTrainedConfig):
         self.decoder_self_attention = decoder_self_attention
         self.cross_attention = cross_attention
         self.pruned_heads = {name: sorted(heads) for name, heads in (pruned_heads or {}).items()}
+        self.fertility = fertility
+        self.constant_fertility = constant_fertility
+        self.fertility_predictor_size = fertility_predictor_size
+        self.max_fertility = max_fertility
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         kwargs.setdefault("custom_pipelines", dict(CUSTOM_PIPELINES))
         kwargs.setdefault("is_encoder_decoder", True)
@@ -185,6 +203,15 @@ class HeadAttnConfig(PreTrainedConfig):
             raise ValueError(
                 f"Unknown activation_function {self.activation_function!r}; accepted: {', '.join(sorted(ACT2FN))}"
             )
+        if self.fertility not in FERTILITY_STRATEGIES:
+            raise ValueError(f"Unknown fertility {self.fertility!r}; accepted: {', '.join(FERTILITY_STRATEGIES)}")
+        if not isinstance(self.constant_fertility, (int, float)) or isinstance(self.constant_fertility, bool) \
+                or not self.constant_fertility > 0:
+            raise ValueError(f"`constant_fertility` must be a number > 0, got {self.constant_fertility!r}")
+        for field in ("fertility_predictor_size", "max_fertility"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"`{field}` must be a positive integer, got {value!r}")
         if self.position_embedding not in POSITION_EMBEDDINGS:
             raise ValueError(
                 f"Unknown position_embedding {self.position_embedding!r}; accepted: {', '.join(POSITION_EMBEDDINGS)}"
@@ -317,6 +344,10 @@ class HeadAttnConfig(PreTrainedConfig):
         return resolved
 
     # ----------------------------------------------------------------------------------------------- queries
+    def uses_fertility(self) -> bool:
+        """Whether any cross-attention layer's variant bounds attention by source-token fertility."""
+        return any(get_attention_variant(name).needs_fertility for name, _ in self._resolve_site(CROSS_ATTENTION))
+
     def attention_variant(self, site: str, layer_idx: int) -> tuple[str, dict[str, Any]]:
         """The (variant name, options) used at `site` in layer `layer_idx`."""
         if site not in SITES:

@@ -33,6 +33,7 @@ from .attention_base import (
 from .attention_registry import get_attention_variant
 from .cache_headattn import HeadAttnCache
 from .configuration_headattn import HeadAttnConfig
+from .fertility import FertilityPredictor, source_fertility
 
 
 logger = logging.get_logger(__name__)
@@ -45,10 +46,13 @@ RUNTIME_FILES = (
     "attention_registry.py",
     "attention_running_sum.py",
     "attention_softmax.py",
+    "attention_sparse.py",
     "cache_headattn.py",
     "configuration_headattn.py",
+    "fertility.py",
     "modeling_headattn.py",
     "pipeline_headattn.py",
+    "sparse_attention.py",
 )
 
 
@@ -70,11 +74,13 @@ class HeadAttnEncoderOutput(BaseModelOutput):
     aux_loss: [batch, modules] each variant module's auxiliary loss averaged over the sentence's real tokens.
     head_kl: [batch, modules] the same for KL(head importances || uniform) of the modules that weigh heads.
     head_importances: module name -> [batch, source_len, heads], when `output_head_importances=True`.
+    fertility: [batch, source_len] each source token's fertility, when a constrained cross-attention uses it.
     """
 
     aux_loss: torch.Tensor | None = None
     head_kl: torch.Tensor | None = None
     head_importances: dict[str, torch.Tensor] | None = None
+    fertility: torch.Tensor | None = None
 
 
 @dataclass
@@ -493,6 +499,35 @@ class HeadAttnEncoder(HeadAttnStack):
     def __init__(self, config: HeadAttnConfig, embed_tokens: nn.Embedding):
         layers = [HeadAttnEncoderLayer(config, i) for i in range(config.encoder_layers)]
         super().__init__(config, embed_tokens, layers, config.encoder_layerdrop)
+        # What the constrained cross-attention variants need to bound attention (Malaviya et al., Sec. 4)
+        self.computes_fertility = config.uses_fertility()
+        self.fertility_predictor = None
+        if self.computes_fertility and config.fertility == "guided":
+            self.register_buffer("guided_fertility", torch.ones(config.vocab_size))
+        if self.computes_fertility and config.fertility == "predicted":
+            self.fertility_predictor = FertilityPredictor(
+                config.vocab_size,
+                embedding_size=config.fertility_predictor_size,
+                hidden_size=config.fertility_predictor_size,
+                max_fertility=config.max_fertility,
+                pad_token_id=config.pad_token_id,
+            )
+
+    def source_fertility(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+        """[batch, source_len] fertility upper bounds from the source ids, or None when no variant needs them."""
+        if not self.computes_fertility:
+            return None
+        if input_ids is None:
+            raise ValueError("The constrained cross-attention computes source fertilities from `input_ids`; "
+                             "pass input_ids rather than inputs_embeds")
+        return source_fertility(
+            self.config.fertility,
+            input_ids,
+            attention_mask,
+            constant=self.config.constant_fertility,
+            guided_table=getattr(self, "guided_fertility", None),
+            predictor=self.fertility_predictor,
+        )
 
     def forward(
         self,
@@ -532,6 +567,7 @@ class HeadAttnEncoder(HeadAttnStack):
             aux_loss=_per_sentence_mean(_stack_terms(records.aux_losses), attention_mask),
             head_kl=_per_sentence_mean(_stack_terms(records.head_kls), attention_mask),
             head_importances=records.head_importances or None,
+            fertility=self.source_fertility(input_ids, attention_mask),
         )
         return output.to_tuple() if return_dict is False else output
 
@@ -571,6 +607,7 @@ class HeadAttnDecoder(HeadAttnStack):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         output_head_importances: bool = False,
+        encoder_fertility: torch.Tensor | None = None,
     ) -> HeadAttnDecoderOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` or `decoder_inputs_embeds`")
@@ -589,7 +626,8 @@ class HeadAttnDecoder(HeadAttnStack):
 
         self_mask = self._self_attention_mask(batch_size, seq_len, past_len, attention_mask, inputs_embeds.device)
         cross_mask = AttentionMask(
-            encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None
+            encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None,
+            fertility=encoder_fertility,
         )
         records = _AttentionRecords(output_attentions)
         all_hidden_states = [hidden_states] if output_hidden_states else None
@@ -711,6 +749,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             output_head_importances=output_head_importances,
+            encoder_fertility=getattr(encoder_outputs, "fertility", None),
         )
         if target_token_mask is None:
             target_token_mask = decoder_attention_mask

@@ -61,6 +61,9 @@ VARIANTS = {
     "softmax": {},
     "running_sum": {"cross_attention": "running_sum"},
     "mma": {"encoder_self_attention": "mma"},
+    "sparsemax": {"encoder_self_attention": "sparsemax", "decoder_self_attention": "sparsemax"},
+    "csoftmax-guided": {"cross_attention": "csoftmax", "fertility": "guided"},
+    "csparsemax-predicted": {"cross_attention": "csparsemax", "fertility": "predicted", "fertility_predictor_size": 16},
     "dhicm-all-sites": {
         "encoder_self_attention": {"type": "dhicm", "layers": [0, 1]},
         "decoder_self_attention": {"type": "dhicm", "score": "mlp"},
@@ -73,6 +76,9 @@ VARIANTS = {
 def saved_model(request, tokenizer, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"model-{request.param}")
     model = random_model(tiny_config(vocab_size=len(tokenizer), **VARIANTS[request.param]))
+    if hasattr(model.model.encoder, "guided_fertility"):  # a table that differs from the all-ones default
+        with torch.no_grad():
+            model.model.encoder.guided_fertility.copy_(torch.randint(1, 4, (len(tokenizer),), generator=torch.Generator().manual_seed(0)))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model, folder

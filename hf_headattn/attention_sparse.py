@@ -1,0 +1,136 @@
+"""Sparse and constrained attention (Malaviya, Ferreira & Martins, 2018) as attention variants.
+
+`sparsemax` (Eq. 3) replaces softmax at any site. `csoftmax` (Eq. 4) and `csparsemax` (Eq. 6) bound, at
+cross-attention, the attention each source token may still receive: u_t = f - beta_t (Eq. 5), with f the
+source token's fertility (computed by the encoder from the source ids, see `fertility.py`) and
+beta_t = sum_{tau < t} alpha_tau its cumulative attention. beta is per layer and head; in training it is a scan
+over target positions, in generation it lives in the cache so that beam search reorders it. A learned
+<SINK> key with unbounded fertility (Sec. 4) keeps every step feasible; the exhaustion bonus z' = z + c u
+(Sec. 4, c = 0.2) favours source tokens with credit left.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant
+from .sparse_attention import csoftmax, csparsemax, sparsemax
+
+
+class SparsemaxAttention(AttentionVariant):
+    """sparsemax(Q K^T / sqrt(d_k)) V per head (Eq. 3): exactly zero weight on low-scoring keys."""
+
+    name = "sparsemax"
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: AttentionMask,
+        *,
+        hidden_states: torch.Tensor,
+        state=None,
+        output_attentions: bool = False,
+        output_head_importances: bool = False,
+    ) -> AttentionResult:
+        scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling
+        weights = sparsemax(scores, dim=-1, mask=attention_mask.allowed)  # Eq. 3
+        dropped = nn.functional.dropout(weights, p=self.attention_dropout, training=self.training)
+        output = torch.matmul(dropped, value).transpose(1, 2)
+        return AttentionResult(output=output, weights=weights if output_attentions else None)
+
+
+class ConstrainedAttention(AttentionVariant):
+    """Shared by `csoftmax` and `csparsemax`. Options:
+    exhaustion: c of z' = z + c u (0 turns the bonus off).
+    sink: append a learned <SINK> key/value per head with unbounded fertility.
+
+    Returned attention weights cover the source tokens only; a row's missing mass went to the sink."""
+
+    options = {"exhaustion": 0.2, "sink": True}
+    sites = (CROSS_ATTENTION,)
+    stateful = True
+    needs_fertility = True
+    prunable = False  # the sink key and value are per head
+    transform = None  # csoftmax or csparsemax, set by the subclasses
+
+    def __init__(self, config, site, layer_idx, num_heads, head_dim, **options):
+        super().__init__(config, site, layer_idx, num_heads, head_dim, **options)
+        if self.sink:
+            self.sink_key = nn.Parameter(torch.zeros(num_heads, head_dim))
+            self.sink_value = nn.Parameter(torch.zeros(num_heads, head_dim))
+
+    @classmethod
+    def check_options(cls, options, *, site, num_heads, config):
+        exhaustion = options.get("exhaustion", cls.options["exhaustion"])
+        if not isinstance(exhaustion, (int, float)) or isinstance(exhaustion, bool) or not exhaustion >= 0:
+            raise ValueError(f"{cls.name} option `exhaustion` (c of z' = z + c u) must be a number >= 0, "
+                             f"got {exhaustion!r}")
+        sink = options.get("sink", cls.options["sink"])
+        if not isinstance(sink, bool):
+            raise ValueError(f"{cls.name} option `sink` must be true or false, got {sink!r}")
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: AttentionMask,
+        *,
+        hidden_states: torch.Tensor,
+        state=None,
+        output_attentions: bool = False,
+        output_head_importances: bool = False,
+    ) -> AttentionResult:
+        if attention_mask.fertility is None:
+            raise ValueError(f"{self.name} attention needs the source fertilities; the encoder computes them from "
+                             "`input_ids` (encoder outputs made elsewhere must carry `fertility`)")
+        batch, heads, num_queries, _ = query.shape
+        num_sources = key.shape[-2]
+        scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling  # z: [batch, heads, queries, sources]
+        fertility = attention_mask.fertility[:, None, :].to(scores.dtype)  # f: [batch, 1, sources]
+        allowed = attention_mask.allowed[:, :, 0, :] if attention_mask.allowed is not None else None
+        if self.sink:
+            sink_scores = torch.einsum("bhtd,hd->bht", query, self.sink_key) * self.scaling
+            unbounded = scores.new_full((batch, heads, 1), math.inf)
+            if allowed is not None:
+                allowed = torch.cat([allowed.expand(batch, 1, num_sources), allowed.new_ones(batch, 1, 1)], dim=-1)
+        cumulative = scores.new_zeros(batch, heads, num_sources) if state is None else state["cumulative"]
+        # beta_t depends on every earlier step's attention, so this loop over target positions is inherent to the
+        # math (Eq. 5); it is vectorised over batch, heads and source tokens, and runs once per generation step.
+        step_weights = []
+        for t in range(num_queries):
+            bound = (fertility - cumulative).clamp(min=0.0)  # u_t = f - beta_t (Eq. 5)
+            step_scores = scores[:, :, t] + self.exhaustion * bound if self.exhaustion else scores[:, :, t]
+            if self.sink:  # the sink gets unbounded fertility and no exhaustion bonus
+                step_scores = torch.cat([step_scores, sink_scores[:, :, t, None]], dim=-1)
+                bound = torch.cat([bound, unbounded], dim=-1)
+            weights_t = self.transform(step_scores, bound, dim=-1, mask=allowed)  # Eq. 4 or Eq. 6
+            cumulative = cumulative + weights_t[..., :num_sources]
+            step_weights.append(weights_t)
+        weights = torch.stack(step_weights, dim=2)
+        dropped = nn.functional.dropout(weights, p=self.attention_dropout, training=self.training)
+        output = torch.matmul(dropped[..., :num_sources], value)
+        if self.sink:
+            output = output + dropped[..., num_sources:] * self.sink_value[None, :, None, :]
+        return AttentionResult(
+            output=output.transpose(1, 2),
+            weights=weights[..., :num_sources] if output_attentions else None,
+            state={"cumulative": cumulative},
+        )
+
+
+class ConstrainedSoftmaxAttention(ConstrainedAttention):
+    """Constrained softmax (Eq. 4): the distribution closest to softmax(z) in KL with alpha <= u."""
+
+    name = "csoftmax"
+    transform = staticmethod(csoftmax)
+
+
+class ConstrainedSparsemaxAttention(ConstrainedAttention):
+    """Constrained sparsemax (Eq. 6): alpha = clip(z - tau, 0, u), sparse over source tokens and over time."""
+
+    name = "csparsemax"
+    transform = staticmethod(csparsemax)
