@@ -66,7 +66,7 @@ class FertilityPredictor(nn.Module):
         embedding_size: int = 128,
         hidden_size: int = 128,
         max_fertility: int = 10,
-        pad_token_id: int = 0,
+        pad_token_id: int | None = 0,
     ):
         super().__init__()
         for name, value, minimum in (
@@ -92,7 +92,9 @@ class FertilityPredictor(nn.Module):
         Positions where ``attention_mask`` is 0 are left out of the LSTM and get all-zero logits.
         """
         mask = _real_token_mask(input_ids, attention_mask)
-        batch_size, src_len = input_ids.shape
+        src_len = input_ids.shape[1]
+        if input_ids.numel() == 0:
+            return self.classifier.weight.new_zeros(*input_ids.shape, self.max_fertility + 1)
         lengths = mask.sum(dim=1)
 
         # Move each row's real tokens to the front (in order), so padding may sit anywhere in the row.
@@ -103,9 +105,7 @@ class FertilityPredictor(nn.Module):
         embeddings = self.embed_tokens(compact_ids)
 
         # pack_padded_sequence rejects empty rows: run them on one (discarded) token.
-        packed = pack_padded_sequence(
-            embeddings, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
-        )
+        packed = pack_padded_sequence(embeddings, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         packed_states, _ = self.lstm(packed)
         states, _ = pad_packed_sequence(packed_states, batch_first=True, total_length=src_len)
         compact_logits = self.classifier(states)

@@ -195,6 +195,27 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
         super().log(logs, start_time)
 
 
+def prepare_fertility(model, tokenizer, sources: list[str], targets: list[str], predictor_epochs: int = 5,
+                      seed: int = 0) -> None:
+    """Fill in what the GUIDED and PREDICTED fertility strategies (Malaviya et al., 2018, Sec. 4) learn from the
+    training data: eflomal alignments of its subword tokens give each source token's fertility; GUIDED keeps
+    the largest per token id in the encoder's `guided_fertility` table, PREDICTED trains the encoder's bi-LSTM
+    `fertility_predictor` on them (+1 slack). Nothing to do for CONSTANT or models without constrained
+    attention."""
+    from .alignment import corpus_token_fertilities, guided_fertility_table, train_fertility_predictor
+
+    config, encoder = model.config, model.get_encoder()
+    if not config.uses_fertility() or config.fertility == "constant":
+        return
+    source_ids, fertilities = corpus_token_fertilities(tokenizer, list(sources), list(targets), seed=seed)
+    if config.fertility == "guided":
+        with torch.no_grad():
+            encoder.guided_fertility.copy_(guided_fertility_table(source_ids, fertilities, config.vocab_size))
+    else:
+        train_fertility_predictor(encoder.fertility_predictor, source_ids, fertilities, epochs=predictor_epochs,
+                                  seed=seed)
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = parser.add_argument_group("data")
@@ -223,6 +244,11 @@ def parse_args(argv=None):
     model.add_argument("--dropout", type=float, default=0.1)
     model.add_argument("--label-smoothing", type=float, default=0.1, help="computed in the model's own loss")
     model.add_argument("--position-embedding", default="sinusoidal", choices=["sinusoidal", "none"])
+    model.add_argument("--fertility", default="constant", choices=["constant", "guided", "predicted"],
+                       help="fertility bounds of csoftmax/csparsemax cross-attention (guided/predicted align the "
+                            "training data with eflomal first)")
+    model.add_argument("--constant-fertility", type=float, default=2.0)
+    model.add_argument("--fertility-predictor-epochs", type=int, default=5)
     for site in ("encoder-self-attention", "decoder-self-attention", "cross-attention"):
         model.add_argument(f"--{site}", default="softmax", help="variant name or JSON spec for this site")
 
@@ -332,8 +358,12 @@ def main(argv=None):
         encoder_self_attention=attention_spec(args.encoder_self_attention),
         decoder_self_attention=attention_spec(args.decoder_self_attention),
         cross_attention=attention_spec(args.cross_attention),
+        fertility=args.fertility,
+        constant_fertility=args.constant_fertility,
     )
     model = HeadAttnForConditionalGeneration(config)
+    prepare_fertility(model, tokenizer, train_text["source"], train_text["target"],
+                      predictor_epochs=args.fertility_predictor_epochs, seed=args.seed)
     model.generation_config.max_length = args.max_length
     model.generation_config.num_beams = args.num_beams
 

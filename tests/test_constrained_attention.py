@@ -123,3 +123,36 @@ def test_sparsemax_attention_is_sparse_and_sums_to_one():
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
         assert (weights[~attention_mask.bool()[:, None, None, :].expand_as(weights)] == 0).all()
     assert (out.encoder_attentions[0] == 0).float().mean() > 0.2  # exact zeros, not tiny softmax weights
+
+
+@pytest.mark.parametrize("fertility", ["guided", "predicted"])
+def test_training_command_learns_fertilities_from_eflomal_alignments(fertility, tmp_path):
+    """The training command aligns the training data, fills the GUIDED table or trains the PREDICTED tagger,
+    trains the NMT model and saves a folder that loads through remote code with the learnt fertilities."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from hf_headattn.toy_corpus import write_toy_corpus
+    from hf_headattn.training import main as train
+
+    paths = write_toy_corpus(tmp_path / "data", n_train=300, n_valid=20, seed=4)
+    train(["--train-source", str(paths["train.src"]), "--train-target", str(paths["train.tgt"]),
+           "--output-dir", str(tmp_path / "model"), "--vocab-size", "150", "--d-model", "32", "--layers", "1",
+           "--heads", "2", "--ffn-dim", "64", "--max-steps", "3", "--batch-size", "16", "--num-beams", "1",
+           "--cross-attention", "csparsemax", "--fertility", fertility, "--fertility-predictor-epochs", "2"])
+    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "model", trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model", trust_remote_code=True)
+    batch = tokenizer(["der hund sieht die katze ."], return_tensors="pt")
+    with torch.no_grad():
+        bounds = model.get_encoder()(**batch).fertility[0]
+    assert model.config.fertility == fertility and bounds.shape == batch["input_ids"].shape[1:]
+    if fertility == "guided":  # learnt integers, not the all-ones default everywhere
+        assert torch.equal(bounds, bounds.round()) and (bounds >= 1).all()
+        assert (model.get_encoder().guided_fertility != 1).any()
+    else:  # a few tagger steps already pull the expected fertility towards the aligner's 1 (+1 slack) of most tokens
+        from hf_headattn.fertility import FertilityPredictor
+
+        torch.manual_seed(0)
+        untrained = FertilityPredictor(len(tokenizer), embedding_size=128, hidden_size=128, max_fertility=10)
+        with torch.no_grad():
+            untrained_bounds = untrained.expected_fertility(batch["input_ids"])[0]
+        assert (bounds - 2).abs().mean() < (untrained_bounds - 2).abs().mean()
