@@ -14,6 +14,7 @@ from .modeling_headattn import (
     HeadAttnSeq2SeqModelOutput,
 )
 from .pipeline_headattn import TranslationPipeline
+from .sparse_attention import csoftmax, csparsemax, sparsemax
 from .tokenization import train_tokenizer
 
 
@@ -35,6 +36,9 @@ __all__ = [
     "HeadAttnSeq2SeqLMOutput",
     "HeadAttnSeq2SeqModelOutput",
     "TranslationPipeline",
+    "csoftmax",
+    "csparsemax",
     "get_attention_variant",
+    "sparsemax",
     "train_tokenizer",
 ]
