@@ -3,6 +3,7 @@
 from .attention_base import AttentionVariant
 from .attention_dhicm import DynamicHeadImportanceAttention
 from .attention_mma import MixedMultiHeadAttention
+from .attention_multihop import MultiHopAttention
 from .attention_running_sum import RunningSumAttention
 from .attention_softmax import SoftmaxAttention
 from .attention_sparse import ConstrainedSoftmaxAttention, ConstrainedSparsemaxAttention, SparsemaxAttention
@@ -14,6 +15,7 @@ ATTENTION_VARIANTS: dict[str, type[AttentionVariant]] = {
     MixedMultiHeadAttention.name: MixedMultiHeadAttention,
     DynamicHeadImportanceAttention.name: DynamicHeadImportanceAttention,
     SparsemaxAttention.name: SparsemaxAttention,
+    MultiHopAttention.name: MultiHopAttention,
     ConstrainedSoftmaxAttention.name: ConstrainedSoftmaxAttention,
     ConstrainedSparsemaxAttention.name: ConstrainedSparsemaxAttention,
 }

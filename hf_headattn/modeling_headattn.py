@@ -43,6 +43,7 @@ RUNTIME_FILES = (
     "attention_base.py",
     "attention_dhicm.py",
     "attention_mma.py",
+    "attention_multihop.py",
     "attention_registry.py",
     "attention_running_sum.py",
     "attention_softmax.py",

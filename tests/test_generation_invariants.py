@@ -30,6 +30,8 @@ VARIANT_CONFIGS = {
     "csoftmax-constant": {"cross_attention": "csoftmax", "constant_fertility": 1.0},
     "csparsemax-guided": {"cross_attention": {"type": "csparsemax", "exhaustion": 0.5}, "fertility": "guided"},
     "csparsemax-predicted-no-sink": {"cross_attention": {"type": "csparsemax", "sink": False}, "fertility": "predicted"},
+    "multihop-dependent-2-hops": {"cross_attention": {"type": "multihop", "hops": 2}},
+    "multihop-independent": {"cross_attention": {"type": "multihop", "hop_mode": "independent", "layers": [1]}},
     "dhicm-pruned": {
         "encoder_self_attention": "dhicm",
         "cross_attention": "dhicm",

@@ -64,6 +64,7 @@ VARIANTS = {
     "sparsemax": {"encoder_self_attention": "sparsemax", "decoder_self_attention": "sparsemax"},
     "csoftmax-guided": {"cross_attention": "csoftmax", "fertility": "guided"},
     "csparsemax-predicted": {"cross_attention": "csparsemax", "fertility": "predicted", "fertility_predictor_size": 16},
+    "multihop": {"cross_attention": {"type": "multihop", "hops": 2}},
     "dhicm-all-sites": {
         "encoder_self_attention": {"type": "dhicm", "layers": [0, 1]},
         "decoder_self_attention": {"type": "dhicm", "score": "mlp"},

@@ -1,0 +1,81 @@
+"""Multi-hop attention over heads (Iida et al., 2019, "Attention over Heads"), as a Transformer cross-attention
+variant. The first hop is ordinary multi-head attention: head k's query s^(k) gives its context c^(k)
+(Eq. 1-2). Each further hop re-weighs the heads' contexts:
+
+- dependent (Eq. 7-9): e^(k) = v_b^T tanh(W_b s^(k) + U_b^(k) c^(k)), with W_b and v_b shared by the heads,
+  beta = softmax over the heads of e (Eq. 8, as corrected), c'^(k) = beta^(k) U_c^(k) c^(k);
+- independent (Eq. 19): c'^(k) = U_c^(k) c^(k).
+
+The hop's contexts feed the next hop; the last hop's are concatenated and projected as in standard
+multi-head attention. A dependent hop adds (2N + 1) d_k^2 + d_k weights, an independent one N d_k^2 (no biases).
+"""
+
+import torch
+from torch import nn
+
+from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant
+
+
+HOP_MODES = ("dependent", "independent")
+
+
+class MultiHopAttention(AttentionVariant):
+    """Options: `hops` (K, the number of second-level hops after the first; 0 is plain multi-head attention)
+    and `hop_mode` ("dependent" or "independent")."""
+
+    name = "multihop"
+    options = {"hops": 1, "hop_mode": "dependent"}
+    sites = (CROSS_ATTENTION,)
+    prunable = False  # U_b and U_c are per head
+
+    def __init__(self, config, site, layer_idx, num_heads, head_dim, **options):
+        super().__init__(config, site, layer_idx, num_heads, head_dim, **options)
+        dependent = self.hop_mode == "dependent"
+
+        def per_head_matrices():
+            return nn.Parameter(torch.randn(num_heads, head_dim, head_dim) * config.init_std)
+
+        self.u_c = nn.ParameterList([per_head_matrices() for _ in range(self.hops)])  # U_c^(k) (Eq. 9, 19)
+        self.u_b = nn.ParameterList([per_head_matrices() for _ in range(self.hops)]) if dependent else None
+        self.w_b = nn.ModuleList([nn.Linear(head_dim, head_dim, bias=False) for _ in range(self.hops)]) if dependent else None
+        self.v_b = nn.ModuleList([nn.Linear(head_dim, 1, bias=False) for _ in range(self.hops)]) if dependent else None
+
+    @classmethod
+    def check_options(cls, options, *, site, num_heads, config):
+        hops = options.get("hops", cls.options["hops"])
+        if not isinstance(hops, int) or isinstance(hops, bool) or hops < 0:
+            raise ValueError(f"multihop option `hops` must be an integer >= 0, got {hops!r}")
+        hop_mode = options.get("hop_mode", cls.options["hop_mode"])
+        if hop_mode not in HOP_MODES:
+            raise ValueError(f"Unknown multihop `hop_mode` {hop_mode!r}; accepted: {', '.join(HOP_MODES)}")
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: AttentionMask,
+        *,
+        hidden_states: torch.Tensor,
+        state=None,
+        output_attentions: bool = False,
+        output_head_importances: bool = False,
+    ) -> AttentionResult:
+        contexts, weights = self.softmax_heads(query, key, value, attention_mask, output_attentions)  # Eq. 2
+        head_queries = query.transpose(1, 2)  # s^(k): [batch, queries, heads, d_k]
+        head_weights = None
+        for hop in range(self.hops):
+            projected = torch.einsum("bthd,hed->bthe", contexts, self.u_c[hop])  # U_c^(k) c^(k)
+            if self.hop_mode == "independent":
+                contexts = projected  # Eq. 19
+                continue
+            keys = torch.einsum("bthd,hed->bthe", contexts, self.u_b[hop])  # U_b^(k) c^(k)
+            scores = self.v_b[hop](torch.tanh(self.w_b[hop](head_queries) + keys)).squeeze(-1)  # Eq. 7
+            # Eq. 8, over the heads (half precision normalised in float32)
+            head_weights = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1)
+            contexts = head_weights.to(projected.dtype).unsqueeze(-1) * projected  # Eq. 9
+        return AttentionResult(
+            output=contexts,
+            weights=weights,
+            head_importances=head_weights if output_head_importances else None,
+        )
