@@ -1,0 +1,1 @@
+"""`evaluate` module folder: `evaluate.load(<this folder>)` or `hf_headattn.metrics.load_metric("drop")`."""

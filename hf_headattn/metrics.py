@@ -1,0 +1,625 @@
+"""Translation metrics: corpus BLEU/chrF/TER (sacrebleu), REP and DROP (Malaviya et al., 2018), BLEU by length.
+
+All functions take plain lists of strings, one per sentence, and a single reference per sentence.
+
+* :func:`corpus_scores`: sacrebleu's corpus BLEU, chrF and TER with sacrebleu's default settings (BLEU with the
+  ``13a`` tokenizer, chrF with ``char_order=6, word_order=0, beta=2``, case-sensitive TER).
+* :func:`rep_score`: the REP-score of Malaviya et al. (2018, Sec. 5), counting repeated n-grams of the output.
+* :func:`drop_score`: the DROP-score of the same paper, the percentage of source words that are aligned to the
+  reference but not to the output; the alignments come from eflomal (:func:`hf_headattn.alignment.align_corpus`).
+* :func:`bleu_by_length`: corpus BLEU per source-length bucket (Cui et al., 2019, Mixed Multi-Head
+  Self-Attention, Fig. 2; Iida et al., 2019, A Multi-Hop Attention for RNN based NMT, Table 3).
+* :func:`all_metrics`: all of the above in one dict.
+
+REP and DROP follow the authors' evaluation scripts (``coverage-eval/rep_score.py`` and ``drop_score.py`` in
+github.com/Unbabel/sparse_constrained_attention); the docstrings give the exact definitions and the few points
+where this implementation deliberately differs (the corner cases the scripts crash on or mishandle).
+
+**Tokenisation for REP and DROP.** The authors ran both scripts on Moses-tokenized, BPE-merged text and split it
+on whitespace. Here the words are ``text.split()`` of the text as passed (``tokenize="whitespace"``, the default):
+for detokenised model output such as "the dog." that makes "dog." one word, exactly as the scripts would on that
+text. ``tokenize="13a"`` first applies sacrebleu's 13a tokenizer (mteval-v13a, which splits off punctuation much
+like the Moses tokenizer the authors used), and any callable ``str -> list[str]`` is accepted as well. The same
+tokenisation is applied to sources, hypotheses and references (and to the aligner's training corpus). Neither
+metric lowercases.
+
+REP, DROP and BLEU by length can also be loaded as Hugging Face ``evaluate`` modules shipped with the package
+(:func:`load_metric`, e.g. ``load_metric("rep")``, or ``evaluate.load`` of the folder), since the Hub's metric
+scripts are unreachable offline. Corpus BLEU/chrF/TER have no module of their own here: use :func:`corpus_scores`.
+
+This module is tooling: it is not copied into saved checkpoints.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import sacrebleu
+
+
+__all__ = [
+    "DEFAULT_LENGTH_BUCKETS",
+    "METRIC_MODULES",
+    "METRIC_MODULES_DIR",
+    "align_for_drop",
+    "all_metrics",
+    "bleu_by_length",
+    "corpus_scores",
+    "drop_counts",
+    "drop_details",
+    "drop_score",
+    "length_bucket",
+    "length_bucket_labels",
+    "load_metric",
+    "metric_path",
+    "rep_score",
+    "rep_sentence_score",
+]
+
+DEFAULT_LENGTH_BUCKETS = (10, 20, 30, 40, 50)
+
+METRIC_MODULES_DIR = Path(__file__).resolve().with_name("evaluate_modules")
+METRIC_MODULES = ("rep", "drop", "bleu_by_length")
+
+Tokenizer = Callable[[str], list[str]]
+Links = list[tuple[int, int]]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Input checks and tokenisation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _check_texts(name: str, texts) -> list[str]:
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"{name} must be a list of sentences (one string each), not a single string")
+    texts = list(texts)
+    for k, text in enumerate(texts):
+        if not isinstance(text, str):
+            hint = " (one reference per sentence is supported)" if isinstance(text, (list, tuple)) else ""
+            raise TypeError(f"{name}[{k}] must be a string, got {type(text).__name__}{hint}")
+    return texts
+
+
+def _check_parallel(**named) -> list[list[str]]:
+    """Check that every argument is a non-empty list of strings and that all have the same length."""
+    checked = {name: _check_texts(name, texts) for name, texts in named.items()}
+    lengths = {name: len(texts) for name, texts in checked.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(
+            "Mismatched numbers of sentences: " + ", ".join(f"{len_} {name}" for name, len_ in lengths.items())
+        )
+    if next(iter(lengths.values())) == 0:
+        raise ValueError(f"Empty input: {', '.join(lengths)} contain no sentences")
+    return list(checked.values())
+
+
+def _get_tokenizer(tokenize: str | Tokenizer | None) -> Tokenizer:
+    if tokenize is None or tokenize == "whitespace":
+        return str.split
+    if tokenize == "13a":
+        from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+        tokenizer_13a = Tokenizer13a()
+        return lambda text: tokenizer_13a(text).split()
+    if callable(tokenize):
+        def checked(text: str) -> list[str]:
+            words = tokenize(text)
+            if isinstance(words, str) or not all(isinstance(w, str) for w in words):
+                raise TypeError("A custom `tokenize` must return a list of strings")
+            return list(words)
+
+        return checked
+    raise ValueError(f"Unknown tokenize={tokenize!r}; use 'whitespace', '13a' or a callable str -> list[str]")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Corpus BLEU / chrF / TER
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Corpus BLEU, chrF and TER with sacrebleu's default settings (one reference per sentence).
+
+    Returns ``{"bleu": ..., "chrf": ..., "ter": ...}``, the ``.score`` of ``sacrebleu.corpus_bleu``,
+    ``corpus_chrf`` and ``corpus_ter`` (all on a 0-100 scale; lower TER is better).
+    """
+    hypotheses, references = _check_parallel(hypotheses=hypotheses, references=references)
+    return {
+        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+        "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+        "ter": sacrebleu.corpus_ter(hypotheses, [references]).score,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# REP
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _ngrams(words: Sequence[str], n: int) -> Counter:
+    return Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+
+
+def rep_sentence_score(
+    hypothesis_words: Sequence[str],
+    reference_words: Sequence[str],
+    *,
+    n: int = 2,
+    lambda1: float = 1.0,
+    lambda2: float = 2.0,
+) -> float:
+    """Sentence-level repetition penalty sigma(t, r) of Malaviya et al. (2018, Sec. 5), on tokenized words.
+
+    With t(s) and r(s) the counts of the n-gram s in the output and in the reference::
+
+        sigma = lambda1 * sum over n-grams s with t(s) >= 2 of max(0, t(s) - r(s))
+              + lambda2 * sum over words w                  of max(0, t(ww) - r(ww))
+
+    The first term penalises every n-gram the output contains *more than once*, by how often it occurs beyond
+    its count in the reference (its full count if the reference lacks it). The second term looks at the bigrams
+    made of one word twice, ``(w, w)``, at *any* count: a single "the the" already costs ``lambda2`` if the
+    reference has no "the the". A ``(w, w)`` bigram that occurs twice or more is counted by both terms (with
+    n = 2), so "dog dog dog" against a reference without "dog dog" scores 1 * 2 + 2 * 2 = 6. The second term
+    always uses bigrams, whatever ``n``; the paper and the authors' defaults are n = 2, lambda1 = 1, lambda2 = 2.
+
+    This is exactly what ``rep_score.py`` of the authors computes per line.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    output, reference = _ngrams(hypothesis_words, n), _ngrams(reference_words, n)
+    repeated = sum(max(0, count - reference[ngram]) for ngram, count in output.items() if count >= 2)
+    output_bigrams = output if n == 2 else _ngrams(hypothesis_words, 2)
+    reference_bigrams = reference if n == 2 else _ngrams(reference_words, 2)
+    doubled = sum(
+        max(0, count - reference_bigrams[bigram]) for bigram, count in output_bigrams.items() if bigram[0] == bigram[1]
+    )
+    return lambda1 * repeated + lambda2 * doubled
+
+
+def rep_score(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    *,
+    n: int = 2,
+    lambda1: float = 1.0,
+    lambda2: float = 2.0,
+    tokenize: str | Tokenizer = "whitespace",
+) -> float:
+    """REP-score (Malaviya et al., 2018, Sec. 5): ``100 * sum_k sigma_k / (number of reference words)``.
+
+    ``sigma_k`` is :func:`rep_sentence_score` of sentence k (with the paper's n = 2, lambda1 = 1, lambda2 = 2 by
+    default) and the denominator is the total number of words of all references, as in the authors'
+    ``rep_score.py --normalize``. Lower is better; a translation equal to its reference scores 0.
+
+    Words are ``text.split()`` by default (see the module docstring for ``tokenize``). An empty hypothesis has no
+    n-grams and adds 0.
+
+    Raises:
+        ValueError: for mismatched or empty lists, or if the references contain no word at all (the score is
+            undefined; the authors' script stops with "The reference file is empty.").
+    """
+    hypotheses, references = _check_parallel(hypotheses=hypotheses, references=references)
+    split = _get_tokenizer(tokenize)
+    total, reference_words = 0.0, 0
+    for hypothesis, reference in zip(hypotheses, references):
+        reference_tokens = split(reference)
+        reference_words += len(reference_tokens)
+        total += rep_sentence_score(split(hypothesis), reference_tokens, n=n, lambda1=lambda1, lambda2=lambda2)
+    if reference_words == 0:
+        raise ValueError("REP is normalised by the number of reference words, and the references contain none")
+    return 100.0 * total / reference_words
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DROP
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _parse_links(links, k: int, what: str) -> Links:
+    if isinstance(links, str):  # Pharaoh / fast_align format: "0-0 1-2"
+        try:
+            return [tuple(int(x) for x in link.split("-")) for link in links.split()]
+        except ValueError as error:
+            raise ValueError(f"{what}[{k}]: cannot parse {links!r} as 'i-j i-j ...' links") from error
+    parsed = []
+    for link in links:
+        if len(link) != 2:
+            raise ValueError(f"{what}[{k}]: a link must be a (source index, target index) pair, got {link!r}")
+        parsed.append((int(link[0]), int(link[1])))
+    return parsed
+
+
+def _check_alignments(
+    alignments, what: str, source_lengths: Sequence[int] | None, target_lengths: Sequence[int] | None
+) -> list[Links]:
+    if isinstance(alignments, (str, bytes)) or not isinstance(alignments, Sequence):
+        raise TypeError(f"{what} must be a list with one list of (i, j) links (or one 'i-j ...' string) per sentence")
+    checked = []
+    for k, links in enumerate(alignments):
+        links = _parse_links(links, k, what)
+        for i, j in links:
+            if i < 0 or j < 0 or (source_lengths is not None and i >= source_lengths[k]) or (
+                target_lengths is not None and j >= target_lengths[k]
+            ):
+                sizes = "" if source_lengths is None else f" for a {source_lengths[k]}-word source"
+                sizes += "" if target_lengths is None else f" and a {target_lengths[k]}-word target"
+                raise ValueError(f"{what}[{k}]: link ({i}, {j}) out of range{sizes}")
+        checked.append(links)
+    return checked
+
+
+def drop_counts(
+    reference_alignments: Sequence,
+    hypothesis_alignments: Sequence,
+    *,
+    source_lengths: Sequence[int] | None = None,
+    reference_lengths: Sequence[int] | None = None,
+    hypothesis_lengths: Sequence[int] | None = None,
+) -> tuple[int, int]:
+    """Count, from source-reference and source-hypothesis alignments, the dropped and the reference-aligned words.
+
+    Per sentence k, with ``R_k`` the set of source positions linked to at least one reference word and ``H_k``
+    the set of source positions linked to at least one hypothesis word::
+
+        dropped = sum_k |R_k - H_k|        aligned = sum_k |R_k|
+
+    and DROP = ``100 * dropped / aligned`` (:func:`drop_score`). Each alignment is a list of ``(source index,
+    target index)`` links, or a Pharaoh string ``"0-0 1-2"``; an empty list (or ``""``) means no links: such a
+    sentence adds nothing to ``aligned`` if it is the reference alignment, and all of ``R_k`` to ``dropped`` if it
+    is the hypothesis alignment. Duplicate links and several links of one source word count once. The lengths,
+    when given, are used to reject out-of-range links.
+
+    Returns:
+        ``(dropped, aligned)``.
+    """
+    if len(reference_alignments) != len(hypothesis_alignments):
+        raise ValueError(
+            f"Mismatched alignments: {len(reference_alignments)} source-reference and {len(hypothesis_alignments)} "
+            "source-hypothesis sentences"
+        )
+    reference_links = _check_alignments(reference_alignments, "reference_alignments", source_lengths, reference_lengths)
+    hypothesis_links = _check_alignments(
+        hypothesis_alignments, "hypothesis_alignments", source_lengths, hypothesis_lengths
+    )
+    dropped = aligned = 0
+    for ref_links, hyp_links in zip(reference_links, hypothesis_links):
+        reference_aligned = {i for i, _ in ref_links}
+        hypothesis_aligned = {i for i, _ in hyp_links}
+        aligned += len(reference_aligned)
+        dropped += len(reference_aligned - hypothesis_aligned)
+    return dropped, aligned
+
+
+def align_for_drop(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    *,
+    train_sources: Sequence[str] | None = None,
+    train_targets: Sequence[str] | None = None,
+    tokenize: str | Tokenizer = "whitespace",
+    **align_options,
+) -> tuple[list[Links], list[Links]]:
+    """Word-align the test sources to their references and to the hypotheses with eflomal.
+
+    The aligner is run once, on the concatenation::
+
+        (train_sources, train_targets)  +  (sources, references)  +  (sources, hypotheses)
+
+    and the links of the last two portions are read out: the unsupervised aligner thus learns its translation
+    tables from the training corpus and the test pairs together. The authors trained fast_align on the training
+    corpus and force-aligned the test pairs with the trained parameters (``force_align.py``, grow-diag-final-and);
+    eflomal has no such forced mode, so aligning the concatenation is the eflomal equivalent. Both directions are
+    symmetrized with grow-diag-final-and, like ``force_align.py`` (``symmetrization=`` changes it). Without a
+    training corpus only the test pairs are aligned, with a warning: a few hundred sentences give poor alignments.
+
+    Args:
+        sources, hypotheses, references: The test set, one string per sentence.
+        train_sources, train_targets: The training corpus of the aligner (both or neither).
+        tokenize: Word tokenisation of every side (module docstring).
+        **align_options: Passed to :func:`hf_headattn.alignment.align_corpus` (``seed``, ``symmetrization``,
+            eflomal options such as ``model`` or ``n_iterations``).
+
+    Returns:
+        ``(reference_alignments, hypothesis_alignments)``, per test sentence the ``(source word, target word)``
+        links.
+    """
+    sources, hypotheses, references = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
+    if (train_sources is None) != (train_targets is None):
+        raise ValueError("Pass both train_sources and train_targets (the aligner's training corpus), or neither")
+    if train_sources is None:
+        warnings.warn(
+            "No training corpus for the DROP aligner: eflomal is trained on the test pairs alone, which gives "
+            "poor alignments on small test sets; pass train_sources/train_targets",
+            stacklevel=2,
+        )
+        train_sources, train_targets = [], []
+    train_sources = _check_texts("train_sources", train_sources)
+    train_targets = _check_texts("train_targets", train_targets)
+    if len(train_sources) != len(train_targets):
+        raise ValueError(
+            f"Mismatched training corpus: {len(train_sources)} train_sources and {len(train_targets)} train_targets"
+        )
+
+    from .alignment import align_corpus
+
+    split = _get_tokenizer(tokenize)
+    source_words = [split(s) for s in sources]
+    corpus_sources = [split(s) for s in train_sources] + source_words + source_words
+    corpus_targets = [split(t) for t in train_targets] + [split(r) for r in references] + [split(h) for h in hypotheses]
+    links = align_corpus(corpus_sources, corpus_targets, **align_options)
+    start, n = len(train_sources), len(sources)
+    return links[start : start + n], links[start + n : start + 2 * n]
+
+
+def drop_score(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    *,
+    train_sources: Sequence[str] | None = None,
+    train_targets: Sequence[str] | None = None,
+    alignments: tuple[Sequence, Sequence] | Mapping[str, Sequence] | None = None,
+    tokenize: str | Tokenizer = "whitespace",
+    **align_options,
+) -> float:
+    """DROP-score (Malaviya et al., 2018, Sec. 5): the percentage of reference-aligned source words left unaligned.
+
+    Exactly as the authors' ``drop_score.py``::
+
+        DROP = 100 * sum_k |R_k - H_k| / sum_k |R_k|
+
+    where ``R_k`` (``H_k``) is the set of positions of the source words of sentence k that are aligned to at
+    least one word of the reference (of the hypothesis). Note the denominator: the source words that have a
+    reference link, not all source words. Lower is better; a hypothesis equal to its reference scores about 0
+    (exactly 0 with identical alignments). If no source word of the whole test set is aligned to its
+    reference, nothing can be dropped and the score is 0.0 (with a warning; the authors' script divides by
+    zero). Unlike the script, which reads an empty alignment line as one link of the source word "", a sentence
+    without links contributes nothing to ``R_k`` (or to ``H_k``).
+
+    Args:
+        sources, hypotheses, references: The test set, one string per sentence.
+        train_sources, train_targets: The aligner's training corpus; the alignments are computed with
+            :func:`align_for_drop` (eflomal on training corpus + test pairs; see there).
+        alignments: Precomputed alignments instead: ``(reference_alignments, hypothesis_alignments)`` or a mapping
+            with those two keys, each a list with, per sentence, a list of ``(source word index, target word
+            index)`` links or a Pharaoh string ``"0-0 1-2"`` (indices into the ``tokenize`` words). Links out of
+            range raise ValueError.
+        tokenize: Word tokenisation (module docstring).
+        **align_options: Passed to :func:`hf_headattn.alignment.align_corpus` when aligning.
+
+    Raises:
+        ValueError: for mismatched or empty lists, malformed or out-of-range alignments, or both
+            ``alignments`` and a training corpus.
+    """
+    return drop_details(
+        sources,
+        hypotheses,
+        references,
+        train_sources=train_sources,
+        train_targets=train_targets,
+        alignments=alignments,
+        tokenize=tokenize,
+        **align_options,
+    )["drop"]
+
+
+def drop_details(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    *,
+    train_sources: Sequence[str] | None = None,
+    train_targets: Sequence[str] | None = None,
+    alignments: tuple[Sequence, Sequence] | Mapping[str, Sequence] | None = None,
+    tokenize: str | Tokenizer = "whitespace",
+    **align_options,
+) -> dict:
+    """:func:`drop_score` (same arguments) with its counts and alignments.
+
+    Returns:
+        ``{"drop": DROP, "dropped_words": sum_k |R_k - H_k|, "reference_aligned_words": sum_k |R_k|,
+        "reference_alignments": [...], "hypothesis_alignments": [...]}``, the alignments as lists of
+        ``(source word, target word)`` links per sentence.
+    """
+    sources, hypotheses, references = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
+    split = _get_tokenizer(tokenize)
+    if alignments is None:
+        reference_alignments, hypothesis_alignments = align_for_drop(
+            sources,
+            hypotheses,
+            references,
+            train_sources=train_sources,
+            train_targets=train_targets,
+            tokenize=split,
+            **align_options,
+        )
+    else:
+        if train_sources is not None or train_targets is not None or align_options:
+            raise ValueError("Pass either precomputed `alignments` or the aligner's training corpus/options, not both")
+        if isinstance(alignments, Mapping):
+            missing = {"reference_alignments", "hypothesis_alignments"} - set(alignments)
+            if missing:
+                raise ValueError(f"`alignments` lacks the keys {sorted(missing)}")
+            reference_alignments = alignments["reference_alignments"]
+            hypothesis_alignments = alignments["hypothesis_alignments"]
+        else:
+            if isinstance(alignments, (str, bytes)) or len(alignments) != 2:
+                raise ValueError("`alignments` must be a pair (reference_alignments, hypothesis_alignments)")
+            reference_alignments, hypothesis_alignments = alignments
+        for what, value in (
+            ("reference_alignments", reference_alignments),
+            ("hypothesis_alignments", hypothesis_alignments),
+        ):
+            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+                raise TypeError(f"{what} must be a list with one entry per sentence")
+            if len(value) != len(sources):
+                raise ValueError(f"{what} has {len(value)} entries for {len(sources)} sentences")
+    source_lengths = [len(split(s)) for s in sources]
+    reference_links = _check_alignments(
+        reference_alignments, "reference_alignments", source_lengths, [len(split(r)) for r in references]
+    )
+    hypothesis_links = _check_alignments(
+        hypothesis_alignments, "hypothesis_alignments", source_lengths, [len(split(h)) for h in hypotheses]
+    )
+    dropped, aligned = drop_counts(reference_links, hypothesis_links)
+    if aligned == 0:
+        warnings.warn(
+            "No source word is aligned to its reference: DROP is 0.0 (nothing could be dropped)", stacklevel=3
+        )
+    return {
+        "drop": 100.0 * dropped / aligned if aligned else 0.0,
+        "dropped_words": dropped,
+        "reference_aligned_words": aligned,
+        "reference_alignments": reference_links,
+        "hypothesis_alignments": hypothesis_links,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# BLEU by source length
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _check_buckets(buckets: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(buckets, (str, bytes)):
+        raise TypeError("buckets must be a sequence of ints")
+    buckets = tuple(buckets)
+    if not buckets:
+        raise ValueError("buckets must contain at least one boundary")
+    for b in buckets:
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ValueError(f"Bucket boundaries must be positive ints, got {b!r}")
+    if any(a >= b for a, b in zip(buckets, buckets[1:])):
+        raise ValueError(f"Bucket boundaries must be strictly increasing, got {buckets}")
+    return buckets
+
+
+def length_bucket_labels(buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS) -> list[str]:
+    """Labels of the ``len(buckets) + 1`` buckets: ``"<b0"``, ``"b0-(b1-1)"``, ..., ``">=b_last"``.
+
+    The default ``(10, 20, 30, 40, 50)`` gives ``["<10", "10-19", "20-29", "30-39", "40-49", ">=50"]``; a bucket
+    whose range holds one length is labelled by that length alone (``(10, 11)`` gives ``"10"``).
+    """
+    buckets = _check_buckets(buckets)
+    labels = [f"<{buckets[0]}"]
+    for low, high in zip(buckets, buckets[1:]):
+        labels.append(f"{low}" if high - 1 == low else f"{low}-{high - 1}")
+    labels.append(f">={buckets[-1]}")
+    return labels
+
+
+def length_bucket(n_words: int, buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS) -> int:
+    """Index of the bucket of a sentence with ``n_words`` words: the first i with ``n_words < buckets[i]``, else
+    ``len(buckets)`` (the open last bucket)."""
+    buckets = _check_buckets(buckets)
+    for index, bound in enumerate(buckets):
+        if n_words < bound:
+            return index
+    return len(buckets)
+
+
+def bleu_by_length(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+) -> dict[str, dict[str, float | int | None]]:
+    """Corpus BLEU per source-length bucket (Cui et al. 2019, MMA, Fig. 2; Iida et al. 2019, Table 3).
+
+    A sentence's length is the number of whitespace words of its *source* (``len(source.split())``). With
+    boundaries ``b0 < b1 < ... < bm`` the buckets are ``[0, b0)``, ``[b0, b1)``, ..., ``[bm, inf)``, labelled
+    ``"<b0"``, ``"b0-(b1-1)"``, ..., ``">=bm"`` (:func:`length_bucket_labels`); the default gives ``"<10"``,
+    ``"10-19"``, ``"20-29"``, ``"30-39"``, ``"40-49"``, ``">=50"``, the 0-9, 10-19, ... grouping of Iida et al.
+    The MMA paper's right-closed groups (0, 10], (10, 20], ... are ``buckets=(11, 21, 31, 41, 51)``.
+
+    Each bucket is scored as its own corpus with ``sacrebleu.corpus_bleu`` (default settings), so the bucket
+    scores do not average to the overall BLEU.
+
+    Returns:
+        ``{label: {"count": number of sentences, "bleu": corpus BLEU or None if the bucket is empty}}`` for every
+        bucket, in increasing length order.
+    """
+    sources, hypotheses, references = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
+    buckets = _check_buckets(buckets)
+    labels = length_bucket_labels(buckets)
+    members: list[list[int]] = [[] for _ in labels]
+    for k, source in enumerate(sources):
+        members[length_bucket(len(source.split()), buckets)].append(k)
+    result = {}
+    for label, indices in zip(labels, members):
+        bleu = None
+        if indices:
+            bleu = sacrebleu.corpus_bleu([hypotheses[k] for k in indices], [[references[k] for k in indices]]).score
+        result[label] = {"count": len(indices), "bleu": bleu}
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Everything at once
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def all_metrics(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    *,
+    train_sources: Sequence[str] | None = None,
+    train_targets: Sequence[str] | None = None,
+    alignments: tuple[Sequence, Sequence] | Mapping[str, Sequence] | None = None,
+    buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+    tokenize: str | Tokenizer = "whitespace",
+    **align_options,
+) -> dict:
+    """All metrics in one dict: ``bleu``, ``chrf``, ``ter``, ``rep``, ``drop`` and ``bleu_by_length``.
+
+    ``drop`` is only computed, and only present, when the aligner's training corpus (``train_sources`` and
+    ``train_targets``) or precomputed ``alignments`` are given (see :func:`drop_score`). ``rep`` is None when the
+    references contain no word. ``tokenize`` applies to REP and DROP; ``buckets`` to :func:`bleu_by_length`.
+    """
+    sources, hypotheses, references = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
+    result: dict = dict(corpus_scores(hypotheses, references))
+    split = _get_tokenizer(tokenize)
+    result["rep"] = rep_score(hypotheses, references, tokenize=split) if any(split(r) for r in references) else None
+    if alignments is not None or train_sources is not None or train_targets is not None:
+        result["drop"] = drop_score(
+            sources,
+            hypotheses,
+            references,
+            train_sources=train_sources,
+            train_targets=train_targets,
+            alignments=alignments,
+            tokenize=split,
+            **align_options,
+        )
+    result["bleu_by_length"] = bleu_by_length(sources, hypotheses, references, buckets=buckets)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# evaluate modules
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def metric_path(name: str) -> str:
+    """Folder of the shipped ``evaluate`` module ``name`` (one of :data:`METRIC_MODULES`)."""
+    if name not in METRIC_MODULES:
+        raise ValueError(f"Unknown metric module {name!r}; shipped: {', '.join(METRIC_MODULES)}")
+    return str(METRIC_MODULES_DIR / name)
+
+
+def load_metric(name: str, **kwargs):
+    """``evaluate.load`` of a metric module shipped with the package: ``"rep"``, ``"drop"`` or ``"bleu_by_length"``.
+
+    Equivalent to ``evaluate.load(metric_path(name), **kwargs)``; works offline. evaluate copies the script into
+    its modules cache and imports it from there, which is why the scripts import ``hf_headattn.metrics``
+    absolutely (the package must be installed).
+    """
+    import evaluate
+
+    return evaluate.load(metric_path(name), **kwargs)
