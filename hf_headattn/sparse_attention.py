@@ -13,10 +13,24 @@ ones, upper bounds ``u``) to a probability distribution ``alpha``:
   with the box ``0 <= alpha <= u``, ``alpha_j = max(0, min(u_j, z_j - tau))`` (Proposition 1, as corrected in
   the project's paper notes). Sparse over keys and over decoding steps.
 
-Every forward pass is exact (no iteration to a tolerance) and vectorised over all leading dimensions: the
-threshold (``tau`` or the normaliser ``Z``) is found by sorting the breakpoints of a monotone piecewise
-function along ``dim`` and locating the segment that holds the solution, then solved in closed form on that
-segment. Every backward pass is written out (no autograd through a sort or an iteration).
+Algorithms. Every forward pass is exact (no iteration to a tolerance) and vectorised over all leading
+dimensions. Each map is fixed by a partition of the keys (zero / strictly inside the bounds / capped) and, given
+the partition, by a threshold in closed form. Two exact solvers find the partition:
+
+* Active-set passes, for inputs of `_SORT_BELOW` entries or more: finite methods whose passes are O(n)
+  elementwise operations over the batch (no sort), and which for attention scores settle within a few passes:
+  Michelot's (1986) algorithm for ``sparsemax``; the capping iteration of the authors' implementation
+  (Martins & Kreutzer, 2017) for ``csoftmax``; Newton's method over the partitions, safeguarded by bisection,
+  for ``csparsemax``. A row is accepted once a pass leaves its partition unchanged: the threshold computed from
+  the partition then defines that same partition, which is the optimality (KKT) condition, so the result is
+  the exact solution. Rows that have not settled after `_MAX_PASSES` passes (adversarial inputs), infeasible
+  rows and degenerate rows go to the sort-based solvers.
+* Sort-based breakpoint searches (O(n log n)), for small inputs (where they cost fewer tensor operations) and
+  for the rows the passes leave: sort the breakpoints of a monotone piecewise-linear function along ``dim``,
+  locate the segment that holds the solution, solve in closed form on it (Martins & Astudillo, 2016, Alg. 1;
+  Martins & Kreutzer, 2017; Pardalos & Kovoor, 1990, as in the paper's Alg. 1).
+
+Every backward pass is written out (no autograd through a sort or an iteration), from the partition.
 
 Shared conventions:
 
@@ -40,14 +54,14 @@ Shared conventions:
   from ``z`` in floating point, another reason to mask padding rather than give it a ``finfo.min`` score.
 
 Degenerate points (ties at a breakpoint, bounds that sum to exactly 1) are handled exactly in the forward
-pass. Where the map is not differentiable, the backward pass returns the one-sided derivative of the piece
-on which the breakpoint search lands (for ``csparsemax`` the segment of tau values just above the solution),
-whose key sets are fixed by the search rather than by comparing rounded values, and which for a feasible row
-always has a key strictly inside its bounds. E.g. one-hot attention under unit bounds (alpha_j = u_j = 1) gets
-the ``sparsemax`` gradient and no gradient to ``u``.
-
-Cost: one sort along ``dim`` (of n values for ``sparsemax`` and ``csoftmax``, 2n for ``csparsemax``) plus
-O(n) elementwise work per row, all as batched tensor operations.
+pass. Where the map is not differentiable, the backward pass returns the one-sided derivative of a piece
+adjacent to the solution: the one given by the partition the solver settles on, whose key sets are fixed by
+the search rather than by comparing rounded values afterwards, and which for a feasible row always has a key
+strictly inside its bounds (rows where it would not go to the sort-based search, which uses the segment of
+tau values just above the solution). A key exactly at zero counts as zero; a key exactly at its bound counts
+as free in ``csoftmax`` and, in ``csparsemax``'s passes, as capped (Prop. 1's A_R = {j : alpha_j = u_j}). E.g.
+one-hot attention under unit bounds (alpha_j = u_j = 1) gets the ``sparsemax`` gradient and no gradient to
+``u``.
 """
 
 import torch
@@ -60,172 +74,435 @@ __all__ = ["csoftmax", "csparsemax", "sparsemax"]
 # (u = +inf for a sink key) without changing the solution or which rows are feasible.
 _NON_BINDING_BOUND = 2.0
 
-# Implementation note: masks are applied by multiplying with a 0/1 tensor of the compute dtype rather than
-# with torch.where, which is several times slower on CPU; every masked quantity is made finite first.
+# Inputs with fewer entries are solved by sorting: there the passes' fixed cost in tensor operations dominates.
+_SORT_BELOW = 1 << 13
+
+# Passes of the active-set methods before the rows that have not settled go to the sort-based solvers. Random
+# or trained attention scores settle in 2-6 passes; the bound keeps adversarial inputs at O(n log n).
+_MAX_PASSES = 12
+
+# Inputs with at least this many entries drop settled rows from the passes (below, the bookkeeping costs more).
+_COMPACT_FROM = 1 << 15
+
+# Implementation notes (CPU): 0/1 indicators are float tensors written by comparisons with `out=` and used in
+# multiplications and sums (bool tensors, their conversion and torch.where are several times slower); the
+# passes write into a few preallocated buffers, which also become the outputs, since every fresh full-size
+# allocation costs page faults.
+
+
+def _row_max(z: torch.Tensor) -> torch.Tensor:
+    """Max over the last dim of scores that are -inf on masked keys; 0 for rows with no allowed key."""
+    return torch.nan_to_num(z.amax(dim=-1, keepdim=True), neginf=0.0)
+
+
+def _row_sum(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(dim=-1, keepdim=True)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """x as a 2-D [rows, keys] tensor (a view when x is contiguous)."""
+    return x.reshape(-1, x.shape[-1])
+
+
+def _true_rows(mask: torch.Tensor, all_none: bool = False) -> torch.Tensor | None:
+    """Indices of the True rows of a [rows, 1] bool tensor; None if there are none (or, with all_none, if every
+    row is True)."""
+    rows = mask.squeeze(-1).nonzero().squeeze(-1)
+    if all_none:
+        return None if rows.numel() == mask.shape[0] else rows
+    return rows if rows.numel() else None
+
+
+def _bounds(u: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """u clamped to [0, 2] and 0 on masked keys (keep: None or 0/1, broadcastable), as [rows, keys]."""
+    us = u.clamp(min=0, max=_NON_BINDING_BOUND)
+    return _rows(us if keep is None else us.mul_(keep))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Sort-based solvers (inputs: [rows, keys], scores -inf on masked keys, bounds from `_bounds`).
+
+
+def _sparsemax_sort(zs: torch.Tensor) -> torch.Tensor:
+    """tau of sparsemax by Martins & Astudillo (2016, Alg. 1): sort the scores in decreasing order; the support
+    size is the largest k with 1 + k z_(k) > sum_{i<=k} z_(i), and tau = (sum_{i<=k} z_(i) - 1) / k."""
+    n = zs.shape[-1]
+    z_sorted = torch.sort(zs, dim=-1, descending=True)[0]  # masked keys (-inf) last
+    k = torch.arange(1, n + 1, dtype=zs.dtype, device=zs.device)
+    z_cumsum = z_sorted.cumsum(dim=-1)  # -inf from the first masked key on: never in the support
+    support_size = _row_sum(1 + k * z_sorted > z_cumsum)
+    tau = (z_cumsum.gather(-1, (support_size - 1).clamp(min=0)) - 1) / support_size.clamp(min=1)
+    return torch.nan_to_num(tau, neginf=0.0)  # rows with no allowed key
 
 
 def _shifted_scores(z: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """z - max over the allowed keys of the row (shift invariance of all three maps), 0 on masked keys."""
-    finite_z = torch.nan_to_num(z, neginf=0.0)
-    z_max = (finite_z + torch.log(keep)).amax(dim=-1, keepdim=True)  # log(0) = -inf drops masked keys
-    z_max = torch.nan_to_num(z_max, neginf=0.0)  # rows with no allowed key
-    return (finite_z - z_max) * keep
+    return (torch.nan_to_num(z, neginf=0.0) - _row_max(z)) * keep
+
+
+def _csoftmax_sort(z: torch.Tensor, us: torch.Tensor):
+    """Constrained softmax by sorting (Martins & Kreutzer, 2017): the solution is alpha_j = min(u_j, g exp(z_j))
+    for the g > 0 with F(g) = sum_j min(u_j, g exp(z_j)) = 1. F is increasing and piecewise linear in g with
+    breakpoints at the ratios rho_j = u_j / exp(z_j); key j is capped iff rho_j < g. Sort the ratios (in log space)
+    ascending, evaluate F at every breakpoint with a cumulative sum of the bounds and a reverse cumulative sum of
+    exp(z), take the first breakpoint with F >= 1: the keys before it are capped, and g = (1 - sum_capped u) /
+    sum_free exp(z). Infeasible rows (sum u < 1): alpha = u. Returns (alpha, capped)."""
+    n = z.shape[-1]
+    keep = (z != float("-inf")).to(z.dtype)
+    zs = _shifted_scores(z, keep)
+    log_ratio = torch.log(us) - zs  # log rho_j; -inf for zero bounds and masked keys
+    ratio_sorted, order = torch.sort(log_ratio, dim=-1)
+    u_cumsum = us.gather(-1, order).cumsum(dim=-1)
+    z_sorted = zs.gather(-1, order)
+    # log sum_{i > k} exp(z_(i)): in the linear domain (no cancellation: a reverse cumulative sum) unless some
+    # allowed key's exp(z - max) would underflow, then with logcumsumexp.
+    if bool((zs >= (-80.0 if z.dtype != torch.float64 else -700.0)).all()):
+        e_sorted = torch.exp(z_sorted) * keep.gather(-1, order)
+        log_tail = torch.log(e_sorted.flip(-1).cumsum(dim=-1).flip(-1))
+    else:
+        z_sorted = z_sorted + torch.log(keep.gather(-1, order))
+        log_tail = torch.logcumsumexp(z_sorted.flip(-1), dim=-1).flip(-1)
+    log_tail = torch.nn.functional.pad(log_tail[..., 1:], (0, 1), value=float("-inf"))
+    f_at_breakpoint = u_cumsum + torch.exp(ratio_sorted + log_tail)  # F(rho) = sum_j min(u_j, rho e^z_j)
+    # First breakpoint with F >= 1 (n: none, infeasible). F is non-decreasing; where rounding makes it wobble,
+    # it does so within rounding of 1 at breakpoints rho_j ~ g, where capping key j or not is the same.
+    k = _row_sum(f_at_breakpoint < 1)
+    feasible = k < n
+    k = k.clamp(max=n - 1)
+    threshold = ratio_sorted.gather(-1, k)  # log g lies in [log rho_(k-1), log rho_(k)]
+    capped = ((log_ratio < threshold) | ~feasible).to(z.dtype) * keep  # capped iff rho_j < g
+    free = keep - capped
+    free_mass = (1 - _row_sum(us * capped)).clamp(min=0)  # 1 - sum_capped u is left for the free keys
+    log_free_norm = torch.nan_to_num(torch.logsumexp(zs + torch.log(free), dim=-1, keepdim=True), neginf=0.0)
+    softmax_free = torch.exp((zs - log_free_norm) * free)  # meaningful (and kept finite) only on free keys
+    alpha_free = torch.minimum(free_mass * softmax_free, us)  # alpha_j = g exp(z_j) below the bound
+    return capped * us + free * alpha_free, capped
+
+
+def _csparsemax_sort(z: torch.Tensor, us: torch.Tensor):
+    """Constrained sparsemax by sorting (the breakpoint search of Pardalos & Kovoor, 1990, with a sort, as in the
+    paper's Alg. 1): f(tau) = sum_j clip(z_j - tau, 0, u_j) is non-increasing and piecewise linear in tau with
+    breakpoints z_j (key j leaves zero) and z_j - u_j (key j reaches its bound). Sort the 2n breakpoints in
+    decreasing order and evaluate f at each as a cumulative sum of (number of keys strictly inside their box on
+    the segment above) x (segment length), a sum of non-negative terms, so no cancellation. The first breakpoint
+    with f >= 1 closes the segment that holds tau; on it the sets A (0 < alpha < u) and A_R (alpha = u) are fixed
+    and tau = (sum_{A} z + sum_{A_R} u - 1) / |A|. Infeasible rows (sum u < 1): alpha = u.
+    Returns (alpha, active, capped)."""
+    n = z.shape[-1]
+    # Masked keys become a zero-width box [0, 0] at score 0: they contribute 0 for every tau.
+    keep = (z != float("-inf")).to(z.dtype)
+    zs = _shifted_scores(z, keep)
+    z_minus_u = zs - us
+    breakpoints, order = torch.sort(torch.cat([zs, z_minus_u], dim=-1), dim=-1, descending=True)
+    entering = (order < n).to(z.dtype) * 2 - 1  # +1 at z_j (key j enters), -1 at z_j - u_j (capped)
+    inside_before = torch.nn.functional.pad(entering.cumsum(dim=-1)[..., :-1], (1, 0))
+    gap = torch.nn.functional.pad(breakpoints[..., :-1] - breakpoints[..., 1:], (1, 0))
+    # (inside_before is -1 only between tied breakpoints of a zero-width box, where the gap is 0.)
+    f_at_breakpoint = (inside_before.clamp(min=0) * gap).cumsum(dim=-1)  # f(e) = sum_j clip(z_j - e, 0, u_j)
+    k = _row_sum(f_at_breakpoint < 1)  # first e_k with f >= 1 (f is non-decreasing); 2n: none
+    feasible = k < 2 * n
+    k = k.clamp(min=1, max=2 * n - 1)
+    lo = breakpoints.gather(-1, k)  # tau lies in [lo, hi]; no breakpoint strictly inside
+    hi = breakpoints.gather(-1, k - 1)
+    capped = ((z_minus_u >= hi) | ~feasible).to(z.dtype) * keep  # A_R: alpha_j = u_j on the whole segment
+    active = ((z_minus_u <= lo) & (zs >= hi) & feasible).to(z.dtype) * keep  # A: 0 < alpha_j < u_j there
+    excess = _row_sum(zs * active) + _row_sum(us * capped) - 1
+    tau = excess / _row_sum(active).clamp(min=1)  # Prop. 1: sum_{A} (z_j - tau) + sum_{A_R} u_j = 1
+    tau = torch.maximum(torch.minimum(tau, hi), lo)
+    alpha = active * torch.minimum(zs - tau, us) + capped * us  # alpha_j = max(0, min(u_j, z_j - tau))
+    return alpha, active, capped
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Active-set passes (inputs: [rows, keys]; scores shifted so that each row's max is 0, -inf on masked keys).
+
+
+def _settle(step, inputs: tuple, buffers: tuple, state: torch.Tensor, rows: torch.Tensor | None = None):
+    """Run an active-set method over the rows of `inputs` until each row's partition stops changing.
+
+    step(inputs, buffers, state) -> (state, settled) is one pass over the working rows: `state` is a [rows, k]
+    tensor of per-row quantities, `buffers` are scratch tensors shaped like inputs[0] (the caller's, to reuse
+    after), and `settled` ([rows, 1] bool) marks the rows whose partition did not change in the pass, so that
+    their new state is exact. Settled rows are frozen; in large inputs they are dropped from the working rows once
+    they are a quarter of them. `rows`: the rows to solve (None: all); the others keep their initial state.
+    Returns the final state of every row and the [rows, 1] bool tensor of the rows that settled.
+    """
+    result = done_all = None
+    if rows is not None:
+        result, done_all = state.clone(), torch.zeros_like(state[:, :1], dtype=torch.bool)
+        inputs, state = tuple(x.index_select(0, rows) for x in inputs), state.index_select(0, rows)
+        buffers = tuple(x[: rows.numel()] for x in buffers)
+    done = torch.zeros_like(state[:, :1], dtype=torch.bool)
+    compact = inputs[0].numel() >= _COMPACT_FROM
+    for _ in range(_MAX_PASSES):
+        new_state, settled = step(inputs, buffers, state)
+        state, done = torch.where(done, state, new_state), done | settled
+        n_working, n_done = done.shape[0], int(done.sum())
+        if n_done == n_working:
+            break
+        if compact and 4 * n_done >= n_working:
+            keep = (~done).squeeze(-1).nonzero().squeeze(-1)
+            if result is None:
+                result, done_all, rows = state, done, keep
+            else:
+                result.index_copy_(0, rows, state)
+                done_all.index_copy_(0, rows, done)
+                rows = rows.index_select(0, keep)
+            inputs, state = tuple(x.index_select(0, keep) for x in inputs), state.index_select(0, keep)
+            buffers, done = tuple(x[: keep.numel()] for x in buffers), done.index_select(0, keep)
+    if result is None:
+        return state, done
+    result.index_copy_(0, rows, state)
+    done_all.index_copy_(0, rows, done)
+    return result, done_all
+
+
+def _sparsemax_pass(inputs, buffers, state):
+    """Michelot's (1986) pass: t <- t + (sum_j max(0, z_j - t) - 1) / |S| = (sum_S z - 1) / |S|, S = {z_j > t}:
+    a Newton step on a convex piecewise-linear function, which never overshoots tau, so S only shrinks. Settled
+    when {z_j > t} stays S: then t is computed from the set it defines, the exact tau. State: (t, |{z_j > t}|)."""
+    (zs,), (work,), (t, count) = inputs, buffers, state.split(1, dim=1)
+    excess = _row_sum(torch.sub(zs, t, out=work).clamp_(min=0)).sub_(1)
+    t = torch.addcdiv(t, excess, count.clamp(min=1))
+    new_count = _row_sum(torch.gt(zs, t, out=work))
+    return torch.cat([t, new_count], dim=1), new_count == count
+
+
+def _csoftmax_pass(inputs, buffers, state):
+    """The capping pass: C = {j : g exp(z_j) > u_j}, then g <- (1 - sum_C u) / sum_{not C} exp(z). g only
+    increases, so every capped key stays capped and C only grows. Settled when C is the set g was computed from:
+    then g is exact. State: (g, |C| of the set g was computed from, sum_{not C} exp(z))."""
+    (e, us), (work, capped), (g, n_capped, _) = inputs, buffers, state.split(1, dim=1)
+    new_n_capped = _row_sum(torch.gt(torch.mul(e, g, out=work), us, out=capped))  # Eq. 4 KKT: g exp(z_j) <= u_j
+    free_mass = _row_sum(torch.mul(us, capped, out=work)).neg_().add_(1)  # 1 - sum_C u
+    free_e = _row_sum(torch.addcmul(e, e, capped, value=-1, out=work))  # sum_{not C} exp(z)
+    g = free_mass / free_e.clamp(min=torch.finfo(e.dtype).tiny)
+    return torch.cat([g, new_n_capped, free_e], dim=1), new_n_capped == n_capped
+
+
+def _csparsemax_at(free_zs, us, t, work, indicator):
+    """(|{z_j > t}|, |{z_j - t >= u_j}| + number of zero bounds, f(t) = sum_j clip(z_j - t, 0, u_j)) per row."""
+    clipped = torch.clamp(torch.sub(free_zs, t, out=work), free_zs.new_zeros(()), us, out=work)
+    n_positive = _row_sum(torch.gt(clipped, 0, out=indicator))
+    n_at_bound = _row_sum(torch.ge(clipped, us, out=indicator))  # (clip = u = 0 on zero bounds and masked keys)
+    return n_positive, n_at_bound, _row_sum(clipped)
+
+
+def _csparsemax_jump(free_zs, us, t, f):
+    """For rows where no key is strictly inside its box at t (f is flat there): the next breakpoint towards the
+    solution, where one key starts (f < 1: the largest z_j <= t) or stops (f > 1: the smallest z_j - u_j of the
+    capped keys) moving, plus the Newton step with that key alone."""
+    big = torch.finfo(free_zs.dtype).max
+    entering = (free_zs - big * (free_zs > t)).amax(dim=-1, keepdim=True)
+    leaving = (free_zs - us + big * (free_zs - t < us)).amin(dim=-1, keepdim=True)
+    return torch.where(f < 1, entering, leaving) + (f - 1)
+
+
+def _csparsemax_pass(inputs, buffers, state):
+    """Newton's step on f(t) = sum_j clip(z_j - t, 0, u_j) = 1 from the partition at t (A = {0 < z_j - t < u_j},
+    A_R = {z_j - t >= u_j}): t <- t + (f(t) - 1) / |A| = (sum_A z + sum_{A_R} u - 1) / |A| (Prop. 1), or
+    `_csparsemax_jump` if A is empty. f is not convex, so Newton's steps can cycle: a step that does not land
+    strictly inside the bracket (lo, hi) of the t's seen on either side of the solution (f(t) >= 1, f(t) <= 1)
+    bisects it instead. Settled when a Newton step keeps the partition: then t is computed from the partition it
+    defines, the exact tau. State: (t, |{z_j > t}|, |A_R| + number of zero bounds, f(t), lo, hi, number of zero
+    bounds and masked keys)."""
+    (free_zs, us), (work, indicator) = inputs, buffers
+    t, n_positive, n_at_bound, f, lo, hi, n_zero = state.split(1, dim=1)
+    n_active = n_positive - n_at_bound + n_zero
+    new_t = torch.addcdiv(t, f - 1, n_active.clamp(min=1))
+    if bool((empty := n_active == 0).any()):
+        rows = empty.squeeze(-1).nonzero().squeeze(-1)
+        new_t.index_copy_(0, rows, _csparsemax_jump(*(x.index_select(0, rows) for x in (free_zs, us, t, f))))
+    # (lo, hi) before t joins it: a step back to an end of it is a cycle. Whenever a step leaves it, the side it
+    # leaves on is bounded once t joins (steps go right from f > 1, left from f < 1).
+    bisect = (new_t <= lo) | (new_t >= hi)
+    lo = torch.where(f >= 1, torch.maximum(lo, t), lo)
+    hi = torch.where(f <= 1, torch.minimum(hi, t), hi)
+    if bisected := bool(bisect.any()):
+        new_t = torch.where(bisect, (lo + hi) / 2, new_t)
+    new_n_positive, new_n_at_bound, f = _csparsemax_at(free_zs, us, new_t, work, indicator)
+    settled = (new_n_positive == n_positive) & (new_n_at_bound == n_at_bound) & (n_active > 0)
+    if bisected:
+        settled &= ~bisect
+    return torch.cat([new_t, new_n_positive, new_n_at_bound, f, lo, hi, n_zero], dim=1), settled
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The three maps on [rows, keys] inputs: active-set passes, or sorting for small inputs and the rows left over.
+
+
+def _sparsemax_solve(zs: torch.Tensor):
+    """zs: scores minus the row max (-inf on masked keys; overwritten). Returns (alpha, support size)."""
+    work = torch.empty_like(zs)
+    if zs.numel() < _SORT_BELOW:
+        tau = _sparsemax_sort(zs)
+    else:
+        t = zs.new_full((zs.shape[0], 1), -1.0)  # tau >= max(z) - 1 = -1: no alpha_j exceeds 1
+        state = torch.cat([t, _row_sum(torch.gt(zs, t, out=work))], dim=1)
+        state, settled = _settle(_sparsemax_pass, (zs,), (work,), state)
+        tau = state[:, :1]
+        if (rows := _true_rows(~settled)) is not None:
+            tau.index_copy_(0, rows, _sparsemax_sort(zs.index_select(0, rows)))
+    alpha = zs.sub_(tau).clamp_(min=0)  # Eq. 3: alpha_j = max(0, z_j - tau)
+    return alpha, _row_sum(torch.gt(alpha, 0, out=work))
+
+
+def _csoftmax_solve(z: torch.Tensor, us: torch.Tensor):
+    """z: scores (-inf on masked keys), us: bounds. Returns (alpha, alpha on the free keys, capped, free mass)."""
+    if z.numel() < _SORT_BELOW:
+        alpha, capped = _csoftmax_sort(z, us)
+        alpha_free = alpha * (1 - capped)
+        return alpha, alpha_free, capped, _row_sum(alpha_free)
+    e = torch.sub(z, _row_max(z)).exp_()  # exp(z - max); 0 on masked keys
+    feasible = _row_sum(us) >= 1
+    sum_e = _row_sum(e)
+    buffers = (torch.empty_like(e), torch.empty_like(e))
+    state = torch.cat([1 / sum_e, torch.zeros_like(sum_e), sum_e], dim=1)  # C = {}: g = 1 / sum exp(z)
+    state, settled = _settle(_csoftmax_pass, (e, us), buffers, state, _true_rows(feasible, all_none=True))
+    g, _, free_e = state.split(1, dim=1)
+    alpha_free = e.mul_(g)
+    capped = torch.gt(alpha_free, us, out=buffers[1])  # the settled partition (same arithmetic as the pass)
+    free_mass = _row_sum(torch.mul(us, capped, out=buffers[0])).neg_().add_(1)  # 1 - sum_capped u
+    alpha_free.addcmul_(alpha_free, capped, value=-1)  # g exp(z_j) on the free keys, 0 on the capped ones
+    alpha = torch.addcmul(alpha_free, capped, us, out=buffers[0])  # alpha_j = u_j on the capped keys
+    # Infeasible rows (sum u < 1) and rows whose free keys hold less than sqrt(tiny) of exp(z - max), where the
+    # linear domain would lose precision, are sorted (in log space).
+    settled &= feasible & (free_e >= torch.finfo(e.dtype).tiny ** 0.5)
+    if (rows := _true_rows(~settled)) is not None:
+        alpha_rows, capped_rows = _csoftmax_sort(z.index_select(0, rows), us.index_select(0, rows))
+        alpha_free_rows = alpha_rows * (1 - capped_rows)
+        for target, values in ((alpha, alpha_rows), (alpha_free, alpha_free_rows), (capped, capped_rows),
+                               (free_mass, _row_sum(alpha_free_rows))):
+            target.index_copy_(0, rows, values)
+    return alpha, alpha_free, capped, free_mass
+
+
+def _csparsemax_solve(z: torch.Tensor, us: torch.Tensor):
+    """z: scores (-inf on masked keys), us: bounds. Returns (alpha, active, capped, |active|)."""
+    if z.numel() < _SORT_BELOW:
+        alpha, active, capped = _csparsemax_sort(z, us)
+        return alpha, active, capped, _row_sum(active)
+    z_max = _row_max(z)
+    feasible = _row_sum(us) >= 1
+    work, indicator = torch.empty_like(z), torch.empty_like(z)
+    # Scores minus the row max (-inf on masked keys); keys with a zero bound never get attention: for the passes
+    # their score is -finfo.max, below every tau.
+    n_zero = _row_sum(torch.eq(us, 0, out=indicator))
+    free_zs = torch.sub(z, z_max).add_(indicator, alpha=-torch.finfo(z.dtype).max)
+    t = _row_max(free_zs) - 1
+    # State at t; bracket: f(max z) = 0 < 1, so tau < t + 1, no lower bound yet.
+    state = torch.cat([t, *_csparsemax_at(free_zs, us, t, work, indicator), torch.full_like(t, float("-inf")), t + 1,
+                       n_zero], dim=1)
+    state, settled = _settle(_csparsemax_pass, (free_zs, us), (work, indicator), state,
+                             _true_rows(feasible, all_none=True))
+    tau = state[:, :1]
+    # The settled partition (the pass's arithmetic: free_zs is z - max on the keys with a nonzero bound); a key
+    # with a zero bound counts as capped if z_j > tau, else as zero.
+    x = torch.sub(z, z_max, out=work).sub_(tau)
+    positive = torch.gt(x, 0, out=indicator)
+    capped = torch.ge(x, us, out=free_zs).mul_(positive)
+    active = positive.sub_(capped)
+    alpha = torch.clamp(x, x.new_zeros(()), us, out=x)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
+    n_active = _row_sum(active)
+    settled &= feasible & (n_active > 0)  # infeasible rows, and degenerate rows where A would be empty
+    if (rows := _true_rows(~settled)) is not None:
+        leftover = _csparsemax_sort(z.index_select(0, rows), us.index_select(0, rows))
+        for target, values in zip((alpha, active, capped), leftover):
+            target.index_copy_(0, rows, values)
+        n_active.index_copy_(0, rows, _row_sum(leftover[1]))
+    return alpha, active, capped, n_active
 
 
 class SparsemaxFunction(torch.autograd.Function):
-    """sparsemax over the last dim (Martins & Astudillo, 2016, Alg. 1: sort-based threshold).
+    """sparsemax over the last dim (Eq. 3): alpha_j = max(0, z_j - tau) with sum_j alpha_j = 1.
 
-    Input: scores with -inf on masked keys. Forward: sort the scores in decreasing order; the support size is
-    the largest k with 1 + k z_(k) > sum_{i<=k} z_(i), and tau = (sum_{i<=k} z_(i) - 1) / k. O(n log n).
-    Backward: dz = 1[alpha > 0] (dalpha - mean of dalpha over the support).
+    Input: scores with -inf on masked keys. Forward: Michelot's algorithm from tau = max(z) - 1 (a lower bound:
+    no alpha_j exceeds 1; `_sparsemax_pass`), or sorting (`_sparsemax_sort`). Backward:
+    dz = 1[alpha > 0] (dalpha - mean of dalpha over the support).
     """
 
     @staticmethod
     def forward(ctx, z: torch.Tensor) -> torch.Tensor:
-        n = z.shape[-1]
-        z_max = torch.nan_to_num(z.amax(dim=-1, keepdim=True), neginf=0.0)  # 0 for a row with no allowed key
-        zs = z - z_max  # masked keys stay -inf and sort last
-        z_sorted, _ = torch.sort(zs, dim=-1, descending=True)
-        k = torch.arange(1, n + 1, dtype=z.dtype, device=z.device)
-        z_cumsum = z_sorted.cumsum(dim=-1)  # -inf from the first masked key on: never in the support
-        in_support = 1 + k * z_sorted > z_cumsum  # Eq. 3 solved by Martins & Astudillo (2016), Alg. 1
-        support_size = in_support.sum(dim=-1, keepdim=True)
-        tau = (z_cumsum.gather(-1, (support_size - 1).clamp(min=0)) - 1) / support_size.clamp(min=1)  # Eq. 3: sum = 1
-        tau = torch.nan_to_num(tau, neginf=0.0)  # rows with no allowed key
-        alpha = (zs - tau).clamp(min=0)  # Eq. 3: alpha_j = max(0, z_j - tau)
+        alpha, support_size = _sparsemax_solve(_rows(z - _row_max(z)))
         ctx.save_for_backward(alpha, support_size)
-        return alpha
+        return alpha.view(z.shape)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_alpha: torch.Tensor):
         alpha, support_size = ctx.saved_tensors
-        support = (alpha > 0).to(alpha.dtype)
-        m = (grad_alpha * support).sum(dim=-1, keepdim=True) / support_size.clamp(min=1)  # mean over the support
-        return support * (grad_alpha - m)  # Eq. 7 with no upper bounds: dz_j = 1[alpha_j > 0](dalpha_j - m)
+        support = torch.gt(alpha, 0, out=torch.empty_like(alpha))
+        grad_support = _rows(grad_alpha) * support
+        m = _row_sum(grad_support) / support_size.clamp(min=1)  # mean over the support
+        grad_z = grad_support.addcmul_(support, m, value=-1)  # Eq. 7 without bounds: 1[alpha_j > 0](dalpha_j - m)
+        return grad_z.view(grad_alpha.shape)
 
 
 class ConstrainedSoftmaxFunction(torch.autograd.Function):
-    """Constrained softmax over the last dim (Eq. 4; Martins & Kreutzer, 2017).
+    """Constrained softmax over the last dim (Eq. 4): alpha_j = min(u_j, g exp(z_j)) with sum_j alpha_j = 1.
 
-    Input: scores, bounds and a 0/1 tensor of allowed keys. Forward (sort-based, exact): the solution is
-    alpha_j = min(u_j, g exp(z_j)) for the g > 0 with F(g) = sum_j min(u_j, g exp(z_j)) = 1. F is increasing
-    and piecewise linear in g with breakpoints at the ratios rho_j = u_j / exp(z_j); key j is capped iff
-    rho_j < g. Sort the ratios (in log space) ascending, evaluate F at every breakpoint with a cumulative sum
-    of the bounds and a reverse cumulative sum of exp(z), take the first breakpoint with F >= 1: the keys
-    before it are the capped set R, and g = (1 - sum_{R} u) / sum_{not R} exp(z). This yields the set that
-    the iterative capping of Martins & Kreutzer (2017) converges to, in O(n log n) without a loop.
-    Infeasible rows (sum u < 1): alpha = u.
+    Inputs: scores with -inf on masked keys, bounds, None or a 0/1 tensor of allowed keys. Forward: the capping
+    iteration of the authors' implementation from no key capped (`_csoftmax_pass`), or sorting
+    (`_csoftmax_sort`); infeasible rows (sum u < 1): alpha = u.
     Backward (A = allowed keys below their bound, R = capped keys):
     dz_j = 1[j in A] alpha_j (dalpha_j - m), du_j = 1[j in R] (dalpha_j - m),
     m = sum_{A} alpha_i dalpha_i / sum_{A} alpha_i  (sum_{A} alpha_i = 1 - sum_{R} u_i); m = 0 if A is empty.
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        n = z.shape[-1]
-        zs = _shifted_scores(z, keep)
-        us = u.clamp(min=0, max=_NON_BINDING_BOUND) * keep  # masked keys: bound 0, so always "capped" at 0
-        log_ratio = torch.log(us) - zs  # log rho_j = log(u_j / exp(z_j)); -inf for zero bounds and masked keys
-        ratio_sorted, order = torch.sort(log_ratio, dim=-1)
-        u_cumsum = us.gather(-1, order).cumsum(dim=-1)
-        z_sorted = zs.gather(-1, order)
-        # log sum_{i > k} exp(z_(i)): in the linear domain (no cancellation: a reverse cumulative sum) unless
-        # some allowed key's exp(z - max) would underflow, then with logcumsumexp.
-        if bool((zs >= (-80.0 if z.dtype != torch.float64 else -700.0)).all()):
-            e_sorted = torch.exp(z_sorted) * keep.gather(-1, order)
-            log_tail = torch.log(e_sorted.flip(-1).cumsum(dim=-1).flip(-1))
-        else:
-            z_sorted = z_sorted + torch.log(keep.gather(-1, order))
-            log_tail = torch.logcumsumexp(z_sorted.flip(-1), dim=-1).flip(-1)
-        log_tail = torch.nn.functional.pad(log_tail[..., 1:], (0, 1), value=float("-inf"))
-        f_at_breakpoint = u_cumsum + torch.exp(ratio_sorted + log_tail)  # Eq. 4 KKT: F(rho) = sum_j min(u_j, rho e^z_j)
-        # First breakpoint with F >= 1 (n: none, infeasible). F is non-decreasing; where rounding makes it wobble,
-        # it does so within rounding of 1 at breakpoints rho_j ~ g, where capping key j or not is the same.
-        k = (f_at_breakpoint < 1).sum(dim=-1, keepdim=True)
-        feasible = k < n
-        k = k.clamp(max=n - 1)
-        threshold = ratio_sorted.gather(-1, k)  # log g lies in [log rho_(k-1), log rho_(k)]
-        capped = ((log_ratio < threshold) | ~feasible).to(z.dtype) * keep  # Eq. 4 KKT: R = {j : rho_j < g}
-        free = keep - capped
-        free_mass = (1 - (us * capped).sum(dim=-1, keepdim=True)).clamp(min=0)  # Eq. 4: 1 - sum_{R} u left for A
-        log_free_norm = torch.nan_to_num(torch.logsumexp(zs + torch.log(free), dim=-1, keepdim=True), neginf=0.0)
-        softmax_free = torch.exp((zs - log_free_norm) * free)  # meaningful (and kept finite) only on free keys
-        alpha_free = torch.minimum(free_mass * softmax_free, us)  # Eq. 4 KKT: alpha_j = g exp(z_j) below the bound
-        alpha = capped * us + free * alpha_free  # Eq. 4 KKT: alpha_j = u_j on R
-        ctx.save_for_backward(alpha, capped)
-        return alpha
+    def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        alpha, alpha_free, capped, free_mass = _csoftmax_solve(_rows(z), _bounds(u, keep))
+        ctx.save_for_backward(alpha_free, capped, free_mass)
+        return alpha.view(z.shape)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_alpha: torch.Tensor):
-        alpha, capped = ctx.saved_tensors
-        alpha_free = alpha * (1 - capped)  # alpha on A (masked keys hold 0)
-        free_mass = alpha_free.sum(dim=-1, keepdim=True)  # = 1 - sum_{R} u
-        weighted = (alpha_free * grad_alpha).sum(dim=-1, keepdim=True)
-        m = weighted / free_mass.clamp(min=torch.finfo(alpha.dtype).tiny)  # Martins & Kreutzer (2017); 0 if A is empty
-        grad_z = alpha_free * (grad_alpha - m)  # dz_j = 1[j in A] alpha_j (dalpha_j - m)
-        grad_u = capped * (grad_alpha - m)  # du_j = 1[j in R] (dalpha_j - m)
-        return grad_z, grad_u, None
+        alpha_free, capped, free_mass = ctx.saved_tensors
+        grad = _rows(grad_alpha)
+        weighted = grad * alpha_free
+        m = _row_sum(weighted) / free_mass.clamp(min=torch.finfo(alpha_free.dtype).tiny)  # 0 if A is empty
+        grad_z = weighted.addcmul_(alpha_free, m, value=-1)  # dz_j = 1[j in A] alpha_j (dalpha_j - m)
+        grad_u = torch.sub(grad, m).mul_(capped)  # du_j = 1[j in R] (dalpha_j - m)
+        return grad_z.view(grad_alpha.shape), grad_u.view(grad_alpha.shape), None
 
 
 class ConstrainedSparsemaxFunction(torch.autograd.Function):
-    """Constrained sparsemax over the last dim (Eq. 6, Proposition 1; Malaviya et al., 2018).
+    """Constrained sparsemax over the last dim (Eq. 6, Proposition 1): alpha_j = max(0, min(u_j, z_j - tau)).
 
-    Input: scores, bounds and a 0/1 tensor of allowed keys. Forward (sort-based, exact; the breakpoint search
-    of Pardalos & Kovoor, 1990, with a sort in place of median selection): f(tau) = sum_j clip(z_j - tau, 0,
-    u_j) is non-increasing and piecewise linear in tau with breakpoints z_j (key j leaves zero) and z_j - u_j
-    (key j reaches its bound). Sort the 2n breakpoints in decreasing order and evaluate f at each as a
-    cumulative sum of (number of keys strictly inside their box on the segment above) x (segment length), a
-    sum of non-negative terms, so no cancellation. The first breakpoint with f >= 1 closes the segment that
-    holds tau; on it the sets A (0 < alpha < u) and A_R (alpha = u) are fixed and
-    tau = (sum_{A} z + sum_{A_R} u - 1) / |A|. O(n log n). Infeasible rows (sum u < 1): alpha = u.
+    Inputs: scores with -inf on masked keys, bounds, None or a 0/1 tensor of allowed keys. Forward: Newton's
+    method over the partitions from tau = max(z) - 1 (`_csparsemax_pass`), or sorting (`_csparsemax_sort`);
+    infeasible rows (sum u < 1): alpha = u.
     Backward (Eq. 7-8): dz_j = 1[j in A](dalpha_j - m), du_j = 1[j in A_R](dalpha_j - m),
     m = mean of dalpha over A (m = 0 if A is empty).
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        n = z.shape[-1]
-        # Masked keys become a zero-width box [0, 0] at score 0: they contribute 0 for every tau.
-        zs = _shifted_scores(z, keep)
-        us = u.clamp(min=0, max=_NON_BINDING_BOUND) * keep
-        z_minus_u = zs - us
-        breakpoints, order = torch.sort(torch.cat([zs, z_minus_u], dim=-1), dim=-1, descending=True)
-        entering = (order < n).to(z.dtype) * 2 - 1  # +1 at z_j (key j enters), -1 at z_j - u_j (capped)
-        inside_before = torch.nn.functional.pad(entering.cumsum(dim=-1)[..., :-1], (1, 0))
-        gap = torch.nn.functional.pad(breakpoints[..., :-1] - breakpoints[..., 1:], (1, 0))
-        # (inside_before is -1 only between tied breakpoints of a zero-width box, where the gap is 0.)
-        f_at_breakpoint = (inside_before.clamp(min=0) * gap).cumsum(dim=-1)  # Eq. 6: f(e) = sum_j clip(z_j - e, 0, u_j)
-        k = (f_at_breakpoint < 1).sum(dim=-1, keepdim=True)  # first e_k with f >= 1 (f is non-decreasing); 2n: none
-        feasible = k < 2 * n
-        k = k.clamp(min=1, max=2 * n - 1)
-        lo = breakpoints.gather(-1, k)  # tau lies in [lo, hi]; no breakpoint strictly inside
-        hi = breakpoints.gather(-1, k - 1)
-        capped = ((z_minus_u >= hi) | ~feasible).to(z.dtype) * keep  # A_R: alpha_j = u_j on the whole segment
-        active = ((z_minus_u <= lo) & (zs >= hi) & feasible).to(z.dtype) * keep  # A: 0 < alpha_j < u_j there
-        n_active = active.sum(dim=-1, keepdim=True)
-        excess = (zs * active).sum(dim=-1, keepdim=True) + (us * capped).sum(dim=-1, keepdim=True) - 1
-        tau = excess / n_active.clamp(min=1)  # Prop. 1: sum_{A} (z_j - tau) + sum_{A_R} u_j = 1 solved for tau
-        tau = torch.maximum(torch.minimum(tau, hi), lo)
-        alpha = active * torch.minimum(zs - tau, us) + capped * us  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
-        ctx.save_for_backward(active, capped)
-        return alpha
+    def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        alpha, active, capped, n_active = _csparsemax_solve(_rows(z), _bounds(u, keep))
+        ctx.save_for_backward(active, capped, n_active)
+        return alpha.view(z.shape)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_alpha: torch.Tensor):
-        active, capped = ctx.saved_tensors
-        n_active = active.sum(dim=-1, keepdim=True)
-        m = (grad_alpha * active).sum(dim=-1, keepdim=True) / n_active.clamp(min=1)  # Eq. 7-8: mean of dalpha over A
-        grad_z = active * (grad_alpha - m)  # Eq. 7: dz_j = 1(j in A)(dalpha_j - m)
-        grad_u = capped * (grad_alpha - m)  # Eq. 8: du_j = 1(j in A_R)(dalpha_j - m)
-        return grad_z, grad_u, None
+        active, capped, n_active = ctx.saved_tensors
+        grad = _rows(grad_alpha)
+        grad_active = grad * active
+        m = _row_sum(grad_active) / n_active.clamp(min=1)  # Eq. 7-8: mean of dalpha over A
+        grad_z = grad_active.addcmul_(active, m, value=-1)  # Eq. 7: dz_j = 1(j in A)(dalpha_j - m)
+        grad_u = torch.sub(grad, m).mul_(capped)  # Eq. 8: du_j = 1(j in A_R)(dalpha_j - m)
+        return grad_z.view(grad_alpha.shape), grad_u.view(grad_alpha.shape), None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Public functions.
 
 
 def _prepare(z: torch.Tensor, u, dim: int, mask):
-    """Broadcast, promote to the compute dtype and move `dim` last. Returns (z, u, allowed, dim), allowed being
-    the bool tensor of keys that may be attended (mask and not -inf; None for sparsemax without a mask)."""
+    """Broadcast, promote to the compute dtype and move `dim` last. Returns (z, u, keep, dim): z contiguous with -inf
+    on masked keys, u as given (broadcast), keep None or a 0/1 tensor of the allowed keys for the bounds (at the
+    mask's shape, broadcast, where no score is -inf)."""
     if not torch.is_tensor(z) or not z.is_floating_point():
         raise TypeError(f"z must be a floating-point tensor, got {type(z).__name__} {getattr(z, 'dtype', '')}")
     if u is not None and not torch.is_tensor(u):
@@ -242,14 +519,17 @@ def _prepare(z: torch.Tensor, u, dim: int, mask):
         raise ValueError("z must have at least one dimension")
     dim = dim % len(shape)
     z = _last(z.to(compute_dtype).expand(shape), dim)
+    keep = None
     if u is not None:
         u = _last(u.to(compute_dtype).expand(shape), dim)
-    if u is None and mask is None:  # sparsemax handles -inf scores itself
-        return z, u, None, dim
-    allowed = z != float("-inf")
+        if z.numel() and bool(z.amin() == float("-inf")):  # keys masked by their score
+            keep = (z != float("-inf")).to(compute_dtype)
     if mask is not None:
-        allowed = allowed & _last(mask.expand(shape), dim)
-    return z, u, allowed, dim
+        mask_keep = mask.to(compute_dtype)  # at the mask's own shape, broadcast below
+        z = z + _last(torch.log(mask_keep).expand(shape), dim)  # -inf on masked keys (log(0))
+        mask_keep = _last(mask_keep.expand(shape), dim)
+        keep = mask_keep if keep is None else keep * mask_keep
+    return z.contiguous(), u, keep, dim
 
 
 def _last(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -264,16 +544,15 @@ def _back(x: torch.Tensor, dim: int) -> torch.Tensor:
 def sparsemax(z: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None) -> torch.Tensor:
     """sparsemax(z) = argmin_{alpha in simplex} ||alpha - z||^2 along `dim` (Eq. 3; Martins & Astudillo, 2016).
 
-    Exact sort-based threshold (see `SparsemaxFunction`); gradient dz = 1[alpha > 0](dalpha - mean over the
-    support). `mask` (bool, broadcastable, True = allowed) and -inf scores exclude keys: they get 0 attention
-    and 0 gradient; an all-masked row is all zeros. Half precision is computed in float32. Returns z's dtype.
+    Exact (Michelot's algorithm, sorting for rows it leaves; see `SparsemaxFunction`); gradient
+    dz = 1[alpha > 0](dalpha - mean over the support). `mask` (bool, broadcastable, True = allowed) and -inf
+    scores exclude keys: they get 0 attention and 0 gradient; an all-masked row is all zeros. Half precision is
+    computed in float32. Returns z's dtype.
     """
     out_dtype = z.dtype if torch.is_tensor(z) else None
-    zc, _, allowed, dim = _prepare(z, None, dim, mask)
+    zc, _, _, dim = _prepare(z, None, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0, dim).to(out_dtype)
-    if mask is not None:
-        zc = zc + torch.log(allowed.to(zc.dtype))  # -inf on masked keys
     return _back(SparsemaxFunction.apply(zc), dim).to(out_dtype)
 
 
@@ -281,33 +560,34 @@ def csoftmax(z: torch.Tensor, u, dim: int = -1, mask: torch.Tensor | None = None
     """Constrained softmax along `dim` (Eq. 4; Martins & Kreutzer, 2017):
     argmin_{alpha in simplex} KL(alpha || softmax(z)) s.t. alpha <= u, i.e. alpha_j = min(u_j, exp(z_j) / Z).
 
-    Exact sort-based solve (see `ConstrainedSoftmaxFunction`). `u` (broadcastable to z, >= 0, may be +inf;
-    all +inf gives softmax) bounds each key's attention, e.g. u_t = fertility - cumulative attention (Eq. 5).
-    Infeasible rows, where the bounds of the allowed keys sum to less than 1, return alpha = u on the allowed
-    keys (every key capped; the row sums to sum(u) < 1) with gradients dz = 0, du = dalpha. `mask` (bool,
-    True = allowed) and -inf scores exclude keys: 0 attention, 0 gradient for z and u; an all-masked row is
-    all zeros. Half precision is computed in float32. Returns z's dtype.
+    Exact (capping iteration, sorting for rows it leaves; see `ConstrainedSoftmaxFunction`). `u` (broadcastable
+    to z, >= 0, may be +inf; all +inf gives softmax) bounds each key's attention, e.g. u_t = fertility -
+    cumulative attention (Eq. 5). Infeasible rows, where the bounds of the allowed keys sum to less than 1, return
+    alpha = u on the allowed keys (every key capped; the row sums to sum(u) < 1) with gradients dz = 0,
+    du = dalpha. `mask` (bool, True = allowed) and -inf scores exclude keys: 0 attention, 0 gradient for z and
+    u; an all-masked row is all zeros. Half precision is computed in float32. Returns z's dtype.
     """
     out_dtype = z.dtype if torch.is_tensor(z) else None
-    zc, uc, allowed, dim = _prepare(z, u, dim, mask)
+    zc, uc, keep, dim = _prepare(z, u, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0 + uc * 0, dim).to(out_dtype)
-    return _back(ConstrainedSoftmaxFunction.apply(zc, uc, allowed.to(zc.dtype)), dim).to(out_dtype)
+    return _back(ConstrainedSoftmaxFunction.apply(zc, uc, keep), dim).to(out_dtype)
 
 
 def csparsemax(z: torch.Tensor, u, dim: int = -1, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Constrained sparsemax along `dim` (Eq. 6; Malaviya et al., 2018):
     argmin_{alpha in simplex} ||alpha - z||^2 s.t. alpha <= u, i.e. alpha_j = max(0, min(u_j, z_j - tau)).
 
-    Exact sort-based solve (see `ConstrainedSparsemaxFunction`); gradients of Eq. 7-8. `u` (broadcastable to
-    z, >= 0, may be +inf; all +inf gives sparsemax) bounds each key's attention, e.g. u_t = fertility -
-    cumulative attention (Eq. 5). Infeasible rows, where the bounds of the allowed keys sum to less than 1,
-    return alpha = u on the allowed keys (every key capped; the row sums to sum(u) < 1) with gradients
-    dz = 0, du = dalpha. `mask` (bool, True = allowed) and -inf scores exclude keys: 0 attention, 0 gradient
-    for z and u; an all-masked row is all zeros. Half precision is computed in float32. Returns z's dtype.
+    Exact (capping iteration with Michelot's algorithm, sorting for rows it leaves; see
+    `ConstrainedSparsemaxFunction`); gradients of Eq. 7-8. `u` (broadcastable to z, >= 0, may be +inf; all +inf
+    gives sparsemax) bounds each key's attention, e.g. u_t = fertility - cumulative attention (Eq. 5).
+    Infeasible rows, where the bounds of the allowed keys sum to less than 1, return alpha = u on the allowed
+    keys (every key capped; the row sums to sum(u) < 1) with gradients dz = 0, du = dalpha. `mask` (bool,
+    True = allowed) and -inf scores exclude keys: 0 attention, 0 gradient for z and u; an all-masked row is all
+    zeros. Half precision is computed in float32. Returns z's dtype.
     """
     out_dtype = z.dtype if torch.is_tensor(z) else None
-    zc, uc, allowed, dim = _prepare(z, u, dim, mask)
+    zc, uc, keep, dim = _prepare(z, u, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0 + uc * 0, dim).to(out_dtype)
-    return _back(ConstrainedSparsemaxFunction.apply(zc, uc, allowed.to(zc.dtype)), dim).to(out_dtype)
+    return _back(ConstrainedSparsemaxFunction.apply(zc, uc, keep), dim).to(out_dtype)

@@ -2,6 +2,10 @@
 
 The references below are deliberately naive and independent of the implementation: float64 bisection on the
 threshold of a monotone function (no sorting, no breakpoint bookkeeping), run to machine precision.
+
+Every test runs once per solver (see `solver`): the sort-based breakpoint searches, the active-set passes
+(with settled rows dropped from the passes even in small inputs), and the passes cut short after one pass, so
+that most rows are finished by the sort-based search (the two mixed in one batch).
 """
 
 import entmax
@@ -9,11 +13,25 @@ import numpy as np
 import pytest
 import torch
 
+from hf_headattn import sparse_attention
 from hf_headattn.sparse_attention import csoftmax, csparsemax, sparsemax
 
 
 INF = float("inf")
 BISECTION_STEPS = 200
+
+SOLVERS = {
+    "sort": {"_SORT_BELOW": float("inf")},
+    "passes": {"_SORT_BELOW": 0, "_COMPACT_FROM": 0},
+    "one-pass": {"_SORT_BELOW": 0, "_COMPACT_FROM": 0, "_MAX_PASSES": 1},
+}
+
+
+@pytest.fixture(autouse=True, params=list(SOLVERS))
+def solver(request, monkeypatch):
+    for name, value in SOLVERS[request.param].items():
+        monkeypatch.setattr(sparse_attention, name, value)
+    return request.param
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -251,6 +269,84 @@ def test_large_finite_negative_scores_are_ordinary_keys():
         alpha = fn(z, u)
         assert torch.isfinite(alpha).all() and alpha[0, 2] == 0
     assert torch.isfinite(sparsemax(z)).all()
+
+
+def decoding_case(rows, n, seed, dtype=torch.float64, ties=True):
+    """Attention-like rows: scores ~ N(0, 2^2); bounds f - beta mid-decoding (f in {1, 2, 3}, one key in five
+    exhausted, u = 0); a <SINK> key with u = inf in most rows (the others may be infeasible); some keys masked,
+    some scores -inf, some exact ties; enough entries for the active-set passes."""
+    generator = torch.Generator().manual_seed(seed)
+    z = torch.randn(rows, n, generator=generator, dtype=dtype) * 2
+    if ties:
+        z[: rows // 8] = torch.round(z[: rows // 8] * 2) / 2
+    fertility = torch.randint(1, 4, (rows, n), generator=generator).to(dtype)
+    u = fertility * (1 - (torch.rand(rows, n, generator=generator, dtype=dtype) * 1.25).clamp(max=1))
+    u[torch.rand(rows, generator=generator) < 0.9, -1] = INF
+    mask = torch.rand(rows, n, generator=generator) > 0.1
+    z[torch.rand(rows, n, generator=generator) < 0.05] = -INF
+    return z, u, mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_decoding_batches_match_reference(dtype):
+    z, u, mask = decoding_case(600, 47, seed=11, dtype=dtype)
+    tol = 1e-9 if dtype == torch.float64 else 1e-6
+    z64, u64, m = z.double().numpy(), u.double().numpy(), mask.numpy()
+    np.testing.assert_allclose(sparsemax(z, mask=mask).double().numpy(), reference_sparsemax(z64, m), atol=tol, rtol=0)
+    np.testing.assert_allclose(
+        csparsemax(z, u, mask=mask).double().numpy(), reference_csparsemax(z64, u64, m)[0], atol=tol, rtol=0
+    )
+    np.testing.assert_allclose(
+        csoftmax(z, u, mask=mask).double().numpy(), reference_csoftmax(z64, u64, m), atol=tol, rtol=0
+    )
+
+
+def test_solvers_agree_on_gradients(monkeypatch):
+    # Away from breakpoints (no ties) every solver finds the same partition, hence the same gradients.
+    z, u, mask = decoding_case(500, 40, seed=12, ties=False)
+    g = torch.randn(z.shape, dtype=z.dtype, generator=torch.Generator().manual_seed(0))
+
+    def gradients():
+        out = {}
+        for name, fn in [("sparsemax", lambda a, b: sparsemax(a, mask=mask)),
+                         ("csoftmax", lambda a, b: csoftmax(a, b, mask=mask)),
+                         ("csparsemax", lambda a, b: csparsemax(a, b, mask=mask))]:
+            a, b = z.clone().requires_grad_(), u.clone().requires_grad_()
+            alpha = fn(a, b)
+            out[name] = (alpha.detach(), *torch.autograd.grad(alpha, [a, b], g, allow_unused=True))
+        return out
+
+    ours = gradients()
+    monkeypatch.setattr(sparse_attention, "_SORT_BELOW", float("inf"))
+    sort = gradients()
+    for name in ours:
+        for got, want in zip(ours[name], sort[name]):
+            if want is None:
+                assert got is None
+            else:
+                torch.testing.assert_close(got, want, rtol=0, atol=1e-9)
+
+
+def test_passes_settle_attention_rows(solver, monkeypatch):
+    # The active-set passes (not the sort-based search they fall back on) solve attention-like rows.
+    if solver != "passes":
+        pytest.skip("checks the passes")
+    sorted_rows = []
+    for name in ("_sparsemax_sort", "_csoftmax_sort", "_csparsemax_sort"):
+        original = getattr(sparse_attention, name)
+
+        def counting(*args, original=original):
+            sorted_rows.append(args[0].shape[0])
+            return original(*args)
+
+        monkeypatch.setattr(sparse_attention, name, counting)
+    generator = torch.Generator().manual_seed(13)
+    z = torch.randn(2000, 64, generator=generator) * 2
+    u = (torch.randint(1, 4, z.shape, generator=generator) * (1 - torch.rand(z.shape, generator=generator)))
+    u[:, -1] = INF
+    sparsemax(z), csoftmax(z, u), csparsemax(z, u)
+    # (Rows that cycle between two partitions, and the last few stragglers, are sorted.)
+    assert len(sorted_rows) <= 3 and max(sorted_rows, default=0) <= 0.03 * z.shape[0]
 
 
 # ----------------------------------------------------------------------------------------------------------
