@@ -8,10 +8,11 @@ they replace, at attention-like shapes [rows, keys] (rows = batch * heads * targ
   Alg. 1: the breakpoint walk of Pardalos & Kovoor, 1990, with a sort).
 
 The references are written as the authors ran them, per row in NumPy float64 (their torch modules loop over the
-batch and call a NumPy solver on each row), without handicaps: inputs are converted to float64 once per batch,
-each row's algorithm runs on plain Python floats after its O(n log n) sort and stops as soon as the solution is
-found, and the rest is vectorised within the row; each row's backward pass uses the O(n) closed form (Eq. 7-8
-and its csoftmax counterpart), not a Jacobian.
+batch and call a NumPy solver on each row), without handicaps: inputs are converted to float64 once per batch;
+each row's algorithm sorts with NumPy, walks the sorted keys or breakpoints in Python only until the solution
+is found (the cheaper way for each: Python floats for csoftmax, whose walk visits every zero bound, NumPy
+scalars for csparsemax, whose walk ends after a few breakpoints), and vectorises the rest within the row; each
+row's backward pass uses the O(n) closed form (Eq. 7-8 and its csoftmax counterpart), not a Jacobian.
 
 Inputs (float32, seeded): scores z ~ N(0, 2^2) i.i.d.; bounds like u_t = f - beta_{t-1} mid-decoding (Eq. 5):
 fertility f_j uniform in {1, 2, 3}, cumulative attention beta_j = f_j min(1, r_j) with r_j ~ U(0, 1.25), so
@@ -25,10 +26,9 @@ alpha and the gradients for z (and u) with `torch.autograd.grad` from leaves mad
 accumulation). Agreement of each pair (output and gradients) is checked before timing. The 1-minute load
 average is recorded before and after every shape.
 
-Run from the repository root as a module, so that the checkout's `hf_headattn` is the one measured (its path is
-printed):
+The script measures the `hf_headattn` of the checkout it lives in (its path is printed), not an installed one:
 
-    python -m examples.benchmark_sparse_kernels --threads 2 --output sparse_kernels.json
+    python examples/benchmark_sparse_kernels.py --threads 2 --output sparse_kernels.json
 """
 
 import argparse
@@ -36,14 +36,16 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 
 import entmax
 import numpy as np
 import torch
 
-from hf_headattn import sparse_attention
-from hf_headattn.sparse_attention import csoftmax, csparsemax, sparsemax
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
+from hf_headattn import sparse_attention  # noqa: E402
+from hf_headattn.sparse_attention import csoftmax, csparsemax, sparsemax  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -53,8 +55,7 @@ from hf_headattn.sparse_attention import csoftmax, csparsemax, sparsemax
 def csoftmax_row(z, u):
     """Martins & Kreutzer (2017, Alg. 1): visit the keys by decreasing exp(z_j) / u_j; while a key's share of the
     mass left, exp(z_j) (1 - s) / Z, exceeds its bound, cap it (s += u_j, Z -= exp(z_j)). The first key that
-    fits ends the walk (the later ones have smaller ratios); the rest get exp(z_j) (1 - s) / Z. The walk visits
-    every zero bound, so it runs on Python floats (faster here than reading NumPy scalars one by one).
+    fits ends the walk (the later ones have smaller ratios); the rest get exp(z_j) (1 - s) / Z.
     Returns alpha and the capped keys."""
     e = np.exp(z - z.max())
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -88,9 +89,8 @@ def csparsemax_row(z, u):
     """Malaviya et al. (2018, Alg. 1; Pardalos & Kovoor, 1990, with a sort): walk the breakpoints z_j (key j
     enters) and z_j - u_j (key j reaches its bound) in decreasing order, keeping the number of keys inside
     their box, the sum of their scores and the sum of the capped bounds, until f(b) = sum_j clip(z_j - b, 0,
-    u_j) reaches 1; then tau = (sum_A z + sum_R u - 1) / |A| (Prop. 1). The walk usually ends after a few
-    breakpoints, so it reads them one by one. Returns alpha and the regions (0: alpha = 0, 1: 0 < alpha < u,
-    2: alpha = u)."""
+    u_j) reaches 1; then tau = (sum_A z + sum_R u - 1) / |A| (Prop. 1). Returns alpha and the regions
+    (0: alpha = 0, 1: 0 < alpha < u, 2: alpha = u)."""
     n = z.shape[0]
     breakpoints = np.concatenate([z, z - u])
     n_active, sum_z, sum_u = 0, 0.0, 0.0
@@ -288,7 +288,8 @@ def main():
                   f"{r['ratio_median']:>6.1f}x {'ok' if r['goal_met'] else 'MISS':>5}  {r['max_abs_diff']:.1e}     "
                   f"{r['reference']}")
         for shape, s in stats.items():
-            print(f"  {shape}: zero bounds {s['zero_bounds']:.0%}; support sparsemax {s['sparsemax_mean_support']:.1f}, "
+            print(f"  {shape}: zero bounds {s['zero_bounds']:.0%}; support sparsemax "
+                  f"{s['sparsemax_mean_support']:.1f}, "
                   + "; ".join(f"{k} {v['mean_support']:.1f} with {v['mean_keys_at_a_positive_bound']:.2f} keys at a "
                               f"positive bound ({v['rows_with_a_binding_bound']:.0%} of rows)"
                               for k, v in s.items() if isinstance(v, dict)))

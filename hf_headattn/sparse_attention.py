@@ -217,114 +217,115 @@ def _csparsemax_sort(z: torch.Tensor, us: torch.Tensor):
 # Active-set passes (inputs: [rows, keys]; scores shifted so that each row's max is 0, -inf on masked keys).
 
 
-def _settle(step, inputs: tuple, buffers: tuple, state: torch.Tensor, rows: torch.Tensor | None = None):
+def _settle(step, inputs: tuple, buffers: tuple, state: tuple, rows: torch.Tensor | None = None):
     """Run an active-set method over the rows of `inputs` until each row's partition stops changing.
 
-    step(inputs, buffers, state) -> (state, settled) is one pass over the working rows: `state` is a [rows, k]
-    tensor of per-row quantities, `buffers` are scratch tensors shaped like inputs[0] (the caller's, to reuse
-    after), and `settled` ([rows, 1] bool) marks the rows whose partition did not change in the pass, so that
-    their new state is exact. Settled rows are frozen; in large inputs they are dropped from the working rows once
-    they are a quarter of them. `rows`: the rows to solve (None: all); the others keep their initial state.
-    Returns the final state of every row and the [rows, 1] bool tensor of the rows that settled.
+    step(inputs, buffers, state, done) -> (state, settled) is one pass over the working rows: `state` is a tuple
+    of [rows, 1] tensors, `buffers` are scratch tensors shaped like inputs[0] (the caller's, to reuse after),
+    `done` ([rows, 1] bool) marks the rows that settled in an earlier pass (their state must not change), and
+    `settled` the rows whose partition did not change in this pass, so that their new state is exact. In large
+    inputs, settled rows are dropped from the working rows once they are half of them. `rows`: the rows to solve
+    (None: all); the others keep their initial state. Returns the final state of every row and the [rows, 1]
+    bool tensor of the rows that settled.
     """
     result = done_all = None
     if rows is not None:
-        result, done_all = state.clone(), torch.zeros_like(state[:, :1], dtype=torch.bool)
-        inputs, state = tuple(x.index_select(0, rows) for x in inputs), state.index_select(0, rows)
+        result, done_all = [x.clone() for x in state], torch.zeros_like(state[0], dtype=torch.bool)
+        inputs, state = tuple(x.index_select(0, rows) for x in inputs), tuple(x.index_select(0, rows) for x in state)
         buffers = tuple(x[: rows.numel()] for x in buffers)
-    done = torch.zeros_like(state[:, :1], dtype=torch.bool)
+    done = torch.zeros_like(state[0], dtype=torch.bool)
     compact = inputs[0].numel() >= _COMPACT_FROM
     for _ in range(_MAX_PASSES):
-        new_state, settled = step(inputs, buffers, state)
-        state, done = torch.where(done, state, new_state), done | settled
+        state, settled = step(inputs, buffers, state, done)
+        done |= settled
         n_working, n_done = done.shape[0], int(done.sum())
         if n_done == n_working:
             break
-        if compact and 4 * n_done >= n_working:
+        if compact and 2 * n_done >= n_working:
             keep = (~done).squeeze(-1).nonzero().squeeze(-1)
             if result is None:
-                result, done_all, rows = state, done, keep
+                result, done_all, rows = list(state), done, keep
             else:
-                result.index_copy_(0, rows, state)
+                for r, x in zip(result, state):
+                    r.index_copy_(0, rows, x)
                 done_all.index_copy_(0, rows, done)
                 rows = rows.index_select(0, keep)
-            inputs, state = tuple(x.index_select(0, keep) for x in inputs), state.index_select(0, keep)
+            inputs = tuple(x.index_select(0, keep) for x in inputs)
+            state = tuple(x.index_select(0, keep) for x in state)
             buffers, done = tuple(x[: keep.numel()] for x in buffers), done.index_select(0, keep)
     if result is None:
         return state, done
-    result.index_copy_(0, rows, state)
+    for r, x in zip(result, state):
+        r.index_copy_(0, rows, x)
     done_all.index_copy_(0, rows, done)
     return result, done_all
 
 
-def _sparsemax_pass(inputs, buffers, state):
+def _sparsemax_pass(inputs, buffers, state, done):
     """Michelot's (1986) pass: t <- t + (sum_j max(0, z_j - t) - 1) / |S| = (sum_S z - 1) / |S|, S = {z_j > t}:
     a Newton step on a convex piecewise-linear function, which never overshoots tau, so S only shrinks. Settled
-    when {z_j > t} stays S: then t is computed from the set it defines, the exact tau. State: (t, |{z_j > t}|)."""
-    (zs,), (work,), (t, count) = inputs, buffers, state.split(1, dim=1)
+    when {z_j > t} stays S: then t is computed from the set it defines, the exact tau; rows settled earlier keep
+    their t. State: (t, |{z_j > t}|)."""
+    (zs,), (work,), (t, count) = inputs, buffers, state
     excess = _row_sum(torch.sub(zs, t, out=work).clamp_(min=0)).sub_(1)
-    t = torch.addcdiv(t, excess, count.clamp(min=1))
+    t = torch.where(done, t, torch.addcdiv(t, excess, count.clamp(min=1)))
     new_count = _row_sum(torch.gt(zs, t, out=work))
-    return torch.cat([t, new_count], dim=1), new_count == count
+    return (t, new_count), new_count == count
 
 
-def _csoftmax_pass(inputs, buffers, state):
+def _csoftmax_pass(inputs, buffers, state, done):
     """The capping pass: C = {j : g exp(z_j) > u_j}, then g <- (1 - sum_C u) / sum_{not C} exp(z). g only
     increases, so every capped key stays capped and C only grows. Settled when C is the set g was computed from:
-    then g is exact. State: (g, |C| of the set g was computed from, sum_{not C} exp(z))."""
-    (e, us), (work, capped), (g, n_capped, _) = inputs, buffers, state.split(1, dim=1)
+    then g is exact (and a settled row keeps it: the same set gives the same g). State: (g, |C| of the set g was
+    computed from, sum_{not C} exp(z))."""
+    (e, us), (work, capped), (g, n_capped, _) = inputs, buffers, state
     new_n_capped = _row_sum(torch.gt(torch.mul(e, g, out=work), us, out=capped))  # Eq. 4 KKT: g exp(z_j) <= u_j
     free_mass = _row_sum(torch.mul(us, capped, out=work)).neg_().add_(1)  # 1 - sum_C u
     free_e = _row_sum(torch.addcmul(e, e, capped, value=-1, out=work))  # sum_{not C} exp(z)
     g = free_mass / free_e.clamp(min=torch.finfo(e.dtype).tiny)
-    return torch.cat([g, new_n_capped, free_e], dim=1), new_n_capped == n_capped
+    return (g, new_n_capped, free_e), new_n_capped == n_capped
 
 
 def _csparsemax_at(free_zs, us, t, work, indicator):
-    """(|{z_j > t}|, |{z_j - t >= u_j}| + number of zero bounds, f(t) = sum_j clip(z_j - t, 0, u_j)) per row."""
-    clipped = torch.clamp(torch.sub(free_zs, t, out=work), free_zs.new_zeros(()), us, out=work)
-    n_positive = _row_sum(torch.gt(clipped, 0, out=indicator))
-    n_at_bound = _row_sum(torch.ge(clipped, us, out=indicator))  # (clip = u = 0 on zero bounds and masked keys)
-    return n_positive, n_at_bound, _row_sum(clipped)
+    """(|{z_j > t}|, |A_R| = |{z_j - t >= u_j}|, f(t) = sum_j clip(z_j - t, 0, u_j)) per row."""
+    x = torch.sub(free_zs, t, out=work)
+    n_positive = _row_sum(torch.gt(x, 0, out=indicator))
+    n_capped = _row_sum(torch.ge(x, us, out=indicator))
+    return n_positive, n_capped, _row_sum(torch.minimum(x.clamp_(min=0), us, out=x))
 
 
 def _csparsemax_jump(free_zs, us, t, f):
     """For rows where no key is strictly inside its box at t (f is flat there): the next breakpoint towards the
     solution, where one key starts (f < 1: the largest z_j <= t) or stops (f > 1: the smallest z_j - u_j of the
-    capped keys) moving, plus the Newton step with that key alone."""
-    big = torch.finfo(free_zs.dtype).max
-    entering = (free_zs - big * (free_zs > t)).amax(dim=-1, keepdim=True)
-    leaving = (free_zs - us + big * (free_zs - t < us)).amin(dim=-1, keepdim=True)
+    capped keys) moving, plus the Newton step with that key alone. (Few rows: plain tensor operations.)"""
+    x = free_zs - t
+    entering = torch.where(x > 0, float("-inf"), free_zs).amax(dim=-1, keepdim=True)
+    leaving = torch.where(x >= us, free_zs - us, float("inf")).amin(dim=-1, keepdim=True)
     return torch.where(f < 1, entering, leaving) + (f - 1)
 
 
-def _csparsemax_pass(inputs, buffers, state):
+def _csparsemax_pass(inputs, buffers, state, done):
     """Newton's step on f(t) = sum_j clip(z_j - t, 0, u_j) = 1 from the partition at t (A = {0 < z_j - t < u_j},
     A_R = {z_j - t >= u_j}): t <- t + (f(t) - 1) / |A| = (sum_A z + sum_{A_R} u - 1) / |A| (Prop. 1), or
     `_csparsemax_jump` if A is empty. f is not convex, so Newton's steps can cycle: a step that does not land
-    strictly inside the bracket (lo, hi) of the t's seen on either side of the solution (f(t) >= 1, f(t) <= 1)
+    strictly inside the bracket (lo, hi) of the earlier t's, on either side of the solution (f(t) >= 1, f(t) <= 1),
     bisects it instead. Settled when a Newton step keeps the partition: then t is computed from the partition it
-    defines, the exact tau. State: (t, |{z_j > t}|, |A_R| + number of zero bounds, f(t), lo, hi, number of zero
-    bounds and masked keys)."""
-    (free_zs, us), (work, indicator) = inputs, buffers
-    t, n_positive, n_at_bound, f, lo, hi, n_zero = state.split(1, dim=1)
-    n_active = n_positive - n_at_bound + n_zero
+    defines, the exact tau; rows settled earlier keep their t. State: (t, |{z_j > t}|, |A_R|, f(t), lo, hi)."""
+    (free_zs, us), (work, indicator), (t, n_positive, n_capped, f, lo, hi) = inputs, buffers, state
+    n_active = n_positive - n_capped
     new_t = torch.addcdiv(t, f - 1, n_active.clamp(min=1))
     if bool((empty := n_active == 0).any()):
         rows = empty.squeeze(-1).nonzero().squeeze(-1)
         new_t.index_copy_(0, rows, _csparsemax_jump(*(x.index_select(0, rows) for x in (free_zs, us, t, f))))
-    # (lo, hi) before t joins it: a step back to an end of it is a cycle. Whenever a step leaves it, the side it
-    # leaves on is bounded once t joins (steps go right from f > 1, left from f < 1).
-    bisect = (new_t <= lo) | (new_t >= hi)
+    # A step back to an end of the bracket (before t joins it) is a cycle. A step out of it goes right from
+    # f(t) > 1 or left from f(t) < 1, so the side it leaves on is bounded once t joins.
+    bisect = ((new_t <= lo) | (new_t >= hi)) & ~done
     lo = torch.where(f >= 1, torch.maximum(lo, t), lo)
     hi = torch.where(f <= 1, torch.minimum(hi, t), hi)
-    if bisected := bool(bisect.any()):
-        new_t = torch.where(bisect, (lo + hi) / 2, new_t)
-    new_n_positive, new_n_at_bound, f = _csparsemax_at(free_zs, us, new_t, work, indicator)
-    settled = (new_n_positive == n_positive) & (new_n_at_bound == n_at_bound) & (n_active > 0)
-    if bisected:
-        settled &= ~bisect
-    return torch.cat([new_t, new_n_positive, new_n_at_bound, f, lo, hi, n_zero], dim=1), settled
+    new_t = torch.where(done, t, torch.where(bisect, (lo + hi) / 2, new_t))
+    new_n_positive, new_n_capped, f = _csparsemax_at(free_zs, us, new_t, work, indicator)
+    settled = (new_n_positive == n_positive) & (new_n_capped == n_capped) & (n_active > 0) & ~bisect
+    return (new_t, new_n_positive, new_n_capped, f, lo, hi), settled
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -338,9 +339,7 @@ def _sparsemax_solve(zs: torch.Tensor):
         tau = _sparsemax_sort(zs)
     else:
         t = zs.new_full((zs.shape[0], 1), -1.0)  # tau >= max(z) - 1 = -1: no alpha_j exceeds 1
-        state = torch.cat([t, _row_sum(torch.gt(zs, t, out=work))], dim=1)
-        state, settled = _settle(_sparsemax_pass, (zs,), (work,), state)
-        tau = state[:, :1]
+        (tau, _), settled = _settle(_sparsemax_pass, (zs,), (work,), (t, _row_sum(torch.gt(zs, t, out=work))))
         if (rows := _true_rows(~settled)) is not None:
             tau.index_copy_(0, rows, _sparsemax_sort(zs.index_select(0, rows)))
     alpha = zs.sub_(tau).clamp_(min=0)  # Eq. 3: alpha_j = max(0, z_j - tau)
@@ -357,9 +356,8 @@ def _csoftmax_solve(z: torch.Tensor, us: torch.Tensor):
     feasible = _row_sum(us) >= 1
     sum_e = _row_sum(e)
     buffers = (torch.empty_like(e), torch.empty_like(e))
-    state = torch.cat([1 / sum_e, torch.zeros_like(sum_e), sum_e], dim=1)  # C = {}: g = 1 / sum exp(z)
-    state, settled = _settle(_csoftmax_pass, (e, us), buffers, state, _true_rows(feasible, all_none=True))
-    g, _, free_e = state.split(1, dim=1)
+    state = (1 / sum_e, torch.zeros_like(sum_e), sum_e)  # C = {}: g = 1 / sum exp(z)
+    (g, _, free_e), settled = _settle(_csoftmax_pass, (e, us), buffers, state, _true_rows(feasible, all_none=True))
     alpha_free = e.mul_(g)
     capped = torch.gt(alpha_free, us, out=buffers[1])  # the settled partition (same arithmetic as the pass)
     free_mass = _row_sum(torch.mul(us, capped, out=buffers[0])).neg_().add_(1)  # 1 - sum_capped u
@@ -387,22 +385,19 @@ def _csparsemax_solve(z: torch.Tensor, us: torch.Tensor):
     work, indicator = torch.empty_like(z), torch.empty_like(z)
     # Scores minus the row max (-inf on masked keys); keys with a zero bound never get attention: for the passes
     # their score is -finfo.max, below every tau.
-    n_zero = _row_sum(torch.eq(us, 0, out=indicator))
-    free_zs = torch.sub(z, z_max).add_(indicator, alpha=-torch.finfo(z.dtype).max)
+    free_zs = torch.sub(z, z_max).add_(torch.eq(us, 0, out=indicator), alpha=-torch.finfo(z.dtype).max)
     t = _row_max(free_zs) - 1
     # State at t; bracket: f(max z) = 0 < 1, so tau < t + 1, no lower bound yet.
-    state = torch.cat([t, *_csparsemax_at(free_zs, us, t, work, indicator), torch.full_like(t, float("-inf")), t + 1,
-                       n_zero], dim=1)
-    state, settled = _settle(_csparsemax_pass, (free_zs, us), (work, indicator), state,
-                             _true_rows(feasible, all_none=True))
-    tau = state[:, :1]
+    state = (t, *_csparsemax_at(free_zs, us, t, work, indicator), torch.full_like(t, float("-inf")), t + 1)
+    (tau, *_), settled = _settle(_csparsemax_pass, (free_zs, us), (work, indicator), state,
+                                 _true_rows(feasible, all_none=True))
     # The settled partition (the pass's arithmetic: free_zs is z - max on the keys with a nonzero bound); a key
     # with a zero bound counts as capped if z_j > tau, else as zero.
     x = torch.sub(z, z_max, out=work).sub_(tau)
     positive = torch.gt(x, 0, out=indicator)
     capped = torch.ge(x, us, out=free_zs).mul_(positive)
     active = positive.sub_(capped)
-    alpha = torch.clamp(x, x.new_zeros(()), us, out=x)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
+    alpha = torch.minimum(x.clamp_(min=0), us, out=x)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
     n_active = _row_sum(active)
     settled &= feasible & (n_active > 0)  # infeasible rows, and degenerate rows where A would be empty
     if (rows := _true_rows(~settled)) is not None:
