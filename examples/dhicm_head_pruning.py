@@ -11,6 +11,7 @@ Speed runs are interleaved (original, pruned, original, pruned, ...) so that the
 """
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -44,7 +45,7 @@ def main(argv=None):
 
     importances = mean_head_importances(original, tokenizer, valid["source"], valid["target"],
                                         batch_size=args.batch_size)
-    pruned = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=True).eval()
+    pruned = copy.deepcopy(original)
     removed = prune_least_important_heads(pruned, importances, args.heads_to_prune)
     pruned.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)

@@ -127,10 +127,11 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[
     Returns ``{"bleu": ..., "chrf": ..., "ter": ...}``, the ``.score`` of ``sacrebleu.corpus_bleu``,
     ``corpus_chrf`` and ``corpus_ter`` (all on a 0-100 scale; lower TER is better).
     """
+    from .training import score_translations  # BLEU and chrF, as the training command reports them
+
     hypotheses, references = _check_parallel(hypotheses=hypotheses, references=references)
     return {
-        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-        "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+        **score_translations(hypotheses, references),
         "ter": sacrebleu.corpus_ter(hypotheses, [references]).score,
     }
 

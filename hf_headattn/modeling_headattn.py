@@ -191,14 +191,14 @@ def _average_over_target_tokens(
     mean over its real source tokens, weighted by the sentence's number of target tokens. Every module's
     total is thus a sum over target tokens, like the summed cross-entropy, so dividing by the tokens of a whole
     optimizer step (`num_items_in_batch`) makes gradient accumulation exact."""
+    if encoder_means is None and decoder_terms is None:  # the common case: no variant reports this quantity
+        return None
     target_counts = target_token_mask.sum(-1).float()
     per_module = []
     if encoder_means is not None:
         per_module.append((encoder_means * target_counts[:, None]).sum(0))
     if decoder_terms is not None:
         per_module.append(_masked_sum(decoder_terms, target_token_mask).sum(0))
-    if not per_module:
-        return None
     return torch.cat(per_module).mean() / target_counts.sum().clamp(min=1)
 
 
@@ -448,6 +448,8 @@ class HeadAttnPreTrainedModel(PreTrainedModel):
             if already:
                 raise ValueError(f"Head(s) {already} of {name!r} are already pruned")
             proposed[name] = sorted([*proposed.get(name, ()), *heads])
+        modules = config.attention_modules()
+        kept_before = {name: config.kept_heads(*modules[name]) for name in heads_to_prune if name in modules}
         previous = config.pruned_heads
         config.pruned_heads = proposed
         try:
@@ -455,12 +457,9 @@ class HeadAttnPreTrainedModel(PreTrainedModel):
         except ValueError:
             config.pruned_heads = previous
             raise
-        modules = config.attention_modules()
-        for name in heads_to_prune:
-            site, layer_idx = modules[name]
-            kept_before = [head for head in range(config.attention_heads(site)) if head not in previous.get(name, ())]
-            kept_after = config.kept_heads(site, layer_idx)
-            self.base_model.get_submodule(name).keep_heads([kept_before.index(head) for head in kept_after])
+        for name, heads in kept_before.items():
+            kept_after = config.kept_heads(*modules[name])
+            self.base_model.get_submodule(name).keep_heads([heads.index(head) for head in kept_after])
 
 
 class HeadAttnStack(nn.Module):
