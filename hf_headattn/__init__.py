@@ -6,12 +6,19 @@ from .attention_base import SITES, AttentionMask, AttentionResult, AttentionVari
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
 from .cache_headattn import HeadAttnCache
 from .configuration_headattn import HeadAttnConfig
+from .configuration_headattn_rnn import HeadAttnRNNConfig
 from .modeling_headattn import (
     HeadAttnForConditionalGeneration,
     HeadAttnModel,
     HeadAttnPreTrainedModel,
     HeadAttnSeq2SeqLMOutput,
     HeadAttnSeq2SeqModelOutput,
+)
+from .modeling_headattn_rnn import (
+    HeadAttnRNNForConditionalGeneration,
+    HeadAttnRNNModel,
+    HeadAttnRNNPreTrainedModel,
+    coverage_penalty,
 )
 from .pipeline_headattn import TranslationPipeline
 from .sparse_attention import csoftmax, csparsemax, sparsemax
@@ -21,6 +28,9 @@ from .tokenization import train_tokenizer
 AutoConfig.register(HeadAttnConfig.model_type, HeadAttnConfig, exist_ok=True)
 AutoModel.register(HeadAttnConfig, HeadAttnModel, exist_ok=True)
 AutoModelForSeq2SeqLM.register(HeadAttnConfig, HeadAttnForConditionalGeneration, exist_ok=True)
+AutoConfig.register(HeadAttnRNNConfig.model_type, HeadAttnRNNConfig, exist_ok=True)
+AutoModel.register(HeadAttnRNNConfig, HeadAttnRNNModel, exist_ok=True)
+AutoModelForSeq2SeqLM.register(HeadAttnRNNConfig, HeadAttnRNNForConditionalGeneration, exist_ok=True)
 
 __all__ = [
     "ATTENTION_VARIANTS",
@@ -33,9 +43,14 @@ __all__ = [
     "HeadAttnForConditionalGeneration",
     "HeadAttnModel",
     "HeadAttnPreTrainedModel",
+    "HeadAttnRNNConfig",
+    "HeadAttnRNNForConditionalGeneration",
+    "HeadAttnRNNModel",
+    "HeadAttnRNNPreTrainedModel",
     "HeadAttnSeq2SeqLMOutput",
     "HeadAttnSeq2SeqModelOutput",
     "TranslationPipeline",
+    "coverage_penalty",
     "csoftmax",
     "csparsemax",
     "get_attention_variant",

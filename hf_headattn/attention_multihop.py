@@ -1,13 +1,14 @@
-"""Multi-hop attention over heads (Iida et al., 2019, "Attention over Heads"), as a Transformer cross-attention
-variant. The first hop is ordinary multi-head attention: head k's query s^(k) gives its context c^(k)
-(Eq. 1-2). Each further hop re-weighs the heads' contexts:
+"""Multi-hop attention over heads (Iida et al., 2019, "Attention over Heads"). The first hop is ordinary
+multi-head attention: head k's query s^(k) gives its context c^(k) (Eq. 1-2). Each further hop re-weighs the
+heads' contexts:
 
 - dependent (Eq. 7-9): e^(k) = v_b^T tanh(W_b s^(k) + U_b^(k) c^(k)), with W_b and v_b shared by the heads,
   beta = softmax over the heads of e (Eq. 8, as corrected), c'^(k) = beta^(k) U_c^(k) c^(k);
 - independent (Eq. 19): c'^(k) = U_c^(k) c^(k).
 
-The hop's contexts feed the next hop; the last hop's are concatenated and projected as in standard
-multi-head attention. A dependent hop adds (2N + 1) d_k^2 + d_k weights, an independent one N d_k^2 (no biases).
+`HeadHops` is the second-level computation, shared by the Transformer cross-attention variant `multihop` below
+(per-head size d_k) and by the LSTM encoder-decoder's source attention (`modeling_headattn_rnn.py`, size d).
+A dependent hop adds (2N + 1) d^2 + d weights, an independent one N d^2 (no biases).
 """
 
 import torch
@@ -17,6 +18,46 @@ from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, Att
 
 
 HOP_MODES = ("dependent", "independent")
+
+
+def check_hop_mode(hop_mode) -> None:
+    if hop_mode not in HOP_MODES:
+        raise ValueError(f"Unknown `hop_mode` {hop_mode!r}; accepted: {', '.join(HOP_MODES)}")
+
+
+class HeadHops(nn.Module):
+    """`hops` second-level hops over the contexts of `num_heads` heads of size `dim`."""
+
+    def __init__(self, num_heads: int, dim: int, hops: int, hop_mode: str, init_std: float = 0.02):
+        super().__init__()
+        check_hop_mode(hop_mode)
+        self.hops = hops
+        self.hop_mode = hop_mode
+        dependent = hop_mode == "dependent"
+
+        def per_head_matrices():
+            return nn.Parameter(torch.randn(num_heads, dim, dim) * init_std)
+
+        self.u_c = nn.ParameterList([per_head_matrices() for _ in range(hops)])  # U_c^(k) (Eq. 9, 19)
+        self.u_b = nn.ParameterList([per_head_matrices() for _ in range(hops)]) if dependent else None
+        self.w_b = nn.ModuleList([nn.Linear(dim, dim, bias=False) for _ in range(hops)]) if dependent else None
+        self.v_b = nn.ModuleList([nn.Linear(dim, 1, bias=False) for _ in range(hops)]) if dependent else None
+
+    def forward(self, head_queries: torch.Tensor, contexts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """head_queries s^(k) and contexts c^(k): [..., heads, dim]. Returns the last hop's contexts c'^(k)
+        [..., heads, dim] and its head weights beta [..., heads] (None for independent hops or no hop)."""
+        head_weights = None
+        for hop in range(self.hops):
+            projected = torch.einsum("...hd,hed->...he", contexts, self.u_c[hop])  # U_c^(k) c^(k)
+            if self.hop_mode == "independent":
+                contexts = projected  # Eq. 19
+                continue
+            keys = torch.einsum("...hd,hed->...he", contexts, self.u_b[hop])  # U_b^(k) c^(k)
+            scores = self.v_b[hop](torch.tanh(self.w_b[hop](head_queries) + keys)).squeeze(-1)  # Eq. 7
+            # Eq. 8, over the heads (half precision normalised in float32)
+            head_weights = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1)
+            contexts = head_weights.to(projected.dtype).unsqueeze(-1) * projected  # Eq. 9
+        return contexts, head_weights
 
 
 class MultiHopAttention(AttentionVariant):
@@ -30,24 +71,14 @@ class MultiHopAttention(AttentionVariant):
 
     def __init__(self, config, site, layer_idx, num_heads, head_dim, **options):
         super().__init__(config, site, layer_idx, num_heads, head_dim, **options)
-        dependent = self.hop_mode == "dependent"
-
-        def per_head_matrices():
-            return nn.Parameter(torch.randn(num_heads, head_dim, head_dim) * config.init_std)
-
-        self.u_c = nn.ParameterList([per_head_matrices() for _ in range(self.hops)])  # U_c^(k) (Eq. 9, 19)
-        self.u_b = nn.ParameterList([per_head_matrices() for _ in range(self.hops)]) if dependent else None
-        self.w_b = nn.ModuleList([nn.Linear(head_dim, head_dim, bias=False) for _ in range(self.hops)]) if dependent else None
-        self.v_b = nn.ModuleList([nn.Linear(head_dim, 1, bias=False) for _ in range(self.hops)]) if dependent else None
+        self.second_hops = HeadHops(num_heads, head_dim, self.hops, self.hop_mode, init_std=config.init_std)
 
     @classmethod
     def check_options(cls, options, *, site, num_heads, config):
         hops = options.get("hops", cls.options["hops"])
         if not isinstance(hops, int) or isinstance(hops, bool) or hops < 0:
             raise ValueError(f"multihop option `hops` must be an integer >= 0, got {hops!r}")
-        hop_mode = options.get("hop_mode", cls.options["hop_mode"])
-        if hop_mode not in HOP_MODES:
-            raise ValueError(f"Unknown multihop `hop_mode` {hop_mode!r}; accepted: {', '.join(HOP_MODES)}")
+        check_hop_mode(options.get("hop_mode", cls.options["hop_mode"]))
 
     def forward(
         self,
@@ -62,18 +93,7 @@ class MultiHopAttention(AttentionVariant):
         output_head_importances: bool = False,
     ) -> AttentionResult:
         contexts, weights = self.softmax_heads(query, key, value, attention_mask, output_attentions)  # Eq. 2
-        head_queries = query.transpose(1, 2)  # s^(k): [batch, queries, heads, d_k]
-        head_weights = None
-        for hop in range(self.hops):
-            projected = torch.einsum("bthd,hed->bthe", contexts, self.u_c[hop])  # U_c^(k) c^(k)
-            if self.hop_mode == "independent":
-                contexts = projected  # Eq. 19
-                continue
-            keys = torch.einsum("bthd,hed->bthe", contexts, self.u_b[hop])  # U_b^(k) c^(k)
-            scores = self.v_b[hop](torch.tanh(self.w_b[hop](head_queries) + keys)).squeeze(-1)  # Eq. 7
-            # Eq. 8, over the heads (half precision normalised in float32)
-            head_weights = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1)
-            contexts = head_weights.to(projected.dtype).unsqueeze(-1) * projected  # Eq. 9
+        contexts, head_weights = self.second_hops(query.transpose(1, 2), contexts)  # s^(k): [batch, queries, heads, d_k]
         return AttentionResult(
             output=contexts,
             weights=weights,

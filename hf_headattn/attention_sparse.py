@@ -18,6 +18,29 @@ from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, Att
 from .sparse_attention import csoftmax, csparsemax, sparsemax
 
 
+def with_sink_column(allowed: torch.Tensor) -> torch.Tensor:
+    """A [..., sources] mask of allowed source tokens, extended by an always-allowed <SINK> column."""
+    return torch.cat([allowed, allowed.new_ones(*allowed.shape[:-1], 1)], dim=-1)
+
+
+def constrained_attention_step(transform, scores, fertility, cumulative, *, exhaustion, sink_scores=None,
+                               allowed=None):
+    """One decoding step of constrained attention: alpha_t = transform(z + c u, u) with u = max(f - beta, 0)
+    (Eq. 5 and the exhaustion bonus of Sec. 4), `transform` being csoftmax (Eq. 4) or csparsemax (Eq. 6).
+
+    scores z and cumulative beta: [..., sources]; fertility f broadcasts to them. With `sink_scores`
+    ([...]), a <SINK> column with unbounded fertility and no bonus is appended, and `allowed` (bool, True where
+    a source token may be attended) must already include it (see `with_sink_column`). Returns alpha_t
+    [..., sources (+ 1)]. Shared by the Transformer variants below and the LSTM model's source attention."""
+    bound = (fertility - cumulative).clamp(min=0.0)
+    if exhaustion:
+        scores = scores + exhaustion * bound
+    if sink_scores is not None:
+        scores = torch.cat([scores, sink_scores[..., None]], dim=-1)
+        bound = torch.cat([bound, bound.new_full((*bound.shape[:-1], 1), math.inf)], dim=-1)
+    return transform(scores, bound, dim=-1, mask=allowed)
+
+
 class SparsemaxAttention(AttentionVariant):
     """sparsemax(Q K^T / sqrt(d_k)) V per head (Eq. 3): exactly zero weight on low-scoring keys."""
 
@@ -94,20 +117,17 @@ class ConstrainedAttention(AttentionVariant):
         allowed = attention_mask.allowed[:, :, 0, :] if attention_mask.allowed is not None else None
         if self.sink:
             sink_scores = torch.einsum("bhtd,hd->bht", query, self.sink_key) * self.scaling
-            unbounded = scores.new_full((batch, heads, 1), math.inf)
             if allowed is not None:
-                allowed = torch.cat([allowed.expand(batch, 1, num_sources), allowed.new_ones(batch, 1, 1)], dim=-1)
+                allowed = with_sink_column(allowed)
         cumulative = scores.new_zeros(batch, heads, num_sources) if state is None else state["cumulative"]
         # beta_t depends on every earlier step's attention, so this loop over target positions is inherent to the
         # math (Eq. 5); it is vectorised over batch, heads and source tokens, and runs once per generation step.
         step_weights = []
         for t in range(num_queries):
-            bound = (fertility - cumulative).clamp(min=0.0)  # u_t = f - beta_t (Eq. 5)
-            step_scores = scores[:, :, t] + self.exhaustion * bound if self.exhaustion else scores[:, :, t]
-            if self.sink:  # the sink gets unbounded fertility and no exhaustion bonus
-                step_scores = torch.cat([step_scores, sink_scores[:, :, t, None]], dim=-1)
-                bound = torch.cat([bound, unbounded], dim=-1)
-            weights_t = self.transform(step_scores, bound, dim=-1, mask=allowed)  # Eq. 4 or Eq. 6
+            weights_t = constrained_attention_step(
+                self.transform, scores[:, :, t], fertility, cumulative, exhaustion=self.exhaustion,
+                sink_scores=sink_scores[:, :, t] if self.sink else None, allowed=allowed,
+            )
             cumulative = cumulative + weights_t[..., :num_sources]
             step_weights.append(weights_t)
         weights = torch.stack(step_weights, dim=2)

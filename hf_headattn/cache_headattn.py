@@ -1,11 +1,12 @@
-"""The decoding cache: Transformers' self-/cross-attention KV caches plus per-variant decoding state.
+"""The decoding caches: for the Transformer, Transformers' self-/cross-attention KV caches plus per-variant
+decoding state; for the LSTM encoder-decoder, its recurrent state.
 
 Transformers 5 reorders only the cache object during beam search, so any state an attention variant
 carries from one decoding step to the next (e.g. cumulative attention) must live here to follow the beams.
 """
 
 import torch
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 
 
 class HeadAttnCache(EncoderDecoderCache):
@@ -65,3 +66,41 @@ class HeadAttnCache(EncoderDecoderCache):
     def reset(self) -> None:
         super().reset()
         self.variant_states = {}
+
+
+class HeadAttnRNNCache(Cache):
+    """The LSTM decoder's state between decoding steps: `states` maps a name (LSTM hidden and cell states,
+    the input feed, cumulative attention) to a tensor with the batch first, so that beam search reorders all of
+    it; `decoded_length` counts the decoded positions, which `generate` reads to pass only the newest token."""
+
+    def __init__(self):
+        super().__init__(layers=[])
+        self.states: dict[str, torch.Tensor] = {}
+        self.decoded_length = 0
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.decoded_length
+
+    def update_states(self, states: dict[str, torch.Tensor], new_positions: int) -> None:
+        self.states = dict(states)
+        self.decoded_length += new_positions
+
+    def _map_states(self, fn) -> None:
+        self.states = {name: fn(tensor) for name, tensor in self.states.items()}
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._map_states(lambda tensor: tensor.index_select(0, beam_idx.to(tensor.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._map_states(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._map_states(lambda tensor: tensor[indices])
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise ValueError("An LSTM decoder's state cannot be cropped back to an earlier step; assisted/speculative "
+                         "decoding is not supported for HeadAttnRNN models")
+
+    def reset(self) -> None:
+        self.states = {}
+        self.decoded_length = 0

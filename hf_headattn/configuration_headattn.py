@@ -7,7 +7,7 @@ from transformers.activations import ACT2FN
 
 from .attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION, SITES
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
-from .fertility import FERTILITY_STRATEGIES
+from .fertility import check_fertility_config
 
 
 POSITION_EMBEDDINGS = ("sinusoidal", "none")
@@ -203,15 +203,7 @@ class HeadAttnConfig(PreTrainedConfig):
             raise ValueError(
                 f"Unknown activation_function {self.activation_function!r}; accepted: {', '.join(sorted(ACT2FN))}"
             )
-        if self.fertility not in FERTILITY_STRATEGIES:
-            raise ValueError(f"Unknown fertility {self.fertility!r}; accepted: {', '.join(FERTILITY_STRATEGIES)}")
-        if not isinstance(self.constant_fertility, (int, float)) or isinstance(self.constant_fertility, bool) \
-                or not self.constant_fertility > 0:
-            raise ValueError(f"`constant_fertility` must be a number > 0, got {self.constant_fertility!r}")
-        for field in ("fertility_predictor_size", "max_fertility"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"`{field}` must be a positive integer, got {value!r}")
+        check_fertility_config(self)
         if self.position_embedding not in POSITION_EMBEDDINGS:
             raise ValueError(
                 f"Unknown position_embedding {self.position_embedding!r}; accepted: {', '.join(POSITION_EMBEDDINGS)}"

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .rnn_packing import run_packed_lstm
 
 
-__all__ = ["FERTILITY_STRATEGIES", "FertilityPredictor", "source_fertility"]
+__all__ = ["FERTILITY_STRATEGIES", "FertilityPredictor", "SourceFertility", "check_fertility_config", "source_fertility"]
 
 FERTILITY_STRATEGIES = ("constant", "guided", "predicted")
 
@@ -49,7 +50,7 @@ class FertilityPredictor(nn.Module):
     ``hf_headattn.alignment.train_fertility_predictor``) and uses the *expected* fertility under the model as
     the upper bound at test time (:meth:`expected_fertility`).
 
-    Padding is exact: real tokens are packed (``pack_padded_sequence``), so a sentence gets the same outputs
+    Padding is exact: real tokens are packed (``run_packed_lstm``), so a sentence gets the same outputs
     alone and inside a padded batch, whatever side the padding is on.
 
     Args:
@@ -92,28 +93,13 @@ class FertilityPredictor(nn.Module):
         Positions where ``attention_mask`` is 0 are left out of the LSTM and get all-zero logits.
         """
         mask = _real_token_mask(input_ids, attention_mask)
-        src_len = input_ids.shape[1]
         if input_ids.numel() == 0:
             return self.classifier.weight.new_zeros(*input_ids.shape, self.max_fertility + 1)
-        lengths = mask.sum(dim=1)
-
-        # Move each row's real tokens to the front (in order), so padding may sit anywhere in the row.
         # Padding ids are replaced by the pad id, so that e.g. -100 never reaches the embedding.
         fill_id = self.pad_token_id if self.pad_token_id is not None else 0
-        order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices
-        compact_ids = torch.gather(input_ids.masked_fill(~mask, fill_id), 1, order)
-        embeddings = self.embed_tokens(compact_ids)
-
-        # pack_padded_sequence rejects empty rows: run them on one (discarded) token.
-        packed = pack_padded_sequence(embeddings, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
-        packed_states, _ = self.lstm(packed)
-        states, _ = pad_packed_sequence(packed_states, batch_first=True, total_length=src_len)
-        compact_logits = self.classifier(states)
-
-        # Put every position back where it came from and zero the padding.
-        logits = torch.empty_like(compact_logits)
-        logits.scatter_(1, order[:, :, None].expand_as(compact_logits), compact_logits)
-        return logits.masked_fill(~mask[:, :, None], 0.0)
+        embeddings = self.embed_tokens(input_ids.masked_fill(~mask, fill_id))
+        states, _ = run_packed_lstm(self.lstm, embeddings, mask)
+        return self.classifier(states).masked_fill(~mask[:, :, None], 0.0)
 
     def expected_fertility(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Expected fertility ``sum_k k * p(k | x)`` per token, ``[batch, src_len]`` float; 0 at padding.
@@ -194,3 +180,56 @@ def source_fertility(
             fertility = predictor.expected_fertility(input_ids, attention_mask=mask).float()
 
     return fertility * mask
+
+
+def check_fertility_config(config) -> None:
+    """Raise ValueError, naming the bad value, for a config's fertility fields (`fertility`,
+    `constant_fertility`, `fertility_predictor_size`, `max_fertility`); shared by both model families."""
+    if config.fertility not in FERTILITY_STRATEGIES:
+        raise ValueError(f"Unknown fertility {config.fertility!r}; accepted: {', '.join(FERTILITY_STRATEGIES)}")
+    constant = config.constant_fertility
+    if not isinstance(constant, (int, float)) or isinstance(constant, bool) or not constant > 0:
+        raise ValueError(f"`constant_fertility` must be a number > 0, got {constant!r}")
+    for field in ("fertility_predictor_size", "max_fertility"):
+        value = getattr(config, field)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"`{field}` must be a positive integer, got {value!r}")
+
+
+class SourceFertility(nn.Module):
+    """The fertility strategy a config names, as an encoder submodule that maps source ids to bounds.
+
+    It owns what the strategy learns from the training data, so that it is saved with the model: the
+    ``guided_fertility`` buffer (GUIDED, filled by ``hf_headattn.alignment.guided_fertility_table``) or the
+    ``fertility_predictor`` tagger (PREDICTED, trained by ``hf_headattn.alignment.train_fertility_predictor``).
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.strategy = config.fertility
+        self.constant = config.constant_fertility
+        self.fertility_predictor = None
+        if self.strategy == "guided":
+            self.register_buffer("guided_fertility", torch.ones(config.vocab_size))
+        if self.strategy == "predicted":
+            self.fertility_predictor = FertilityPredictor(
+                config.vocab_size,
+                embedding_size=config.fertility_predictor_size,
+                hidden_size=config.fertility_predictor_size,
+                max_fertility=config.max_fertility,
+                pad_token_id=config.pad_token_id,
+            )
+
+    def forward(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """[batch, source_len] fertility upper bounds, 0 at padding."""
+        if input_ids is None:
+            raise ValueError("Constrained attention computes source fertilities from `input_ids`; pass input_ids "
+                             "rather than inputs_embeds")
+        return source_fertility(
+            self.strategy,
+            input_ids,
+            attention_mask,
+            constant=self.constant,
+            guided_table=getattr(self, "guided_fertility", None),
+            predictor=self.fertility_predictor,
+        )

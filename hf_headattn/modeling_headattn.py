@@ -33,7 +33,7 @@ from .attention_base import (
 from .attention_registry import get_attention_variant
 from .cache_headattn import HeadAttnCache
 from .configuration_headattn import HeadAttnConfig
-from .fertility import FertilityPredictor, source_fertility
+from .fertility import SourceFertility
 
 
 logger = logging.get_logger(__name__)
@@ -50,9 +50,12 @@ RUNTIME_FILES = (
     "attention_sparse.py",
     "cache_headattn.py",
     "configuration_headattn.py",
+    "configuration_headattn_rnn.py",
     "fertility.py",
     "modeling_headattn.py",
+    "modeling_headattn_rnn.py",
     "pipeline_headattn.py",
+    "rnn_packing.py",
     "sparse_attention.py",
 )
 
@@ -64,6 +67,36 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     shifted[:, 0] = decoder_start_token_id
     shifted.masked_fill_(shifted == -100, pad_token_id)
     return shifted
+
+
+def seq2seq_loss(logits, labels, label_smoothing, aux_loss=None, num_items_in_batch=None):
+    """(cross-entropy, total loss): label-smoothed CE summed over this batch's label tokens, divided by the tokens
+    of the whole optimizer step; the auxiliary loss (this batch's per-target-token average) is weighted by the
+    batch's share of those tokens, which makes it a sum over target tokens divided by the same count."""
+    labels = labels.to(logits.device)
+    batch_tokens = labels.ne(-100).sum()
+    ce_sum = nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]),
+        labels.reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
+        label_smoothing=label_smoothing,
+    )
+    denominator = batch_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+    if torch.is_tensor(denominator):
+        denominator = denominator.to(ce_sum.device)
+    ce_loss = ce_sum / denominator
+    if aux_loss is None:
+        return ce_loss, ce_loss
+    share = 1.0 if num_items_in_batch is None else batch_tokens / denominator
+    return ce_loss, ce_loss + share * aux_loss
+
+
+def copy_runtime_code(save_directory) -> None:
+    """Put every runtime file next to a saved model, for `trust_remote_code` loading."""
+    code_dir = Path(__file__).parent
+    for name in RUNTIME_FILES:
+        shutil.copyfile(code_dir / name, Path(save_directory) / name)
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -432,9 +465,7 @@ class HeadAttnPreTrainedModel(PreTrainedModel):
         `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)` and
         `pipeline("translation", model=folder, trust_remote_code=True)` without this package installed."""
         super().save_pretrained(save_directory, *args, **kwargs)
-        code_dir = Path(__file__).parent
-        for name in RUNTIME_FILES:
-            shutil.copyfile(code_dir / name, Path(save_directory) / name)
+        copy_runtime_code(save_directory)
 
     def prune_heads(self, heads_to_prune: dict[str, list[int]]) -> None:
         """Remove attention heads for good: `heads_to_prune` maps module names (`"encoder.layers.5.self_attn"`,
@@ -500,34 +531,7 @@ class HeadAttnEncoder(HeadAttnStack):
         layers = [HeadAttnEncoderLayer(config, i) for i in range(config.encoder_layers)]
         super().__init__(config, embed_tokens, layers, config.encoder_layerdrop)
         # What the constrained cross-attention variants need to bound attention (Malaviya et al., Sec. 4)
-        self.computes_fertility = config.uses_fertility()
-        self.fertility_predictor = None
-        if self.computes_fertility and config.fertility == "guided":
-            self.register_buffer("guided_fertility", torch.ones(config.vocab_size))
-        if self.computes_fertility and config.fertility == "predicted":
-            self.fertility_predictor = FertilityPredictor(
-                config.vocab_size,
-                embedding_size=config.fertility_predictor_size,
-                hidden_size=config.fertility_predictor_size,
-                max_fertility=config.max_fertility,
-                pad_token_id=config.pad_token_id,
-            )
-
-    def source_fertility(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-        """[batch, source_len] fertility upper bounds from the source ids, or None when no variant needs them."""
-        if not self.computes_fertility:
-            return None
-        if input_ids is None:
-            raise ValueError("The constrained cross-attention computes source fertilities from `input_ids`; "
-                             "pass input_ids rather than inputs_embeds")
-        return source_fertility(
-            self.config.fertility,
-            input_ids,
-            attention_mask,
-            constant=self.config.constant_fertility,
-            guided_table=getattr(self, "guided_fertility", None),
-            predictor=self.fertility_predictor,
-        )
+        self.source_fertility = SourceFertility(config) if config.uses_fertility() else None
 
     def forward(
         self,
@@ -567,7 +571,7 @@ class HeadAttnEncoder(HeadAttnStack):
             aux_loss=_per_sentence_mean(_stack_terms(records.aux_losses), attention_mask),
             head_kl=_per_sentence_mean(_stack_terms(records.head_kls), attention_mask),
             head_importances=records.head_importances or None,
-            fertility=self.source_fertility(input_ids, attention_mask),
+            fertility=self.source_fertility(input_ids, attention_mask) if self.source_fertility is not None else None,
         )
         return output.to_tuple() if return_dict is False else output
 
@@ -884,7 +888,8 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
 
         loss = ce_loss = None
         if labels is not None:
-            ce_loss, loss = self._loss(logits, labels, outputs.aux_loss, num_items_in_batch)
+            ce_loss, loss = seq2seq_loss(logits, labels, self.config.label_smoothing, outputs.aux_loss,
+                                         num_items_in_batch)
         elif self.training and outputs.aux_loss is not None:
             logger.warning_once(
                 "Training without `labels`: the attention variants' auxiliary loss is in `outputs.aux_loss` but no "
@@ -908,28 +913,6 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             head_importances=outputs.head_importances,
         )
         return output.to_tuple() if return_dict is False else output
-
-    def _loss(self, logits, labels, aux_loss, num_items_in_batch):
-        """Label-smoothed CE summed over this batch's label tokens, divided by the tokens of the whole optimizer
-        step; the auxiliary loss (this batch's per-target-token average) is weighted by the batch's share of
-        those tokens, which makes it a sum over target tokens divided by the same count."""
-        labels = labels.to(logits.device)
-        batch_tokens = labels.ne(-100).sum()
-        ce_sum = nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]),
-            labels.reshape(-1),
-            ignore_index=-100,
-            reduction="sum",
-            label_smoothing=self.config.label_smoothing,
-        )
-        denominator = batch_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-        if torch.is_tensor(denominator):
-            denominator = denominator.to(ce_sum.device)
-        ce_loss = ce_sum / denominator
-        if aux_loss is None:
-            return ce_loss, ce_loss
-        share = 1.0 if num_items_in_batch is None else batch_tokens / denominator
-        return ce_loss, ce_loss + share * aux_loss
 
     def generate(self, inputs=None, *args, output_head_importances: bool = False, **kwargs):
         """`GenerationMixin.generate`; with `output_head_importances=True` it returns a

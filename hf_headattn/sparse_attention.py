@@ -286,46 +286,51 @@ def _csoftmax_pass(inputs, buffers, state, done):
     return (g, new_n_capped, free_e), new_n_capped == n_capped
 
 
-def _csparsemax_at(free_zs, us, t, work, indicator):
-    """(|{z_j > t}|, |A_R| = |{z_j - t >= u_j}|, f(t) = sum_j clip(z_j - t, 0, u_j)) per row."""
-    x = torch.sub(free_zs, t, out=work)
-    n_positive = _row_sum(torch.gt(x, 0, out=indicator))
-    n_capped = _row_sum(torch.ge(x, us, out=indicator))
-    return n_positive, n_capped, _row_sum(torch.minimum(x.clamp_(min=0), us, out=x))
+def _csparsemax_at(zs, us, n_zero, t, work, indicator):
+    """(f(t) = sum_j clip(z_j - t, 0, u_j), |{j : u_j > 0, z_j > t}|, |{j : u_j > 0, z_j - t >= u_j}|) per row.
+    n_zero: the number of keys with a zero bound (masked ones included): for them clip(...) = 0 = u_j, so they
+    count as capped below and are taken off."""
+    y = torch.clamp(torch.sub(zs, t, out=work), zs.new_zeros(()), us, out=work)
+    n_positive = _row_sum(torch.gt(y, 0, out=indicator))
+    n_capped = _row_sum(torch.ge(y, us, out=indicator)).sub_(n_zero)
+    return _row_sum(y), n_positive, n_capped
 
 
-def _csparsemax_jump(free_zs, us, t, f):
+def _csparsemax_jump(zs, us, t, f):
     """For rows where no key is strictly inside its box at t (f is flat there): the next breakpoint towards the
-    solution, where one key starts (f < 1: the largest z_j <= t) or stops (f > 1: the smallest z_j - u_j of the
-    capped keys) moving, plus the Newton step with that key alone. (Few rows: plain tensor operations.)"""
-    x = free_zs - t
-    entering = torch.where(x > 0, float("-inf"), free_zs).amax(dim=-1, keepdim=True)
-    leaving = torch.where(x >= us, free_zs - us, float("inf")).amin(dim=-1, keepdim=True)
+    solution, where one key starts (f < 1: the largest z_j <= t with u_j > 0) or stops (f > 1: the smallest
+    z_j - u_j of the capped keys) moving, plus the Newton step with that key alone. (Few rows: plain tensor
+    operations.)"""
+    x = zs - t
+    bounded = us > 0
+    entering = torch.where((x <= 0) & bounded, zs, float("-inf")).amax(dim=-1, keepdim=True)
+    leaving = torch.where((x >= us) & bounded, zs - us, float("inf")).amin(dim=-1, keepdim=True)
     return torch.where(f < 1, entering, leaving) + (f - 1)
 
 
 def _csparsemax_pass(inputs, buffers, state, done):
     """Newton's step on f(t) = sum_j clip(z_j - t, 0, u_j) = 1 from the partition at t (A = {0 < z_j - t < u_j},
-    A_R = {z_j - t >= u_j}): t <- t + (f(t) - 1) / |A| = (sum_A z + sum_{A_R} u - 1) / |A| (Prop. 1), or
-    `_csparsemax_jump` if A is empty. f is not convex, so Newton's steps can cycle: a step that does not land
-    strictly inside the bracket (lo, hi) of the earlier t's, on either side of the solution (f(t) >= 1, f(t) <= 1),
-    bisects it instead. Settled when a Newton step keeps the partition: then t is computed from the partition it
-    defines, the exact tau; rows settled earlier keep their t. State: (t, |{z_j > t}|, |A_R|, f(t), lo, hi)."""
-    (free_zs, us), (work, indicator), (t, n_positive, n_capped, f, lo, hi) = inputs, buffers, state
+    A_R = {z_j - t >= u_j}, keys with u_j > 0): t <- t + (f(t) - 1) / |A| = (sum_A z + sum_{A_R} u - 1) / |A|
+    (Prop. 1), or `_csparsemax_jump` if A is empty. f is not convex, so Newton's steps can cycle: a step that does
+    not land strictly inside the bracket (lo, hi) of the earlier t's, on either side of the solution (f(t) >= 1,
+    f(t) <= 1), bisects it instead. Settled when a Newton step keeps the partition: then t is computed from the
+    partition it defines, the exact tau; rows settled earlier keep their t.
+    State: (t, f(t), |{z_j > t}|, |A_R|, lo, hi)."""
+    (zs, us, n_zero), (work, indicator), (t, f, n_positive, n_capped, lo, hi) = inputs, buffers, state
     n_active = n_positive - n_capped
     new_t = torch.addcdiv(t, f - 1, n_active.clamp(min=1))
     if bool((empty := n_active == 0).any()):
         rows = empty.squeeze(-1).nonzero().squeeze(-1)
-        new_t.index_copy_(0, rows, _csparsemax_jump(*(x.index_select(0, rows) for x in (free_zs, us, t, f))))
-    # A step back to an end of the bracket (before t joins it) is a cycle. A step out of it goes right from
-    # f(t) > 1 or left from f(t) < 1, so the side it leaves on is bounded once t joins.
-    bisect = ((new_t <= lo) | (new_t >= hi)) & ~done
-    lo = torch.where(f >= 1, torch.maximum(lo, t), lo)
-    hi = torch.where(f <= 1, torch.minimum(hi, t), hi)
-    new_t = torch.where(done, t, torch.where(bisect, (lo + hi) / 2, new_t))
-    new_n_positive, new_n_capped, f = _csparsemax_at(free_zs, us, new_t, work, indicator)
+        new_t.index_copy_(0, rows, _csparsemax_jump(*(x.index_select(0, rows) for x in (zs, us, t, f))))
+    # t lies strictly inside (lo, hi): a step to an end of the bracket or beyond is a cycle or an overshoot.
+    bisect = (new_t <= lo) | (new_t >= hi)
+    lo = torch.where(f >= 1, t, lo)
+    hi = torch.where(f <= 1, t, hi)
+    new_t = torch.where(bisect, (lo + hi) / 2, new_t)
+    new_t = torch.where(done, t, new_t)
+    new_f, new_n_positive, new_n_capped = _csparsemax_at(zs, us, n_zero, new_t, work, indicator)
     settled = (new_n_positive == n_positive) & (new_n_capped == n_capped) & (n_active > 0) & ~bisect
-    return (new_t, new_n_positive, new_n_capped, f, lo, hi), settled
+    return (new_t, new_f, new_n_positive, new_n_capped, lo, hi), settled
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -380,24 +385,24 @@ def _csparsemax_solve(z: torch.Tensor, us: torch.Tensor):
     if z.numel() < _SORT_BELOW:
         alpha, active, capped = _csparsemax_sort(z, us)
         return alpha, active, capped, _row_sum(active)
-    z_max = _row_max(z)
+    zs = torch.sub(z, _row_max(z))  # -inf on masked keys
     feasible = _row_sum(us) >= 1
-    work, indicator = torch.empty_like(z), torch.empty_like(z)
-    # Scores minus the row max (-inf on masked keys); keys with a zero bound never get attention: for the passes
-    # their score is -finfo.max, below every tau.
-    free_zs = torch.sub(z, z_max).add_(torch.eq(us, 0, out=indicator), alpha=-torch.finfo(z.dtype).max)
-    t = _row_max(free_zs) - 1
-    # State at t; bracket: f(max z) = 0 < 1, so tau < t + 1, no lower bound yet.
-    state = (t, *_csparsemax_at(free_zs, us, t, work, indicator), torch.full_like(t, float("-inf")), t + 1)
-    (tau, *_), settled = _settle(_csparsemax_pass, (free_zs, us), (work, indicator), state,
+    work, indicator = torch.empty_like(zs), torch.empty_like(zs)
+    zero_bound = torch.eq(us, 0, out=indicator)
+    n_zero = _row_sum(zero_bound)
+    # Start one below the highest key that may get attention (keys with a zero bound never do). Bracket:
+    # f(t + 1) = 0 < 1, so tau < t + 1; no lower bound yet.
+    t = _row_max(torch.addcmul(zs, zero_bound, zs.new_full((), -torch.finfo(zs.dtype).max), out=work)) - 1
+    state = (t, *_csparsemax_at(zs, us, n_zero, t, work, indicator), torch.full_like(t, float("-inf")), t + 1)
+    (tau, *_), settled = _settle(_csparsemax_pass, (zs, us, n_zero), (work, indicator), state,
                                  _true_rows(feasible, all_none=True))
-    # The settled partition (the pass's arithmetic: free_zs is z - max on the keys with a nonzero bound); a key
-    # with a zero bound counts as capped if z_j > tau, else as zero.
-    x = torch.sub(z, z_max, out=work).sub_(tau)
+    # The settled partition, with the pass's arithmetic; a key with a zero bound counts as capped if z_j > tau,
+    # else as zero.
+    x = torch.sub(zs, tau, out=work)
     positive = torch.gt(x, 0, out=indicator)
-    capped = torch.ge(x, us, out=free_zs).mul_(positive)
+    capped = torch.ge(x, us, out=zs).mul_(positive)
     active = positive.sub_(capped)
-    alpha = torch.minimum(x.clamp_(min=0), us, out=x)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
+    alpha = torch.clamp(x, x.new_zeros(()), us, out=x)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
     n_active = _row_sum(active)
     settled &= feasible & (n_active > 0)  # infeasible rows, and degenerate rows where A would be empty
     if (rows := _true_rows(~settled)) is not None:

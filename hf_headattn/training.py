@@ -16,7 +16,9 @@ import torch
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
 
 from .configuration_headattn import HeadAttnConfig
+from .configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, HeadAttnRNNConfig
 from .modeling_headattn import HeadAttnForConditionalGeneration
+from .modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration
 from .tokenization import train_tokenizer
 
 
@@ -33,6 +35,9 @@ A Hugging Face dataset (Hub name or local folder) with a `translation` column:
 Two processes on CPU (accelerate launch --cpu --num_processes 2 silently runs one; torchrun really runs two):
     torchrun --nproc_per_node 2 examples/train_translation.py ... --output-dir runs/ddp
 Attention variants per site, as JSON: --cross-attention '{"type": "running_sum", "layers": [-1]}'
+The LSTM encoder-decoder (Iida et al.; Malaviya et al.), e.g. 2 heads x 2 dependent hops with csparsemax:
+    python examples/train_translation.py ... --architecture rnn --heads 2 --hops 2 \
+        --attention-transform csparsemax --fertility predicted
 """
 
 
@@ -199,20 +204,20 @@ def prepare_fertility(model, tokenizer, sources: list[str], targets: list[str], 
                       seed: int = 0) -> None:
     """Fill in what the GUIDED and PREDICTED fertility strategies (Malaviya et al., 2018, Sec. 4) learn from the
     training data: eflomal alignments of its subword tokens give each source token's fertility; GUIDED keeps
-    the largest per token id in the encoder's `guided_fertility` table, PREDICTED trains the encoder's bi-LSTM
-    `fertility_predictor` on them (+1 slack). Nothing to do for CONSTANT or models without constrained
-    attention."""
+    the largest per token id in the encoder's `source_fertility.guided_fertility` table, PREDICTED trains the
+    encoder's bi-LSTM `source_fertility.fertility_predictor` on them (+1 slack). Works for both model families;
+    nothing to do for CONSTANT or models without constrained attention."""
     from .alignment import corpus_token_fertilities, guided_fertility_table, train_fertility_predictor
 
-    config, encoder = model.config, model.get_encoder()
-    if not config.uses_fertility() or config.fertility == "constant":
+    config, bounds = model.config, model.get_encoder().source_fertility
+    if bounds is None or config.fertility == "constant":
         return
     source_ids, fertilities = corpus_token_fertilities(tokenizer, list(sources), list(targets), seed=seed)
     if config.fertility == "guided":
         with torch.no_grad():
-            encoder.guided_fertility.copy_(guided_fertility_table(source_ids, fertilities, config.vocab_size))
+            bounds.guided_fertility.copy_(guided_fertility_table(source_ids, fertilities, config.vocab_size))
     else:
-        train_fertility_predictor(encoder.fertility_predictor, source_ids, fertilities, epochs=predictor_epochs,
+        train_fertility_predictor(bounds.fertility_predictor, source_ids, fertilities, epochs=predictor_epochs,
                                   seed=seed)
 
 
@@ -234,23 +239,36 @@ def parse_args(argv=None):
     data.add_argument("--max-length", type=int, default=128, help="longer sentences are truncated to this many tokens")
 
     model = parser.add_argument_group("model")
+    model.add_argument("--architecture", default="transformer", choices=["transformer", "rnn"],
+                       help="Marian-style Transformer (HeadAttnConfig) or attentional LSTM (HeadAttnRNNConfig)")
     model.add_argument("--tokenizer", help="existing tokenizer folder; default: train one on the training text")
     model.add_argument("--vocab-size", type=int, default=8000)
     model.add_argument("--tokenizer-model", default="bpe", choices=["bpe", "unigram"])
-    model.add_argument("--d-model", type=int, default=256)
-    model.add_argument("--layers", type=int, default=3, help="encoder and decoder layers")
-    model.add_argument("--heads", type=int, default=4)
-    model.add_argument("--ffn-dim", type=int, default=1024)
+    model.add_argument("--layers", type=int, default=None,
+                       help="encoder and decoder layers (default: 3 for the Transformer, 1 for the LSTM)")
+    model.add_argument("--heads", type=int, default=None,
+                       help="attention heads (default: 4 for the Transformer, 1 for the LSTM)")
     model.add_argument("--dropout", type=float, default=0.1)
     model.add_argument("--label-smoothing", type=float, default=0.1, help="computed in the model's own loss")
-    model.add_argument("--position-embedding", default="sinusoidal", choices=["sinusoidal", "none"])
     model.add_argument("--fertility", default="constant", choices=["constant", "guided", "predicted"],
-                       help="fertility bounds of csoftmax/csparsemax cross-attention (guided/predicted align the "
+                       help="fertility bounds of csoftmax/csparsemax attention (guided/predicted align the "
                             "training data with eflomal first)")
     model.add_argument("--constant-fertility", type=float, default=2.0)
     model.add_argument("--fertility-predictor-epochs", type=int, default=5)
+    transformer = parser.add_argument_group("Transformer (--architecture transformer)")
+    transformer.add_argument("--d-model", type=int, default=256)
+    transformer.add_argument("--ffn-dim", type=int, default=1024)
+    transformer.add_argument("--position-embedding", default="sinusoidal", choices=["sinusoidal", "none"])
     for site in ("encoder-self-attention", "decoder-self-attention", "cross-attention"):
-        model.add_argument(f"--{site}", default="softmax", help="variant name or JSON spec for this site")
+        transformer.add_argument(f"--{site}", default="softmax", help="variant name or JSON spec for this site")
+    rnn = parser.add_argument_group("LSTM (--architecture rnn)")
+    rnn.add_argument("--embedding-size", type=int, default=256)
+    rnn.add_argument("--hidden-size", type=int, default=512, help="decoder state and context size d")
+    rnn.add_argument("--hops", type=int, default=1, help="K, counting the first hop (Iida et al.)")
+    rnn.add_argument("--hop-mode", default="dependent", choices=["dependent", "independent"])
+    rnn.add_argument("--attention-score", default="general", choices=list(ATTENTION_SCORES))
+    rnn.add_argument("--attention-transform", default="softmax", choices=list(ATTENTION_TRANSFORMS))
+    rnn.add_argument("--coverage-vector", action="store_true", help="Tu et al.'s coverage vector (Malaviya et al.)")
 
     train = parser.add_argument_group("training")
     train.add_argument("--output-dir", required=True)
@@ -339,29 +357,7 @@ def main(argv=None):
         train_dataset = tokenize_parallel(train_text, tokenizer, args.max_length)
         valid_dataset = tokenize_parallel(valid_text, tokenizer, args.max_length)
 
-    config = HeadAttnConfig(
-        vocab_size=len(tokenizer),
-        d_model=args.d_model,
-        encoder_layers=args.layers,
-        decoder_layers=args.layers,
-        encoder_attention_heads=args.heads,
-        decoder_attention_heads=args.heads,
-        encoder_ffn_dim=args.ffn_dim,
-        decoder_ffn_dim=args.ffn_dim,
-        dropout=args.dropout,
-        label_smoothing=args.label_smoothing,
-        position_embedding=args.position_embedding,
-        max_position_embeddings=max(512, args.max_length + 2),
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.pad_token_id,
-        encoder_self_attention=attention_spec(args.encoder_self_attention),
-        decoder_self_attention=attention_spec(args.decoder_self_attention),
-        cross_attention=attention_spec(args.cross_attention),
-        fertility=args.fertility,
-        constant_fertility=args.constant_fertility,
-    )
-    model = HeadAttnForConditionalGeneration(config)
+    model = build_model(args, tokenizer)
     prepare_fertility(model, tokenizer, train_text["source"], train_text["target"],
                       predictor_epochs=args.fertility_predictor_epochs, seed=args.seed)
     model.generation_config.max_length = args.max_length
@@ -387,6 +383,54 @@ def main(argv=None):
         (output_dir / "train_results.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
         print(json.dumps(_jsonable(metrics), indent=2))
     return metrics
+
+
+def build_model(args, tokenizer):
+    """A freshly initialised model of the architecture and sizes the command line names."""
+    shared = dict(
+        vocab_size=len(tokenizer),
+        dropout=args.dropout,
+        label_smoothing=args.label_smoothing,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        fertility=args.fertility,
+        constant_fertility=args.constant_fertility,
+    )
+    if args.architecture == "rnn":
+        layers = args.layers if args.layers is not None else 1
+        config = HeadAttnRNNConfig(
+            embedding_size=args.embedding_size,
+            hidden_size=args.hidden_size,
+            encoder_layers=layers,
+            decoder_layers=layers,
+            num_heads=args.heads if args.heads is not None else 1,
+            num_hops=args.hops,
+            hop_mode=args.hop_mode,
+            attention_score=args.attention_score,
+            attention_transform=args.attention_transform,
+            coverage_vector=args.coverage_vector,
+            **shared,
+        )
+        return HeadAttnRNNForConditionalGeneration(config)
+    layers = args.layers if args.layers is not None else 3
+    heads = args.heads if args.heads is not None else 4
+    config = HeadAttnConfig(
+        d_model=args.d_model,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=args.ffn_dim,
+        decoder_ffn_dim=args.ffn_dim,
+        position_embedding=args.position_embedding,
+        max_position_embeddings=max(512, args.max_length + 2),
+        encoder_self_attention=attention_spec(args.encoder_self_attention),
+        decoder_self_attention=attention_spec(args.decoder_self_attention),
+        cross_attention=attention_spec(args.cross_attention),
+        **shared,
+    )
+    return HeadAttnForConditionalGeneration(config)
 
 
 def _cuda_available() -> bool:

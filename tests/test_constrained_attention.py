@@ -34,7 +34,7 @@ def test_beam_search_never_exceeds_a_source_tokens_fertility(variant, fertility)
     model = random_model(config, std=0.3)
     if fertility == "guided":
         with torch.no_grad():
-            model.model.encoder.guided_fertility.copy_(torch.randint(1, 3, (64,)).float())
+            model.model.encoder.source_fertility.guided_fertility.copy_(torch.randint(1, 3, (64,)).float())
     input_ids, attention_mask = source_batch((7, 4, 9))
     with torch.no_grad():
         bounds = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).fertility
@@ -147,7 +147,7 @@ def test_training_command_learns_fertilities_from_eflomal_alignments(fertility, 
     assert model.config.fertility == fertility and bounds.shape == batch["input_ids"].shape[1:]
     if fertility == "guided":  # learnt integers, not the all-ones default everywhere
         assert torch.equal(bounds, bounds.round()) and (bounds >= 1).all()
-        assert (model.get_encoder().guided_fertility != 1).any()
+        assert (model.get_encoder().source_fertility.guided_fertility != 1).any()
     else:  # a few tagger steps already pull the expected fertility towards the aligner's 1 (+1 slack) of most tokens
         from hf_headattn.fertility import FertilityPredictor
 

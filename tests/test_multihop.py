@@ -32,7 +32,7 @@ def test_hops_follow_equations_7_to_9_and_19(hop_mode):
     model = random_model(tiny_config(cross_attention={"type": "multihop", "hops": 2, "hop_mode": hop_mode,
                                                       "layers": [0]}), std=0.3).double()
     attention = model.model.decoder.layers[0].encoder_attn
-    variant = attention.variant
+    hops = attention.variant.second_hops
     torch.manual_seed(0)
     x = torch.randn(2, 3, 32, dtype=torch.float64)
     memory = torch.randn(2, 5, 32, dtype=torch.float64)
@@ -44,11 +44,11 @@ def test_hops_follow_equations_7_to_9_and_19(hop_mode):
         for t in range(3):
             contexts = [torch.softmax(k[b, :, h] @ q[b, t, h] / math.sqrt(8), 0) @ v[b, :, h] for h in range(4)]
             for hop in range(2):
-                U_c = variant.u_c[hop]
+                U_c = hops.u_c[hop]
                 if hop_mode == "independent":
                     contexts = [U_c[h] @ contexts[h] for h in range(4)]  # Eq. 19
                     continue
-                W_b, v_b, U_b = variant.w_b[hop].weight, variant.v_b[hop].weight[0], variant.u_b[hop]
+                W_b, v_b, U_b = hops.w_b[hop].weight, hops.v_b[hop].weight[0], hops.u_b[hop]
                 e = torch.stack([v_b @ torch.tanh(W_b @ q[b, t, h] + U_b[h] @ contexts[h]) for h in range(4)])  # Eq. 7
                 beta = torch.softmax(e, 0)  # Eq. 8
                 contexts = [beta[h] * (U_c[h] @ contexts[h]) for h in range(4)]  # Eq. 9
@@ -69,7 +69,7 @@ def test_zero_hops_is_plain_multi_head_attention():
 
 @pytest.mark.parametrize("spec, message", [
     ({"type": "multihop", "hops": -1}, "`hops` must be an integer >= 0"),
-    ({"type": "multihop", "hop_mode": "shared"}, "Unknown multihop `hop_mode` 'shared'; accepted: dependent, independent"),
+    ({"type": "multihop", "hop_mode": "shared"}, "Unknown `hop_mode` 'shared'; accepted: dependent, independent"),
 ])
 def test_bad_multihop_options_are_clear_errors(spec, message):
     with pytest.raises(ValueError, match=message):

@@ -77,9 +77,9 @@ VARIANTS = {
 def saved_model(request, tokenizer, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"model-{request.param}")
     model = random_model(tiny_config(vocab_size=len(tokenizer), **VARIANTS[request.param]))
-    if hasattr(model.model.encoder, "guided_fertility"):  # a table that differs from the all-ones default
+    if hasattr(model.model.encoder.source_fertility, "guided_fertility"):  # a table that differs from the all-ones default
         with torch.no_grad():
-            model.model.encoder.guided_fertility.copy_(torch.randint(1, 4, (len(tokenizer),), generator=torch.Generator().manual_seed(0)))
+            model.model.encoder.source_fertility.guided_fertility.copy_(torch.randint(1, 4, (len(tokenizer),), generator=torch.Generator().manual_seed(0)))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model, folder

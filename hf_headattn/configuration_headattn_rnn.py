@@ -1,0 +1,174 @@
+"""Configuration of the attentional LSTM encoder-decoder (Luong et al., 2015) that the multi-hop (Iida et al.,
+2019) and sparse/constrained attention (Malaviya et al., 2018) papers build on."""
+
+from transformers import PreTrainedConfig
+
+from .attention_multihop import check_hop_mode
+from .configuration_headattn import CUSTOM_PIPELINES
+from .fertility import check_fertility_config
+
+
+ATTENTION_SCORES = ("general", "dot")
+ATTENTION_TRANSFORMS = ("softmax", "sparsemax", "csoftmax", "csparsemax")
+CONSTRAINED_TRANSFORMS = ("csoftmax", "csparsemax")
+
+AUTO_MAP = {
+    "AutoConfig": "configuration_headattn_rnn.HeadAttnRNNConfig",
+    "AutoModel": "modeling_headattn_rnn.HeadAttnRNNModel",
+    "AutoModelForSeq2SeqLM": "modeling_headattn_rnn.HeadAttnRNNForConditionalGeneration",
+}
+
+
+class HeadAttnRNNConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`HeadAttnRNNForConditionalGeneration`]: embeddings, a bidirectional LSTM encoder, an LSTM
+    decoder with input feeding, and multi-head, multi-hop source attention whose weights come from a choice of
+    transformations.
+
+    Args:
+        vocab_size (`int`, defaults to 8000): Size of the joint source/target vocabulary (source and target
+            embeddings are separate matrices over it).
+        embedding_size (`int`, defaults to 512): Size of the token embeddings.
+        hidden_size (`int`, defaults to 1024): d, the decoder state size and the size of the encoder states the
+            attention reads (each encoder direction has d / 2 units, so d must be even); also the size of every
+            head's query and context.
+        encoder_layers / decoder_layers (`int`, defaults to 1): LSTM layers. Decoder layer l starts from the final
+            states of encoder layer l (both directions concatenated), or from zeros when the encoder has no
+            layer l.
+        dropout (`float`, defaults to 0.3): Dropout on embeddings, between LSTM layers and on the attentional
+            output o_t.
+        attention_score (`str`, defaults to `"general"`): Luong's `"general"` (bilinear, z = (W_a^(k) d_t)^T h_j;
+            Malaviya et al.'s choice and Iida et al.'s Eq. 1-2) or `"dot"` (z = d_t^T h_j; one head only, since
+            without W_a every head would be the same).
+        num_heads (`int`, defaults to 1): N, the heads of the source attention (Iida et al., Eq. 1-2).
+        num_hops (`int`, defaults to 1): K, the hops, counting the first: K - 1 second-level hops over the heads
+            (Eq. 7-9 or 19). N = 1, K = 1 is Luong's attention.
+        hop_mode (`str`, defaults to `"dependent"`): `"dependent"` (Eq. 7-9: shared W_b, v_b and a softmax over
+            heads) or `"independent"` (Eq. 19).
+        attention_transform (`str`, defaults to `"softmax"`): How scores become attention weights, per head:
+            `"softmax"`, `"sparsemax"`, `"csoftmax"` or `"csparsemax"` (Malaviya et al., Eq. 3-6); the
+            constrained two bound each source token's cumulative attention by its fertility.
+        exhaustion (`float`, defaults to 0.2): c of the exhaustion bonus z' = z + c u (constrained transforms).
+        sink_token (`bool`, defaults to `True`): Append a learned <SINK> state with unbounded fertility to the
+            source (constrained transforms), so that every step stays feasible.
+        coverage_vector (`bool`, defaults to `False`): Tu et al.'s coverage vector as adapted by Malaviya et al.:
+            z_tj = d_t^T (W h_j + v beta_{t-1,j}), with a learned v per head and beta the head's cumulative
+            attention.
+        fertility / constant_fertility / fertility_predictor_size / max_fertility: The fertility strategy of the
+            constrained transforms, as in [`HeadAttnConfig`].
+        label_smoothing (`float`, defaults to 0.0): Label smoothing of the model's own cross-entropy loss.
+        init_range (`float`, defaults to 0.1): Parameters start uniform in [-init_range, init_range] (OpenNMT's
+            default, which Malaviya et al. used).
+        pad_token_id / eos_token_id / decoder_start_token_id (`int`, defaults to 0 / 1 / 0): Special token ids.
+    """
+
+    model_type = "headattn_rnn"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = {"num_hidden_layers": "decoder_layers", "num_attention_heads": "num_heads"}
+
+    def __init__(
+        self,
+        vocab_size: int = 8000,
+        embedding_size: int = 512,
+        hidden_size: int = 1024,
+        encoder_layers: int = 1,
+        decoder_layers: int = 1,
+        dropout: float = 0.3,
+        attention_score: str = "general",
+        num_heads: int = 1,
+        num_hops: int = 1,
+        hop_mode: str = "dependent",
+        attention_transform: str = "softmax",
+        exhaustion: float = 0.2,
+        sink_token: bool = True,
+        coverage_vector: bool = False,
+        fertility: str = "constant",
+        constant_fertility: float = 2.0,
+        fertility_predictor_size: int = 128,
+        max_fertility: int = 10,
+        label_smoothing: float = 0.0,
+        init_range: float = 0.1,
+        use_cache: bool = True,
+        pad_token_id: int = 0,
+        eos_token_id: int = 1,
+        decoder_start_token_id: int = 0,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.embedding_size = embedding_size
+        self.hidden_size = hidden_size
+        self.encoder_layers = encoder_layers
+        self.decoder_layers = decoder_layers
+        self.dropout = dropout
+        self.attention_score = attention_score
+        self.num_heads = num_heads
+        self.num_hops = num_hops
+        self.hop_mode = hop_mode
+        self.attention_transform = attention_transform
+        self.exhaustion = exhaustion
+        self.sink_token = sink_token
+        self.coverage_vector = coverage_vector
+        self.fertility = fertility
+        self.constant_fertility = constant_fertility
+        self.fertility_predictor_size = fertility_predictor_size
+        self.max_fertility = max_fertility
+        self.label_smoothing = label_smoothing
+        self.init_range = init_range
+        self.use_cache = use_cache
+        kwargs.setdefault("auto_map", dict(AUTO_MAP))
+        kwargs.setdefault("custom_pipelines", dict(CUSTOM_PIPELINES))
+        kwargs.setdefault("is_encoder_decoder", True)
+        kwargs.setdefault("tie_word_embeddings", False)
+        super().__init__(
+            pad_token_id=pad_token_id,
+            eos_token_id=eos_token_id,
+            decoder_start_token_id=decoder_start_token_id,
+            **kwargs,
+        )
+        self.validate_architecture()
+
+    def validate_architecture(self) -> None:
+        """Raise ValueError, naming the bad value and what would be accepted, for any inconsistent field (also
+        run by `save_pretrained`)."""
+        super().validate_architecture()
+        for field in ("vocab_size", "embedding_size", "hidden_size", "encoder_layers", "decoder_layers",
+                      "num_heads", "num_hops"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"`{field}` must be a positive integer, got {value!r}")
+        if self.hidden_size % 2:
+            raise ValueError(f"`hidden_size` must be even (each encoder direction has hidden_size / 2 units), got "
+                             f"{self.hidden_size}")
+        for field in ("dropout", "label_smoothing"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{field}` must be a number in [0, 1), got {value!r}")
+        if not isinstance(self.init_range, (int, float)) or isinstance(self.init_range, bool) or self.init_range <= 0:
+            raise ValueError(f"`init_range` must be a number > 0, got {self.init_range!r}")
+        if self.attention_score not in ATTENTION_SCORES:
+            raise ValueError(f"Unknown attention_score {self.attention_score!r}; accepted: {', '.join(ATTENTION_SCORES)}")
+        if self.attention_score == "dot" and self.num_heads != 1:
+            raise ValueError(f"attention_score='dot' has no per-head W_a, so all {self.num_heads} heads would be the "
+                             "same; use num_heads=1 or attention_score='general'")
+        check_hop_mode(self.hop_mode)
+        if self.attention_transform not in ATTENTION_TRANSFORMS:
+            raise ValueError(f"Unknown attention_transform {self.attention_transform!r}; accepted: "
+                             f"{', '.join(ATTENTION_TRANSFORMS)}")
+        if not isinstance(self.exhaustion, (int, float)) or isinstance(self.exhaustion, bool) or self.exhaustion < 0:
+            raise ValueError(f"`exhaustion` (c of z' = z + c u) must be a number >= 0, got {self.exhaustion!r}")
+        for field in ("sink_token", "coverage_vector"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"`{field}` must be true or false, got {getattr(self, field)!r}")
+        check_fertility_config(self)
+        for field in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < self.vocab_size:
+                raise ValueError(f"`{field}` must be an integer in [0, {self.vocab_size}) for this vocabulary, got "
+                                 f"{value!r}")
+
+    def uses_fertility(self) -> bool:
+        """Whether the attention bounds each source token's attention by its fertility."""
+        return self.attention_transform in CONSTRAINED_TRANSFORMS
+
+
+__all__ = ["HeadAttnRNNConfig"]

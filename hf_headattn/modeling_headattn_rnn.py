@@ -1,0 +1,559 @@
+"""Attentional LSTM encoder-decoder (Luong et al., 2015, with input feeding), the architecture of the multi-hop
+attention paper (Iida et al., 2019) and of the sparse and constrained attention paper (Malaviya et al., 2018).
+
+Encoder: embeddings, a bidirectional LSTM whose directions have d / 2 units, so that its states h_j have size d.
+Decoder step t: the LSTM reads [embed(y_{t-1}); o_{t-1}] (input feeding) and gives d_t; N heads attend to the
+source (Eq. 1-2 of Iida et al.: s^(k) = W_a^(k) d_t, scores s^(k)^T h_j), with the weights from softmax,
+sparsemax, csoftmax or csparsemax (Malaviya et al., Eq. 3-6, the latter two bounded by fertility); K - 1
+second-level hops re-weigh the heads' contexts (Eq. 7-9 or 19); o_t = tanh(W_o [d_t; c'^(1); ...; c'^(N)])
+(Eq. 16) predicts y_t. All per-step state (LSTM states, input feed, cumulative attention) lives in
+`HeadAttnRNNCache`, so that beam search reorders it.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
+from transformers.generation.utils import GenerateBeamEncoderDecoderOutput
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_utils import PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .attention_multihop import HeadHops
+from .attention_sparse import constrained_attention_step, with_sink_column
+from .cache_headattn import HeadAttnRNNCache
+from .configuration_headattn_rnn import HeadAttnRNNConfig
+from .fertility import SourceFertility
+from .modeling_headattn import copy_runtime_code, seq2seq_loss, shift_tokens_right
+from .rnn_packing import run_packed_lstm
+from .sparse_attention import csoftmax, csparsemax, sparsemax
+
+
+CONSTRAINED = {"csoftmax": csoftmax, "csparsemax": csparsemax}
+
+
+def coverage_penalty(
+    cumulative_attention: torch.Tensor, source_mask: torch.Tensor | None, beta: float, epsilon: float = 0.1
+) -> torch.Tensor:
+    """Wu et al.'s coverage penalty with Malaviya et al.'s epsilon (their footnote 5):
+    cp = beta * sum_j log max(epsilon, min(1, sum_t alpha_tj)), over the real source tokens j.
+
+    cumulative_attention: [batch, source_len], sum_t alpha_tj; source_mask: [batch, source_len] (1 = real)."""
+    terms = torch.log(cumulative_attention.clamp(max=1.0).clamp(min=epsilon))
+    if source_mask is not None:
+        terms = terms * source_mask.to(terms.dtype)
+    return beta * terms.sum(-1)
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+@dataclass
+class HeadAttnRNNEncoderOutput(BaseModelOutput):
+    """Encoder states [batch, source_len, d] plus what the decoder starts from, batch-first so that `generate`
+    expands it to beams: the final hidden and cell states of every encoder layer ([batch, layers, d], both
+    directions concatenated) and, for constrained attention, each source token's fertility [batch, source_len]."""
+
+    final_hidden: torch.Tensor | None = None
+    final_cell: torch.Tensor | None = None
+    fertility: torch.Tensor | None = None
+
+
+@dataclass
+class HeadAttnRNNDecoderOutput(BaseModelOutput):
+    """`last_hidden_state`: the attentional outputs o_t [batch, target_len, d]; `cross_attentions`: one
+    [batch, heads, target_len, source_len] tensor (real source tokens only; any rest went to the sink);
+    `head_importances`: the last dependent hop's weights over heads [batch, target_len, heads]."""
+
+    past_key_values: Cache | None = None
+    cross_attentions: tuple[torch.Tensor, ...] | None = None
+    head_importances: torch.Tensor | None = None
+
+
+@dataclass
+class HeadAttnRNNSeq2SeqModelOutput(Seq2SeqModelOutput):
+    """`Seq2SeqModelOutput` plus the dependent hops' weights over heads [batch, target_len, heads]."""
+
+    head_importances: torch.Tensor | None = None
+
+
+@dataclass
+class HeadAttnRNNSeq2SeqLMOutput(Seq2SeqLMOutput):
+    """`Seq2SeqLMOutput` plus the dependent hops' weights over heads [batch, target_len, heads]."""
+
+    head_importances: torch.Tensor | None = None
+
+
+@dataclass
+class HeadAttnRNNGenerateOutput(ModelOutput):
+    """`generate(..., coverage_penalty=beta, return_dict_in_generate=True)`: the beam hypotheses re-ranked by
+    `sequences_scores` (beam score + coverage penalty), best first for every source sentence, and the
+    `coverage_penalties` that were added."""
+
+    sequences: torch.LongTensor | None = None
+    sequences_scores: torch.Tensor | None = None
+    coverage_penalties: torch.Tensor | None = None
+
+
+# ------------------------------------------------------------------------------------------------ modules
+class HeadAttnRNNEncoder(nn.Module):
+    def __init__(self, config: HeadAttnRNNConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, config.pad_token_id)
+        self.dropout = nn.Dropout(config.dropout)
+        self.lstm = nn.LSTM(
+            config.embedding_size,
+            config.hidden_size // 2,
+            num_layers=config.encoder_layers,
+            dropout=config.dropout if config.encoder_layers > 1 else 0.0,
+            bidirectional=True,
+            batch_first=True,
+        )
+        # What the constrained transforms need to bound attention (Malaviya et al., Sec. 4)
+        self.source_fertility = SourceFertility(config) if config.uses_fertility() else None
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> HeadAttnRNNEncoderOutput:
+        if input_ids is None:
+            raise ValueError("The LSTM encoder needs `input_ids`")
+        mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        embeddings = self.dropout(self.embed_tokens(input_ids.masked_fill(~mask, self.config.pad_token_id)))
+        states, (final_hidden, final_cell) = run_packed_lstm(self.lstm, embeddings, mask)
+
+        def per_layer(final):  # [layers * 2, batch, d / 2] -> [batch, layers, d], forward then backward
+            layers, batch = self.config.encoder_layers, final.shape[1]
+            return final.view(layers, 2, batch, -1).permute(2, 0, 1, 3).reshape(batch, layers, -1)
+
+        return HeadAttnRNNEncoderOutput(
+            last_hidden_state=states,
+            hidden_states=(states,) if output_hidden_states else None,
+            final_hidden=per_layer(final_hidden),
+            final_cell=per_layer(final_cell),
+            fertility=self.source_fertility(input_ids, attention_mask) if self.source_fertility is not None else None,
+        )
+
+
+class HeadAttnRNNSourceAttention(nn.Module):
+    """N-head, K-hop source attention for one decoder step, with the attention output layer (Eq. 16)."""
+
+    def __init__(self, config: HeadAttnRNNConfig):
+        super().__init__()
+        d, heads = config.hidden_size, config.num_heads
+        self.num_heads = heads
+        self.transform = config.attention_transform
+        self.exhaustion = config.exhaustion
+        # s^(k) = W_a^(k) d_t (Eq. 1); Luong's "general" score for one head
+        self.query_proj = nn.Linear(d, heads * d, bias=False) if config.attention_score == "general" else None
+        # v of z_tj = d_t^T (W h_j + v beta_{t-1,j}) (Malaviya et al.'s COVVECTOR), per head
+        self.coverage = nn.Parameter(torch.zeros(heads, d)) if config.coverage_vector else None
+        # the <SINK> token's encoder state; its fertility is unbounded (Malaviya et al., Sec. 4)
+        constrained_sink = config.uses_fertility() and config.sink_token
+        self.sink_state = nn.Parameter(torch.zeros(d)) if constrained_sink else None
+        self.second_hops = HeadHops(heads, d, config.num_hops - 1, config.hop_mode)  # Eq. 7-9 / 19
+        self.output_proj = nn.Linear((heads + 1) * d, d, bias=False)  # W_o (Eq. 16)
+
+    def attention_mask(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+        """[batch, source_len] padding mask -> [batch, 1, source_len (+ sink)] bool, shared by all steps."""
+        if attention_mask is None:
+            return None
+        allowed = attention_mask.bool()[:, None, :]
+        return with_sink_column(allowed) if self.sink_state is not None else allowed
+
+    def _weights(self, scores, queries, allowed, fertility, cumulative):
+        if self.transform in CONSTRAINED:
+            sink_scores = queries @ self.sink_state if self.sink_state is not None else None
+            return constrained_attention_step(  # Malaviya et al., Eq. 4-6
+                CONSTRAINED[self.transform], scores, fertility, cumulative, exhaustion=self.exhaustion,
+                sink_scores=sink_scores, allowed=allowed,
+            )
+        if self.transform == "sparsemax":
+            return sparsemax(scores, dim=-1, mask=allowed)  # Eq. 3
+        scores = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        return torch.softmax(scores, dim=-1)  # Iida et al., Eq. 2
+
+    def forward(
+        self,
+        decoder_state: torch.Tensor,
+        memory: torch.Tensor,
+        allowed: torch.Tensor | None,
+        fertility: torch.Tensor | None,
+        cumulative: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """decoder_state d_t [batch, d]; memory H [batch, source_len, d]; allowed from `attention_mask`;
+        fertility [batch, 1, source_len]; cumulative beta [batch, heads, source_len].
+        Returns o_t [batch, d], alpha_t [batch, heads, source_len (+ sink)] and the head weights (or None)."""
+        batch, d = decoder_state.shape
+        num_sources = memory.shape[1]
+        if self.query_proj is not None:
+            queries = self.query_proj(decoder_state).view(batch, self.num_heads, d)  # Eq. 1
+        else:
+            queries = decoder_state[:, None, :]
+        scores = torch.einsum("bnd,bsd->bns", queries, memory)  # s^(k) H^T (Eq. 2)
+        if self.coverage is not None:
+            scores = scores + (decoder_state @ self.coverage.T)[..., None] * cumulative
+        weights = self._weights(scores, queries, allowed, fertility, cumulative)
+        source_weights = weights[..., :num_sources].to(memory.dtype)
+        contexts = torch.einsum("bns,bsd->bnd", source_weights, memory)  # c^(k) (Eq. 2)
+        if self.sink_state is not None:
+            contexts = contexts + weights[..., num_sources:].to(memory.dtype) * self.sink_state
+        contexts, head_weights = self.second_hops(queries, contexts)  # c'^(k) (Eq. 7-9, 19)
+        output = torch.tanh(self.output_proj(torch.cat([decoder_state, contexts.reshape(batch, -1)], dim=-1)))  # Eq. 16
+        return output, weights, head_weights
+
+
+class HeadAttnRNNDecoder(nn.Module):
+    def __init__(self, config: HeadAttnRNNConfig):
+        super().__init__()
+        self.config = config
+        d = config.hidden_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, config.pad_token_id)
+        self.dropout = nn.Dropout(config.dropout)
+        # input feeding: the first layer reads [embed(y_{t-1}); o_{t-1}]
+        self.layers = nn.ModuleList(
+            [nn.LSTMCell(config.embedding_size + d if i == 0 else d, d) for i in range(config.decoder_layers)]
+        )
+        self.attention = HeadAttnRNNSourceAttention(config)
+
+    def initial_states(self, encoder_outputs: HeadAttnRNNEncoderOutput, num_sources: int) -> dict[str, torch.Tensor]:
+        """Decoder layer l starts from encoder layer l's final states, zeros where the encoder has no layer l."""
+        final_hidden = encoder_outputs.final_hidden
+        batch, encoder_layers, d = final_hidden.shape
+        layers = self.config.decoder_layers
+        shared = min(layers, encoder_layers)
+
+        def start(final):
+            zeros = final.new_zeros(batch, layers - shared, d)
+            return torch.cat([final[:, :shared], zeros], dim=1)
+
+        return {
+            "hidden": start(final_hidden),
+            "cell": start(encoder_outputs.final_cell),
+            "input_feed": final_hidden.new_zeros(batch, d),
+            "cumulative": final_hidden.new_zeros(batch, self.config.num_heads, num_sources),
+        }
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        encoder_outputs: HeadAttnRNNEncoderOutput,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: HeadAttnRNNCache | None = None,
+        use_cache: bool = False,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        output_head_importances: bool = False,
+    ) -> HeadAttnRNNDecoderOutput:
+        memory = encoder_outputs.last_hidden_state
+        num_sources = memory.shape[1]
+        if use_cache and past_key_values is None:
+            past_key_values = HeadAttnRNNCache()
+        elif not use_cache:
+            past_key_values = None
+        if past_key_values is not None and not isinstance(past_key_values, HeadAttnRNNCache):
+            raise TypeError(f"HeadAttnRNN models keep their decoding state in a HeadAttnRNNCache, got "
+                            f"{type(past_key_values).__name__}")
+        resumes = past_key_values is not None and past_key_values.get_seq_length() > 0
+        states = past_key_values.states if resumes else self.initial_states(encoder_outputs, num_sources)
+        hidden, cell = list(states["hidden"].unbind(1)), list(states["cell"].unbind(1))
+        input_feed, cumulative = states["input_feed"], states["cumulative"]
+
+        allowed = self.attention.attention_mask(encoder_attention_mask)
+        fertility = encoder_outputs.fertility[:, None, :].to(memory.dtype) if self.attention.transform in CONSTRAINED else None
+        embeddings = self.dropout(self.embed_tokens(input_ids))
+        # Input feeding makes each step depend on the previous step's output: the loop over target positions is
+        # inherent to the model, and vectorised over the batch.
+        outputs, step_weights, step_head_weights, top_states = [], [], [], []
+        for t in range(input_ids.shape[1]):
+            layer_input = torch.cat([embeddings[:, t], input_feed], dim=-1)
+            for i, layer in enumerate(self.layers):
+                hidden[i], cell[i] = layer(layer_input, (hidden[i], cell[i]))
+                layer_input = self.dropout(hidden[i]) if i + 1 < len(self.layers) else hidden[i]
+            attended, weights, head_weights = self.attention(hidden[-1], memory, allowed, fertility, cumulative)
+            cumulative = cumulative + weights[..., :num_sources].to(cumulative.dtype)
+            input_feed = self.dropout(attended)  # OpenNMT feeds the dropped-out attentional output
+            outputs.append(input_feed)
+            step_weights.append(weights[..., :num_sources])
+            step_head_weights.append(head_weights)
+            top_states.append(hidden[-1])
+
+        if past_key_values is not None:
+            new_states = {"hidden": torch.stack(hidden, 1), "cell": torch.stack(cell, 1), "input_feed": input_feed,
+                          "cumulative": cumulative}
+            past_key_values.update_states(new_states, input_ids.shape[1])
+        return HeadAttnRNNDecoderOutput(
+            last_hidden_state=torch.stack(outputs, dim=1),
+            past_key_values=past_key_values,
+            hidden_states=(torch.stack(top_states, dim=1),) if output_hidden_states else None,
+            cross_attentions=(torch.stack(step_weights, dim=2),) if output_attentions else None,
+            head_importances=(
+                torch.stack(step_head_weights, dim=1)
+                if output_head_importances and step_head_weights and step_head_weights[0] is not None
+                else None
+            ),
+        )
+
+
+# ------------------------------------------------------------------------------------------------ models
+class HeadAttnRNNPreTrainedModel(PreTrainedModel):
+    config_class = HeadAttnRNNConfig
+    config: HeadAttnRNNConfig
+    base_model_prefix = "model"
+    _is_stateful = True  # the decoder's recurrent state cannot be rewound for assisted decoding
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """Every parameter uniform in [-init_range, init_range] (OpenNMT's `param_init`), padding rows zero."""
+        for parameter in module.parameters(recurse=False):
+            init.uniform_(parameter, -self.config.init_range, self.config.init_range)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            if not getattr(module.weight, "_is_hf_initialized", False):
+                module.weight[module.padding_idx].zero_()
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model makes its own HeadAttnRNNCache on the first decoding step
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save weights and config plus every runtime code file, so that the folder loads through
+        `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)` without this package."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        copy_runtime_code(save_directory)
+
+
+class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
+    """The bare LSTM encoder-decoder: returns the attentional outputs o_t (no output layer)."""
+
+    def __init__(self, config: HeadAttnRNNConfig):
+        super().__init__(config)
+        self.encoder = HeadAttnRNNEncoder(config)
+        self.decoder = HeadAttnRNNDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embed_tokens = value
+
+    def get_encoder(self, modality=None):
+        return self.encoder
+
+    def get_decoder(self):
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: HeadAttnRNNEncoderOutput | None = None,
+        past_key_values: HeadAttnRNNCache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_head_importances: bool = False,
+        return_dict: bool | None = None,
+    ) -> Seq2SeqModelOutput:
+        r"""
+        decoder_attention_mask: accepted for API compatibility and unused: decoder step t reads only positions
+            up to t, so padding after a target sentence cannot change its outputs.
+        output_head_importances (`bool`): return the last dependent hop's weights over heads per target token.
+        """
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids, attention_mask, output_hidden_states=output_hidden_states)
+        if decoder_input_ids is None:
+            raise ValueError("Pass `decoder_input_ids` (or `labels` to the model with a language-model head)")
+        decoder_outputs = self.decoder(
+            decoder_input_ids,
+            encoder_outputs,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            output_head_importances=output_head_importances,
+        )
+        output = HeadAttnRNNSeq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            head_importances=decoder_outputs.head_importances,
+        )
+        return output.to_tuple() if return_dict is False else output
+
+
+class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, GenerationMixin):
+    """The LSTM encoder-decoder with its output layer; the loss is label-smoothed cross-entropy, normalised so
+    that gradient accumulation gives the same result."""
+
+    accepts_loss_kwargs = True  # Trainer passes num_items_in_batch
+
+    def __init__(self, config: HeadAttnRNNConfig):
+        super().__init__(config)
+        self.model = HeadAttnRNNModel(config)
+        self.generator = nn.Linear(config.hidden_size, config.vocab_size)  # p(y_t) = softmax(W o_t + b)
+        self.post_init()
+
+    def get_encoder(self, modality=None):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.encoder.embed_tokens
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.generator
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.generator = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: HeadAttnRNNEncoderOutput | None = None,
+        past_key_values: HeadAttnRNNCache | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_head_importances: bool = False,
+        return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+    ) -> HeadAttnRNNSeq2SeqLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch, target_length)`, *optional*): target ids, -100 where
+            ignored; decoder inputs are derived from them when not given.
+        num_items_in_batch (`int`, *optional*): label tokens across all micro-batches of one optimizer step
+            (passed by `Trainer`), so that gradient accumulation matches one large batch.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None:
+                decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id,
+                                                       self.config.decoder_start_token_id)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            output_head_importances=output_head_importances,
+        )
+        logits = self.generator(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss, _ = seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch=num_items_in_batch)
+        output = HeadAttnRNNSeq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            head_importances=outputs.head_importances,
+        )
+        return output.to_tuple() if return_dict is False else output
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def generate(self, inputs=None, *args, coverage_penalty: float = 0.0, coverage_epsilon: float = 0.1, **kwargs):
+        """`GenerationMixin.generate`, plus Wu et al.'s coverage penalty as Malaviya et al. used it: with
+        `coverage_penalty=beta > 0`, beam search keeps all `num_beams` hypotheses, each gets
+        cp = beta * sum_j log max(epsilon, min(1, sum_t alpha_tj)) added to its beam score (which already holds
+        the length penalty), and the hypotheses are re-ranked by the sum. alpha is the attention averaged over
+        heads, from one teacher-forced pass over each hypothesis (every step depends only on the source and the
+        prefix, so it is what decoding computed). Returns the best `num_return_sequences` per sentence, as
+        `generate` does (a `HeadAttnRNNGenerateOutput` with `return_dict_in_generate=True`)."""
+        if not isinstance(coverage_penalty, (int, float)) or isinstance(coverage_penalty, bool) or coverage_penalty < 0:
+            raise ValueError(f"`coverage_penalty` (beta) must be a number >= 0, got {coverage_penalty!r}")
+        if not isinstance(coverage_epsilon, (int, float)) or not 0 < coverage_epsilon <= 1:
+            raise ValueError(f"`coverage_epsilon` must be a number in (0, 1], got {coverage_epsilon!r}")
+        if not coverage_penalty:
+            return super().generate(inputs, *args, **kwargs)
+        return self._generate_with_coverage_penalty(inputs, coverage_penalty, coverage_epsilon, *args, **kwargs)
+
+    def _generate_with_coverage_penalty(self, inputs, beta, epsilon, *args, **kwargs):
+        generation_config = kwargs.get("generation_config") or self.generation_config
+        num_beams = kwargs.get("num_beams", generation_config.num_beams)
+        num_return = kwargs.get("num_return_sequences", generation_config.num_return_sequences) or 1
+        if num_beams is None or num_beams < 2:
+            raise ValueError(f"The coverage penalty re-ranks beam hypotheses; use num_beams >= 2, got {num_beams!r}")
+        source_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        if source_ids is None:
+            raise ValueError("generate(coverage_penalty=...) needs the source token ids (`input_ids`)")
+        return_dict = kwargs.pop("return_dict_in_generate", generation_config.return_dict_in_generate)
+        kwargs.update(num_beams=num_beams, num_return_sequences=num_beams, return_dict_in_generate=True,
+                      output_scores=True)
+        generated = super().generate(inputs, *args, **kwargs)
+        if not isinstance(generated, GenerateBeamEncoderDecoderOutput):
+            raise ValueError("The coverage penalty needs beam search (do_sample=False, num_beams >= 2)")
+        sequences = generated.sequences
+        attention_mask = kwargs.get("attention_mask")
+        source_mask = (attention_mask if attention_mask is not None else torch.ones_like(source_ids))
+        source_mask = source_mask.repeat_interleave(num_beams, dim=0)
+        cumulative = self.cumulative_attention(source_ids.repeat_interleave(num_beams, dim=0), source_mask, sequences)
+        penalties = coverage_penalty(cumulative, source_mask, beta, epsilon)
+        scores = (generated.sequences_scores + penalties).view(-1, num_beams)
+        order = scores.argsort(dim=-1, descending=True, stable=True)[:, :num_return]
+        chosen = (order + torch.arange(scores.shape[0], device=order.device)[:, None] * num_beams).reshape(-1)
+        if not return_dict:
+            return sequences[chosen]
+        return HeadAttnRNNGenerateOutput(
+            sequences=sequences[chosen], sequences_scores=scores.reshape(-1)[chosen], coverage_penalties=penalties[chosen]
+        )
+
+    @torch.no_grad()
+    def cumulative_attention(
+        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None, sequences: torch.LongTensor
+    ) -> torch.Tensor:
+        """sum_t alpha_tj [batch, source_len] of generated `sequences` (starting with the decoder start token),
+        averaged over heads, over the steps that produced a token up to and including the first EOS."""
+        outputs = self(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=sequences[:, :-1],
+                       output_attentions=True, use_cache=False)
+        attention = outputs.cross_attentions[0].mean(dim=1)  # [batch, steps, source_len]
+        produced = sequences[:, 1:]
+        eos_seen_before = (produced == self.config.eos_token_id).int().cumsum(dim=1) - (
+            produced == self.config.eos_token_id).int()
+        real_steps = eos_seen_before == 0
+        return (attention * real_steps[..., None].to(attention.dtype)).sum(dim=1)
+
+
+__all__ = [
+    "HeadAttnRNNEncoderOutput",
+    "HeadAttnRNNForConditionalGeneration",
+    "HeadAttnRNNGenerateOutput",
+    "HeadAttnRNNModel",
+    "HeadAttnRNNPreTrainedModel",
+    "HeadAttnRNNSeq2SeqLMOutput",
+    "HeadAttnRNNSeq2SeqModelOutput",
+    "coverage_penalty",
+]
