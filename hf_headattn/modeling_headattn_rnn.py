@@ -428,6 +428,15 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.generator = new_embeddings
 
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """Resize the joint vocabulary everywhere: the encoder embeddings and the generator (Transformers'
+        method) and the decoder's own embeddings."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        decoder = self.model.decoder
+        decoder.embed_tokens = self._get_resized_embeddings(decoder.embed_tokens, embeddings.num_embeddings,
+                                                            mean_resizing=mean_resizing)
+        return embeddings
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
