@@ -15,6 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
+import torch
+
 from hf_headattn.metrics import all_metrics
 from hf_headattn.training import main as train, multi30k_paths, read_parallel_files, translate_and_score
 
@@ -32,22 +34,24 @@ def main(argv=None):
     parser.add_argument("--data-dir", default="../shared/data/multi30k")
     parser.add_argument("--output-dir", default="runs/rnn-multi30k")
     parser.add_argument("--train-pairs", type=int, default=10000)
-    parser.add_argument("--epochs", type=float, default=10)
+    parser.add_argument("--epochs", type=float, default=8)
     parser.add_argument("--embedding-size", type=int, default=256)
-    parser.add_argument("--hidden-size", type=int, default=512)
+    parser.add_argument("--hidden-size", type=int, default=384)
     parser.add_argument("--dropout", type=float, default=0.3)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--num-beams", type=int, default=4)
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS), metavar="SYSTEM",
                         help=f"which systems to train (default: all of {', '.join(SYSTEMS)})")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (e.g. 1 to run two --systems subsets side by side on 2 cores)")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     data, output_dir = multi30k_paths(args.data_dir), Path(args.output_dir)
     train_text = read_parallel_files(data["train.de"], data["train.en"], args.train_pairs)
     test_text = read_parallel_files(data["test_2016_flickr.de"], data["test_2016_flickr.en"])
-    results_path = output_dir / "results.json"
-    results = json.loads(results_path.read_text())["results"] if results_path.exists() else {}
     for system in args.systems:
         model_dir = output_dir / system.replace(" ", "-")
         train_metrics = train([
@@ -68,12 +72,18 @@ def main(argv=None):
         metrics = all_metrics(test_text["source"], hypotheses, test_text["target"],
                               train_sources=train_text["source"], train_targets=train_text["target"],
                               tokenize="13a")  # the text is raw: split punctuation off words for REP and DROP
-        results[system] = {**metrics, "parameters": train_metrics["parameters"],
-                           "train_runtime_s": train_metrics["train_runtime"]}
+        result = {**metrics, "settings": vars(args), "parameters": train_metrics["parameters"],
+                  "train_runtime_s": train_metrics["train_runtime"]}
+        (model_dir / "test_metrics.json").write_text(json.dumps(result, indent=2) + "\n")
         print(f"{system}: BLEU {metrics['bleu']:.2f}, REP {metrics['rep']:.2f}, DROP {metrics['drop']:.2f}")
-        output_dir.mkdir(parents=True, exist_ok=True)
-        results_path.write_text(json.dumps({"settings": vars(args), "results": results}, indent=2) + "\n")
 
+    # every system trained into this folder so far, also by other runs (e.g. two --systems subsets side by side)
+    results = {}
+    for system in SYSTEMS:
+        path = output_dir / system.replace(" ", "-") / "test_metrics.json"
+        if path.exists():
+            results[system] = json.loads(path.read_text())
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print("\n| system | BLEU | chrF | TER | REP | DROP | parameters | train time (s, CPU) |\n|---|---|---|---|---|---|---|---|")
     for system, scores in results.items():
         print(f"| {system} | {scores['bleu']:.2f} | {scores['chrf']:.2f} | {scores['ter']:.2f} | {scores['rep']:.2f} | "
