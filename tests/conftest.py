@@ -1,4 +1,18 @@
 import os
 
+import pytest
+import torch
+
 # Tests must never reach the Hugging Face Hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """The test models are tiny: one torch thread is as fast, and spares the suite from OpenMP threads
+    spin-waiting when other processes share the cores (two threads made test files 5x slower on a loaded 2-core
+    machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

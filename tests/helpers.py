@@ -1,8 +1,12 @@
 """Small models and inputs shared by the tests."""
 
+from pathlib import Path
+
 import torch
 
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration
+from hf_headattn.toy_corpus import write_toy_corpus
+from hf_headattn.training import main as train
 
 
 VOCAB = 64
@@ -52,3 +56,31 @@ def source_batch(lengths=(7, 4, 9), seed: int = 1):
         input_ids[row, length - 1] = EOS
         attention_mask[row, :length] = 1
     return input_ids, attention_mask
+
+
+# Tiny trained folders of both families, made with the training command
+N_TRAIN, N_TEST = 200, 12
+FAMILIES = {  # the training command's flags for a tiny model of each family
+    "transformer": ["--architecture", "transformer", "--d-model", "32", "--layers", "2", "--heads", "4",
+                    "--ffn-dim", "64"],
+    "rnn": ["--architecture", "rnn", "--embedding-size", "16", "--hidden-size", "32", "--heads", "2", "--hops", "2"],
+}
+
+
+def toy_data(directory: Path) -> dict[str, Path]:
+    """A toy German-English corpus: train.src/.tgt (200 pairs), valid.* (8) and test.* (12)."""
+    return write_toy_corpus(directory, n_train=N_TRAIN, n_valid=8, n_test=N_TEST, seed=0)
+
+
+def train_tiny_model(data: dict[str, Path], output_dir: Path, family: str, *extra: str) -> Path:
+    """A tiny model trained for 3 optimizer steps with the training command: a real saved folder (model,
+    tokenizer, code, pipeline, train_results.json, the training byproducts), in about a second. Outputs are at
+    most 12 tokens long (the barely trained model rarely stops earlier), which keeps decoding cheap."""
+    train([
+        *FAMILIES[family], *extra,
+        "--train-source", str(data["train.src"]), "--train-target", str(data["train.tgt"]),
+        "--valid-source", str(data["valid.src"]), "--valid-target", str(data["valid.tgt"]),
+        "--output-dir", str(output_dir), "--max-steps", "3", "--vocab-size", "200", "--batch-size", "16",
+        "--num-beams", "1", "--warmup-steps", "1", "--max-length", "12", "--logging-steps", "1",
+    ])
+    return output_dir

@@ -23,15 +23,6 @@ from hf_headattn.toy_corpus import make_toy_corpus
 needs_eflomal = pytest.mark.skipif(importlib.util.find_spec("eflomal") is None, reason="needs `pip install eflomal`")
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    # The tiny LSTM runs ~300x slower with 2 intra-op threads when the 2 cores are busy with other jobs.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Fertilities and the GUIDED table from hand-made alignments
 # --------------------------------------------------------------------------------------------------------------

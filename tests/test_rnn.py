@@ -40,16 +40,6 @@ from helpers import EOS, PAD, VOCAB, source_batch
 
 
 # ------------------------------------------------------------------------------------------------ models
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These tensors are tiny: one thread is as fast, and spares the test from OpenMP threads spin-waiting when
-    other processes share the cores (2 threads took 5x longer on a loaded 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def rnn_config(**overrides) -> HeadAttnRNNConfig:
     settings = dict(vocab_size=VOCAB, embedding_size=16, hidden_size=24, dropout=0.0, pad_token_id=PAD,
                     eos_token_id=EOS, decoder_start_token_id=PAD)

@@ -1,0 +1,15 @@
+#!/usr/bin/env python
+r"""Evaluate a saved model folder (either family) on a test set: a hypotheses file and a JSON of BLEU, chrF, TER,
+REP, DROP and BLEU by length; see `--help` (or hf_headattn/evaluation.py) for usage.
+
+    python examples/evaluate_translation.py --model runs/de-en \
+        --source ../shared/data/multi30k/test_2016_flickr.de --reference ../shared/data/multi30k/test_2016_flickr.en \
+        --train-source ../shared/data/multi30k/train.de --train-target ../shared/data/multi30k/train.en \
+        --output-dir runs/de-en/eval --num-beams 4 --batch-size 32 --device auto
+"""
+
+from hf_headattn.evaluation import main
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+r"""Evaluate a saved translation model on a test set: hypotheses file + JSON of every metric.
+
+    python examples/evaluate_translation.py --model runs/de-en \
+        --source ../shared/data/multi30k/test_2016_flickr.de --reference ../shared/data/multi30k/test_2016_flickr.en \
+        --train-source ../shared/data/multi30k/train.de --train-target ../shared/data/multi30k/train.en \
+        --output-dir runs/de-en/eval [--num-beams 4] [--batch-size 32] [--device auto]
+
+Any saved folder of either model family works: it is loaded through its own code
+(``AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)``), exactly as a user of the
+uploaded model would load it. The metrics are those of :mod:`hf_headattn.metrics` (``all_metrics``): BLEU, chrF,
+TER, REP, DROP (only with the aligner's training corpus, ``--train-source/--train-target``) and BLEU by source
+length. The JSON also records what was evaluated and how (model type, parameters, decoding settings, test set,
+sacrebleu signatures), so that :func:`hf_headattn.hub.write_model_card` and
+:func:`hf_headattn.plotting.plot_bleu_by_length` need nothing else.
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from .metrics import DEFAULT_LENGTH_BUCKETS, all_metrics
+from .training import read_parallel_files, translate_sentences
+
+
+__all__ = ["DEVICES", "EXAMPLES_IN_RESULTS", "evaluate_model", "main", "resolve_device"]
+
+DEVICES = ("auto", "cpu", "cuda")
+EXAMPLES_IN_RESULTS = 3  # the first test sentences, kept in the JSON as worked examples (the model card shows one)
+TOKENIZE_CHOICES = ("13a", "whitespace")
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` -> a torch device."""
+    if not isinstance(device, str) or not (device in DEVICES or device.startswith("cuda:")):
+        raise ValueError(f"Unknown device {device!r}; accepted: auto, cpu, cuda, cuda:N")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} was asked for, but this PyTorch sees no CUDA device; use cpu or auto")
+        resolved = torch.device(device)
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+        return resolved
+    return torch.device("cpu")
+
+
+def _check_model_dir(model_dir: Path) -> None:
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"Model folder not found: {model_dir}")
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir} is not a saved model folder: it has no config.json")
+
+
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _test_set_name(source_path: Path) -> str:
+    """``test_2016_flickr.de`` -> ``test_2016_flickr``: the file name without its language suffix."""
+    return source_path.stem if source_path.suffix else source_path.name
+
+
+def _sacrebleu_signatures() -> dict[str, str]:
+    """The signatures of the BLEU, chrF and TER settings ``metrics.corpus_scores`` uses (sacrebleu's defaults, one
+    reference). sacrebleu only builds a signature after scoring, hence the one-sentence corpus."""
+    from sacrebleu.metrics import BLEU, CHRF, TER
+
+    signatures = {}
+    for name, metric in (("bleu", BLEU()), ("chrf", CHRF()), ("ter", TER())):
+        metric.corpus_score(["a"], [["a"]])
+        signatures[name] = str(metric.get_signature())
+    return signatures
+
+
+def evaluate_model(
+    model_dir: str | Path,
+    source_path: str | Path,
+    reference_path: str | Path,
+    *,
+    num_beams: int = 4,
+    batch_size: int = 32,
+    device: str = "auto",
+    train_source: str | Path | None = None,
+    train_target: str | Path | None = None,
+    output_dir: str | Path,
+    max_length: int | None = None,
+    buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+    tokenize: str = "13a",
+    test_name: str | None = None,
+) -> dict:
+    """Translate a test set with a saved model folder and score it; write the hypotheses and the metrics JSON.
+
+    Args:
+        model_dir: A folder written by ``save_pretrained`` / the training command (weights, config with
+            ``auto_map``, code files, tokenizer). Loaded through its own code with ``trust_remote_code=True``.
+        source_path, reference_path: Line-aligned test files (one sentence a line).
+        num_beams, batch_size: Beam size and sentences per ``generate`` call.
+        device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        train_source, train_target: The aligner's training corpus (both or neither). DROP is computed only with
+            it (eflomal on these pairs plus the test pairs; see :func:`hf_headattn.metrics.align_for_drop`).
+        output_dir: Where ``<test>.hyp<reference suffix>`` and ``<test>.metrics.json`` are written (created).
+        max_length: Overrides the folder's ``generation_config.max_length`` (tokens, counting the start token).
+        buckets: Source-length bucket boundaries of BLEU by length (:func:`hf_headattn.metrics.bleu_by_length`).
+        tokenize: Word tokenisation of REP and DROP: ``"13a"`` (the default; sacrebleu's tokenizer splits
+            punctuation off words, as the raw test text needs) or ``"whitespace"``.
+        test_name: Name of the test set in file names and the JSON; default: the source file name without its
+            language suffix (``test_2016_flickr.de`` -> ``test_2016_flickr``).
+
+    Returns:
+        The dict written to the JSON: ``bleu``, ``chrf``, ``ter``, ``rep``, ``drop`` (None without a training
+        corpus), ``bleu_by_length``, and ``model``, ``test_set``, ``decoding``, ``metric_settings``, ``examples``,
+        ``files``.
+
+    Raises:
+        FileNotFoundError: a missing model folder, config.json or text file.
+        ValueError: mismatched line counts, an empty test set, only one of train_source/train_target, a bad
+            device or setting.
+    """
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    model_dir, source_path, reference_path = Path(model_dir), Path(source_path), Path(reference_path)
+    _check_model_dir(model_dir)
+    _check_positive_int("num_beams", num_beams)
+    _check_positive_int("batch_size", batch_size)
+    if max_length is not None:
+        _check_positive_int("max_length", max_length)
+    if tokenize not in TOKENIZE_CHOICES:
+        raise ValueError(f"Unknown tokenize={tokenize!r}; accepted: {', '.join(TOKENIZE_CHOICES)}")
+    if (train_source is None) != (train_target is None):
+        raise ValueError("Pass both train_source and train_target (the DROP aligner's training corpus), or neither")
+    torch_device = resolve_device(device)
+    # Read (and check) every file before the model loads, so that a typo fails in a second, not after loading.
+    test = read_parallel_files(source_path, reference_path)
+    if len(test) == 0:
+        raise ValueError(f"The test set is empty: {source_path} has no lines")
+    train = read_parallel_files(train_source, train_target) if train_source is not None else None
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True).to(torch_device).eval()
+    if max_length is not None:
+        model.generation_config.max_length = max_length
+
+    test_name = test_name or _test_set_name(source_path)
+    sources, references = list(test["source"]), list(test["target"])
+    started = time.perf_counter()
+    hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size,
+                                     desc=f"translating {source_path.name}")
+    translation_seconds = time.perf_counter() - started
+    # One hypothesis per line: a decoded newline would shift every later line of the file.
+    hypotheses = [hypothesis.replace("\n", " ") for hypothesis in hypotheses]
+
+    metrics = all_metrics(
+        sources,
+        hypotheses,
+        references,
+        train_sources=list(train["source"]) if train is not None else None,
+        train_targets=list(train["target"]) if train is not None else None,
+        buckets=buckets,
+        tokenize=tokenize,
+    )
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    hypotheses_path = output_dir / f"{test_name}.hyp{reference_path.suffix}"
+    metrics_path = output_dir / f"{test_name}.metrics.json"
+    results = {
+        "bleu": metrics["bleu"],
+        "chrf": metrics["chrf"],
+        "ter": metrics["ter"],
+        "rep": metrics["rep"],
+        "drop": metrics.get("drop"),
+        "bleu_by_length": metrics["bleu_by_length"],
+        "model": {
+            "path": str(model_dir.resolve()),
+            "name": model_dir.resolve().name,
+            "model_type": model.config.model_type,
+            "architecture": type(model).__name__,
+            "parameters": sum(parameter.numel() for parameter in model.parameters()),
+        },
+        "test_set": {
+            "name": test_name,
+            "source": str(source_path.resolve()),
+            "reference": str(reference_path.resolve()),
+            "sentences": len(sources),
+        },
+        "decoding": {
+            "num_beams": num_beams,
+            "batch_size": batch_size,
+            "device": str(torch_device),
+            "max_length": model.generation_config.max_length,
+            "translation_seconds": translation_seconds,
+        },
+        "metric_settings": {
+            **_sacrebleu_signatures(),
+            "rep_drop_tokenize": tokenize,
+            "drop_aligner_training_pairs": len(train) if train is not None else None,
+            "length_buckets": list(buckets),
+        },
+        "examples": [
+            {"source": source, "reference": reference, "hypothesis": hypothesis}
+            for source, reference, hypothesis in list(zip(sources, references, hypotheses))[:EXAMPLES_IN_RESULTS]
+        ],
+        "files": {"hypotheses": str(hypotheses_path.resolve()), "metrics": str(metrics_path.resolve())},
+    }
+    hypotheses_path.write_text("".join(hypothesis + "\n" for hypothesis in hypotheses), encoding="utf-8")
+    metrics_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return results
+
+
+def main(argv=None) -> dict:
+    """The command behind ``examples/evaluate_translation.py``."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="saved model folder (either family)")
+    parser.add_argument("--source", required=True, help="test source file, one sentence a line")
+    parser.add_argument("--reference", required=True, help="test reference file, line-aligned with --source")
+    parser.add_argument("--output-dir", required=True, help="where the hypotheses and the metrics JSON go")
+    parser.add_argument("--train-source", help="source side of the DROP aligner's training corpus")
+    parser.add_argument("--train-target", help="target side of it; DROP is only computed with both")
+    parser.add_argument("--num-beams", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+    parser.add_argument("--max-length", type=int, default=None,
+                        help="longest output in tokens (default: the folder's generation_config.max_length)")
+    parser.add_argument("--length-buckets", type=int, nargs="+", default=list(DEFAULT_LENGTH_BUCKETS),
+                        metavar="N", help="source-length bucket boundaries of BLEU by length (default: %(default)s)")
+    parser.add_argument("--tokenize", default="13a", choices=TOKENIZE_CHOICES, help="word tokenisation of REP/DROP")
+    parser.add_argument("--test-name", default=None, help="default: the source file name without its suffix")
+    args = parser.parse_args(argv)
+    if (args.train_source is None) != (args.train_target is None):
+        parser.error("--train-source and --train-target go together")
+
+    results = evaluate_model(
+        args.model, args.source, args.reference,
+        num_beams=args.num_beams, batch_size=args.batch_size, device=args.device,
+        train_source=args.train_source, train_target=args.train_target, output_dir=args.output_dir,
+        max_length=args.max_length, buckets=args.length_buckets, tokenize=args.tokenize, test_name=args.test_name,
+    )
+    scores = ", ".join(f"{name.upper()} {results[name]:.2f}" for name in ("bleu", "chrf", "ter", "rep", "drop")
+                       if results[name] is not None)
+    print(f"{results['test_set']['name']} ({results['test_set']['sentences']} sentences): {scores}")
+    print(f"hypotheses: {results['files']['hypotheses']}\nmetrics:    {results['files']['metrics']}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

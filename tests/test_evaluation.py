@@ -1,0 +1,134 @@
+"""The evaluation command: a saved folder of either family + a test set -> hypotheses file and metrics JSON."""
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from hf_headattn.evaluation import evaluate_model, resolve_device
+
+from helpers import FAMILIES, N_TEST, N_TRAIN, toy_data, train_tiny_model
+
+
+REPO = Path(__file__).resolve().parents[1]
+METRIC_KEYS = {"bleu", "chrf", "ter", "rep", "drop", "bleu_by_length"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return toy_data(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def models(data, tmp_path_factory):
+    return {family: train_tiny_model(data, tmp_path_factory.mktemp(family), family) for family in FAMILIES}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_evaluation_writes_hypotheses_and_all_metrics(family, models, data, tmp_path):
+    results = evaluate_model(models[family], data["test.src"], data["test.tgt"], num_beams=2, batch_size=5,
+                             device="cpu", output_dir=tmp_path / "eval", buckets=(5, 8))
+
+    hypotheses_path, metrics_path = tmp_path / "eval" / "test.hyp.tgt", tmp_path / "eval" / "test.metrics.json"
+    assert results["files"] == {"hypotheses": str(hypotheses_path), "metrics": str(metrics_path)}
+    hypotheses = hypotheses_path.read_text(encoding="utf-8").splitlines()
+    assert len(hypotheses) == N_TEST
+    assert json.loads(metrics_path.read_text(encoding="utf-8")) == results
+
+    assert METRIC_KEYS <= set(results)
+    assert results["drop"] is None  # no training corpus for the aligner
+    for name in ("bleu", "chrf", "ter", "rep"):
+        assert isinstance(results[name], float) and results[name] >= 0
+    assert list(results["bleu_by_length"]) == ["<5", "5-7", ">=8"]
+    assert sum(bucket["count"] for bucket in results["bleu_by_length"].values()) == N_TEST
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(models[family], trust_remote_code=True).eval()
+    assert results["model"]["model_type"] == {"transformer": "headattn", "rnn": "headattn_rnn"}[family]
+    assert results["model"]["parameters"] == sum(p.numel() for p in model.parameters())
+    assert results["model"]["name"] == models[family].name
+    assert results["test_set"] == {"name": "test", "source": str(data["test.src"].resolve()),
+                                   "reference": str(data["test.tgt"].resolve()), "sentences": N_TEST}
+    assert {key: results["decoding"][key] for key in ("num_beams", "batch_size", "device", "max_length")} == {
+        "num_beams": 2, "batch_size": 5, "device": "cpu", "max_length": 12}
+    assert results["metric_settings"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert results["metric_settings"]["rep_drop_tokenize"] == "13a"
+    assert len(results["examples"]) == 3 and results["examples"][0]["hypothesis"] == hypotheses[0]
+
+    # The hypotheses are what the folder's model generates with these settings (one sentence alone: no padding).
+    tokenizer = AutoTokenizer.from_pretrained(models[family], trust_remote_code=True)
+    source = data["test.src"].read_text(encoding="utf-8").splitlines()[0]
+    with torch.no_grad():
+        output_ids = model.generate(**tokenizer([source], return_tensors="pt"), num_beams=2)
+    assert tokenizer.batch_decode(output_ids, skip_special_tokens=True)[0].strip() == hypotheses[0]
+
+
+def test_drop_is_measured_with_the_aligners_training_corpus(models, data, tmp_path):
+    results = evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], num_beams=1, batch_size=16,
+                             device="auto", train_source=data["train.src"], train_target=data["train.tgt"],
+                             output_dir=tmp_path, test_name="toy-test")
+    assert isinstance(results["drop"], float) and 0.0 <= results["drop"] <= 100.0
+    assert results["metric_settings"]["drop_aligner_training_pairs"] == N_TRAIN
+    assert results["test_set"]["name"] == "toy-test" and (tmp_path / "toy-test.metrics.json").is_file()
+    assert list(results["bleu_by_length"]) == ["<10", "10-19", "20-29", "30-39", "40-49", ">=50"]
+
+
+def test_example_script_runs_the_command(models, data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [
+        "evaluate_translation.py", "--model", str(models["rnn"]), "--source", str(data["test.src"]),
+        "--reference", str(data["test.tgt"]), "--output-dir", str(tmp_path), "--num-beams", "1",
+        "--batch-size", "4", "--device", "cpu", "--length-buckets", "6",
+    ])
+    runpy.run_path(str(REPO / "examples" / "evaluate_translation.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert f"test ({N_TEST} sentences): BLEU " in printed and "REP" in printed and "DROP" not in printed
+    results = json.loads((tmp_path / "test.metrics.json").read_text(encoding="utf-8"))
+    assert list(results["bleu_by_length"]) == ["<6", ">=6"] and results["decoding"]["batch_size"] == 4
+
+
+def test_bad_inputs_raise_clear_errors(models, data, tmp_path):
+    model_dir, source, reference = models["transformer"], data["test.src"], data["test.tgt"]
+
+    def evaluate(**overrides):
+        arguments = dict(model_dir=model_dir, source_path=source, reference_path=reference, output_dir=tmp_path,
+                         device="cpu")
+        arguments.update(overrides)
+        return evaluate_model(**arguments)
+
+    with pytest.raises(FileNotFoundError, match=r"Model folder not found: .*nowhere"):
+        evaluate(model_dir=tmp_path / "nowhere")
+    (tmp_path / "empty-folder").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"empty-folder is not a saved model folder: it has no config\.json"):
+        evaluate(model_dir=tmp_path / "empty-folder")
+    with pytest.raises(FileNotFoundError, match=r"Parallel text file not found: .*missing\.src"):
+        evaluate(source_path=tmp_path / "missing.src")
+    short = tmp_path / "short.tgt"
+    short.write_text("".join(line + "\n" for line in reference.read_text(encoding="utf-8").splitlines()[:-1]))
+    with pytest.raises(ValueError, match=rf"test\.src has {N_TEST} lines but .*short\.tgt has {N_TEST - 1}"):
+        evaluate(reference_path=short)
+    (tmp_path / "empty.src").write_text("")
+    (tmp_path / "empty.tgt").write_text("")
+    with pytest.raises(ValueError, match=r"The test set is empty: .*empty\.src has no lines"):
+        evaluate(source_path=tmp_path / "empty.src", reference_path=tmp_path / "empty.tgt")
+    with pytest.raises(ValueError, match="Pass both train_source and train_target"):
+        evaluate(train_source=data["train.src"])
+    with pytest.raises(FileNotFoundError, match=r"Parallel text file not found: .*nowhere\.tgt"):
+        evaluate(train_source=data["train.src"], train_target=tmp_path / "nowhere.tgt")
+    with pytest.raises(ValueError, match=r"Unknown device 'gpu'; accepted: auto, cpu, cuda, cuda:N"):
+        evaluate(device="gpu")
+    with pytest.raises(ValueError, match="num_beams must be a positive int, got 0"):
+        evaluate(num_beams=0)
+    with pytest.raises(ValueError, match=r"Unknown tokenize='moses'; accepted: 13a, whitespace"):
+        evaluate(tokenize="moses")
+    assert not list(tmp_path.glob("*.metrics.json"))  # every check ran before anything was written
+
+
+def test_device_resolution():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees no CUDA device; use cpu or auto"):
+            resolve_device("cuda")
