@@ -1,0 +1,308 @@
+#!/usr/bin/env python
+"""Speed of every Transformer attention variant side by side with Transformers' own `MarianMTModel` built from
+the same config, in one run, on the same batches and thread count:
+
+* training: target tokens/s of forward + backward + AdamW step, on batches of ~--batch-tokens target tokens
+  of Multi30k (first --train-pairs pairs, in file order, tokenised with a BPE tokenizer trained on them);
+* generation: sentences/s of greedy and beam-5 search over the first --sentences test_2016_flickr sentences,
+  every output exactly --output-length tokens long (min_new_tokens = max_new_tokens) so that all models do the
+  same work;
+* peak memory of training: on CUDA, `torch.cuda.max_memory_allocated` over the training steps; on CPU, in a
+  separate process per model and shape (Linux), how far the peak RSS of the same training steps rises above the
+  RSS of the built model (activations, gradients, AdamW state);
+* the sparse kernels against entmax and per-row NumPy (examples/benchmark_sparse_kernels.py, run as is).
+
+Timings repeat --repeats times, interleaved (every model once per round); tables show the median [min-max] and
+time ratios of medians against MarianMTModel and against our softmax model, with the issue's targets.
+
+    python examples/benchmark_speed.py --output benchmarks/speed.json          # ~15 min on 2 CPU cores
+    python examples/benchmark_speed.py --quick                                  # a 1-minute smoke run
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import MarianConfig, MarianMTModel
+
+from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration
+from hf_headattn.tokenization import train_tokenizer
+from hf_headattn.training import multi30k_paths, read_parallel_files
+
+
+# Each variant where its paper puts it.
+VARIANTS = {
+    "softmax": {},
+    "mma": {"encoder_self_attention": "mma"},  # Cui et al.: encoder self-attention
+    "dhicm": {"encoder_self_attention": "dhicm", "decoder_self_attention": "dhicm", "cross_attention": "dhicm"},
+    "sparsemax": {"cross_attention": "sparsemax"},  # Malaviya et al.: the source attention
+    "csoftmax": {"cross_attention": "csoftmax"},
+    "csparsemax": {"cross_attention": "csparsemax"},
+    "multihop": {"cross_attention": {"type": "multihop", "hops": 1}},
+}
+# (model, anchor, which measurement, largest allowed time ratio) from the speed issue
+TARGETS = [
+    ("softmax", "marian", "train", 1.00), ("softmax", "marian", "beam5", 1.00),
+    ("mma", "softmax", "train", 1.05), ("dhicm", "softmax", "train", 1.15), ("sparsemax", "softmax", "train", 1.3),
+    ("csoftmax", "softmax", "train", 2.0), ("csparsemax", "softmax", "train", 2.0),
+    ("csoftmax", "softmax", "beam5", 1.5), ("csparsemax", "softmax", "beam5", 1.5),
+]
+
+
+def shared_sizes(d_model, layers, vocab_size, tokenizer):
+    return dict(
+        vocab_size=vocab_size, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
+        encoder_attention_heads=d_model // 64, decoder_attention_heads=d_model // 64,
+        encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model, max_position_embeddings=256, dropout=0.1,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+    )
+
+
+def build_model(name, d_model, layers, tokenizer, device):
+    torch.manual_seed(0)
+    sizes = shared_sizes(d_model, layers, len(tokenizer), tokenizer)
+    if name == "marian":
+        config = MarianConfig(**sizes, decoder_vocab_size=len(tokenizer), share_encoder_decoder_embeddings=True)
+        model = MarianMTModel(config)
+    else:
+        model = HeadAttnForConditionalGeneration(HeadAttnConfig(**sizes, **VARIANTS[name]))
+    return model.to(device)
+
+
+def make_batches(tokenizer, sources, targets, batch_tokens, count):
+    """Consecutive sentence pairs until each batch holds >= batch_tokens target tokens."""
+    batches, start = [], 0
+    while len(batches) < count:
+        end, tokens = start, 0
+        while tokens < batch_tokens:
+            tokens += len(tokenizer(targets[end])["input_ids"])
+            end += 1
+        encoded = tokenizer(sources[start:end], text_target=targets[start:end], padding=True, return_tensors="pt")
+        encoded["labels"] = encoded["labels"].masked_fill(encoded["labels"] == tokenizer.pad_token_id, -100)
+        batches.append(dict(encoded))
+        start = end
+    return batches
+
+
+def train_steps(model, batches, device):
+    """Seconds and target tokens of one AdamW step per batch (the optimizer is made once per model)."""
+    model.train()
+    optimizer = model._benchmark_optimizer
+    tokens, start = 0, time.perf_counter()
+    for batch in batches:
+        batch = {key: value.to(device) for key, value in batch.items()}
+        optimizer.zero_grad(set_to_none=True)
+        model(**batch).loss.backward()
+        optimizer.step()
+        tokens += int((batch["labels"] != -100).sum())
+    synchronize(device)
+    return time.perf_counter() - start, tokens
+
+
+def generate_seconds(model, inputs, num_beams, output_length, device):
+    model.eval()
+    start = time.perf_counter()
+    with torch.no_grad():
+        model.generate(**{key: value.to(device) for key, value in inputs.items()}, num_beams=num_beams,
+                       do_sample=False, min_new_tokens=output_length, max_new_tokens=output_length)
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "all": values}
+
+
+def probe_memory(args):
+    """Child process: build one model, reset the RSS high-water mark, run the training steps (the first one
+    creates AdamW's state), print how far the peak RSS rose above the built model's RSS, in MiB."""
+    tokenizer, batches, _ = load_data(args)
+    model = build_model(args.probe, args.probe_d_model, args.probe_layers, tokenizer, torch.device("cpu"))
+    model._benchmark_optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    before = rss_kib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM to the current RSS
+    train_steps(model, batches, torch.device("cpu"))
+    print(json.dumps({"peak_memory_mib": (rss_kib("VmHWM") - before) / 1024}))
+
+
+def rss_kib(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def load_data(args):
+    data = multi30k_paths(args.data_dir)
+    train = read_parallel_files(data["train.de"], data["train.en"], args.train_pairs)
+    test = read_parallel_files(data["test_2016_flickr.de"], data["test_2016_flickr.en"], args.sentences)
+    tokenizer_dir = Path(args.cache_dir) / f"tokenizer-{args.train_pairs}"
+    if (tokenizer_dir / "tokenizer.json").exists():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    else:
+        tokenizer = train_tokenizer(texts=list(train["source"]) + list(train["target"]), vocab_size=8000,
+                                    save_directory=tokenizer_dir)
+    batches = make_batches(tokenizer, list(train["source"]), list(train["target"]), args.batch_tokens,
+                           args.train_batches)
+    inputs = dict(tokenizer(list(test["source"]), padding=True, return_tensors="pt"))
+    return tokenizer, batches, inputs
+
+
+def run_kernel_benchmark(args):
+    script = Path(__file__).with_name("benchmark_sparse_kernels.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        output = Path(tmp) / "kernels.json"
+        command = [sys.executable, str(script), "--threads", str(args.threads), "--output", str(output)]
+        if args.quick:
+            command += ["--repeats", "3"]
+        subprocess.run(command, check=True)
+        return json.loads(output.read_text())
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="../shared/data/multi30k")
+    parser.add_argument("--shapes", nargs="+", default=["256x3", "512x6"], help="d_model x layers (heads = d/64)")
+    parser.add_argument("--models", nargs="+", default=["marian", *VARIANTS], choices=["marian", *VARIANTS])
+    parser.add_argument("--train-pairs", type=int, default=10000)
+    parser.add_argument("--batch-tokens", type=int, default=2000)
+    parser.add_argument("--train-batches", type=int, default=2, help="training steps per timing")
+    parser.add_argument("--sentences", type=int, default=32, help="test sentences per generation timing")
+    parser.add_argument("--output-length", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--skip-kernels", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="smoke run: one small shape, few steps")
+    parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "hf_headattn-benchmark"))
+    parser.add_argument("--output", help="write all measurements as JSON here")
+    parser.add_argument("--probe", help=argparse.SUPPRESS)
+    parser.add_argument("--probe-d-model", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--probe-layers", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.shapes, args.train_pairs, args.batch_tokens, args.sentences = ["256x1"], 2000, 500, 8
+        args.output_length, args.repeats, args.train_batches = 8, 2, 1
+    torch.set_num_threads(args.threads)
+    if args.probe:
+        return probe_memory(args)
+
+    device = torch.device(args.device)
+    tokenizer, batches, inputs = load_data(args)
+    report = {
+        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
+                    "threads": args.threads, "device": str(device), "torch": torch.__version__,
+                    "cuda": torch.cuda.get_device_name() if device.type == "cuda" else None},
+        "settings": {key: value for key, value in vars(args).items() if not key.startswith("probe")},
+        "batches": [{"sentences": int(b["input_ids"].shape[0]), "target_tokens": int((b["labels"] != -100).sum())}
+                    for b in batches],
+        "shapes": {},
+    }
+    for shape in args.shapes:
+        d_model, layers = (int(part) for part in shape.split("x"))
+        print(f"\n=== d_model {d_model}, {layers} layers, {d_model // 64} heads, load {os.getloadavg()[0]:.2f}")
+        models = {}
+        for name in args.models:
+            models[name] = build_model(name, d_model, layers, tokenizer, device)
+            models[name]._benchmark_optimizer = torch.optim.AdamW(models[name].parameters(), lr=1e-4)
+            train_steps(models[name], batches[:1], device)  # warm-up
+        timings = {name: {"train_tokens_per_s": [], "greedy_sentences_per_s": [], "beam5_sentences_per_s": []}
+                   for name in models}
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        for repeat in range(args.repeats):
+            for name, model in models.items():  # interleaved: every model once per round
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                seconds, tokens = train_steps(model, batches, device)
+                timings[name]["train_tokens_per_s"].append(tokens / seconds)
+                if device.type == "cuda":
+                    timings[name]["peak_memory_mib"] = torch.cuda.max_memory_allocated() / 2**20
+                for mode, beams in (("greedy", 1), ("beam5", 5)):
+                    seconds = generate_seconds(model, inputs, beams, args.output_length, device)
+                    timings[name][f"{mode}_sentences_per_s"].append(inputs["input_ids"].shape[0] / seconds)
+            print(f"  round {repeat + 1}/{args.repeats} done, load {os.getloadavg()[0]:.2f}")
+        result = {}
+        for name in models:
+            result[name] = {key: summary(values) if isinstance(values, list) else values
+                            for key, values in timings[name].items()}
+            result[name]["parameters"] = sum(p.numel() for p in models[name].parameters())
+        del models
+        if device.type == "cpu":
+            for name in args.models:
+                probe = subprocess.run(
+                    [sys.executable, __file__, "--probe", name, "--probe-d-model", str(d_model), "--probe-layers",
+                     str(layers), "--threads", str(args.threads), "--data-dir", args.data_dir, "--train-pairs",
+                     str(args.train_pairs), "--batch-tokens", str(args.batch_tokens), "--train-batches",
+                     str(args.train_batches), "--sentences", str(args.sentences), "--cache-dir", args.cache_dir],
+                    check=True, capture_output=True, text=True)
+                result[name]["peak_memory_mib"] = json.loads(probe.stdout.strip().splitlines()[-1])["peak_memory_mib"]
+        report["shapes"][shape] = result
+        print_shape(shape, result)
+    report["targets"] = check_targets(report["shapes"])
+    if not args.skip_kernels:
+        report["kernels"] = run_kernel_benchmark(args)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nwrote {args.output}")
+
+
+def time_ratio(result, name, anchor, key):
+    """Time of `name` / time of `anchor` (throughput medians inverted): < 1 means `name` is faster."""
+    return result[anchor][key]["median"] / result[name][key]["median"]
+
+
+def print_shape(shape, result):
+    keys = [("train_tokens_per_s", "train tok/s"), ("greedy_sentences_per_s", "greedy sent/s"),
+            ("beam5_sentences_per_s", "beam-5 sent/s")]
+    header = "| model | parameters | peak MiB | " + " | ".join(
+        f"{label} [min-max] | time / Marian | time / softmax" for _, label in keys) + " |"
+    print(f"\n{shape}\n{header}\n|" + "---|" * (3 + 3 * len(keys)))
+    for name, measured in result.items():
+        cells = [name, f"{measured['parameters']:,}", f"{measured.get('peak_memory_mib', float('nan')):.0f}"]
+        for key, _ in keys:
+            values = measured[key]
+            cells.append(f"{values['median']:.1f} [{values['min']:.1f}-{values['max']:.1f}]")
+            cells.append(f"{time_ratio(result, name, 'marian', key):.2f}" if "marian" in result else "-")
+            cells.append(f"{time_ratio(result, name, 'softmax', key):.2f}" if "softmax" in result else "-")
+        print("| " + " | ".join(cells) + " |")
+
+
+def check_targets(shapes):
+    keys = {"train": "train_tokens_per_s", "beam5": "beam5_sentences_per_s"}
+    checks = []
+    print("\n| target | shape | time ratio (median) | spread over rounds | met |\n|---|---|---|---|---|")
+    for name, anchor, what, limit in TARGETS:
+        for shape, result in shapes.items():
+            if name not in result or anchor not in result:
+                continue
+            key = keys[what]
+            ratio = time_ratio(result, name, anchor, key)
+            ratios = [a / b for a, b in zip(result[anchor][key]["all"], result[name][key]["all"])]
+            met = ratio <= limit
+            checks.append({"model": name, "anchor": anchor, "measure": what, "limit": limit, "shape": shape,
+                           "ratio": ratio, "round_ratios": ratios, "met": met})
+            print(f"| {name} {what} <= {limit:.2f}x {anchor} | {shape} | {ratio:.2f} | "
+                  f"{min(ratios):.2f}-{max(ratios):.2f} | {'yes' if met else 'NO'} |")
+    return checks
+
+
+if __name__ == "__main__":
+    main()
