@@ -56,12 +56,10 @@ Shared conventions:
 Degenerate points (ties at a breakpoint, bounds that sum to exactly 1) are handled exactly in the forward
 pass. Where the map is not differentiable, the backward pass returns the one-sided derivative of a piece
 adjacent to the solution: the one given by the partition the solver settles on, whose key sets are fixed by
-the search rather than by comparing rounded values afterwards, and which for a feasible row always has a key
-strictly inside its bounds (rows where it would not go to the sort-based search, which uses the segment of
-tau values just above the solution). A key exactly at zero counts as zero; a key exactly at its bound counts
-as free in ``csoftmax`` and, in ``csparsemax``'s passes, as capped (Prop. 1's A_R = {j : alpha_j = u_j}). E.g.
-one-hot attention under unit bounds (alpha_j = u_j = 1) gets the ``sparsemax`` gradient and no gradient to
-``u``.
+the search rather than by comparing rounded values afterwards, and which for a feasible row always has a free
+key (rows where it would not go to the sort-based search). Ties go the way of the piece of tau values just
+above the solution: a key exactly at zero counts as zero, a key exactly at its bound as free. E.g. one-hot
+attention under unit bounds (alpha_j = u_j = 1) gets the ``sparsemax`` gradient and no gradient to ``u``.
 """
 
 import torch
@@ -286,50 +284,55 @@ def _csoftmax_pass(inputs, buffers, state, done):
     return (g, new_n_capped, free_e), new_n_capped == n_capped
 
 
-def _csparsemax_at(zs, us, n_zero, t, work, indicator):
-    """(f(t) = sum_j clip(z_j - t, 0, u_j), |{j : u_j > 0, z_j > t}|, |{j : u_j > 0, z_j - t >= u_j}|) per row.
-    n_zero: the number of keys with a zero bound (masked ones included): for them clip(...) = 0 = u_j, so they
-    count as capped below and are taken off."""
-    y = torch.clamp(torch.sub(zs, t, out=work), zs.new_zeros(()), us, out=work)
-    n_positive = _row_sum(torch.gt(y, 0, out=indicator))
-    n_capped = _row_sum(torch.ge(y, us, out=indicator)).sub_(n_zero)
-    return _row_sum(y), n_positive, n_capped
+def _csparsemax_at(zs, us, t, work, indicator):
+    """(f(t) = sum_j clip(z_j - t, 0, u_j), |{j : z_j > t}|, |{j : z_j - t > u_j}|) per row. Keys with a zero bound
+    above t are in both sets, so they cancel in |A| = |{0 < z_j - t <= u_j}|; work ends up holding the clipped
+    values."""
+    x = torch.sub(zs, t, out=work)
+    n_positive = _row_sum(torch.gt(x, 0, out=indicator))
+    n_capped = _row_sum(torch.gt(x, us, out=indicator))
+    return _row_sum(torch.clamp(x, x.new_zeros(()), us, out=x)), n_positive, n_capped
 
 
 def _csparsemax_jump(zs, us, t, f):
-    """For rows where no key is strictly inside its box at t (f is flat there): the next breakpoint towards the
-    solution, where one key starts (f < 1: the largest z_j <= t with u_j > 0) or stops (f > 1: the smallest
-    z_j - u_j of the capped keys) moving, plus the Newton step with that key alone. (Few rows: plain tensor
-    operations.)"""
+    """For rows with no free key at t (f is flat just above t): the next breakpoint towards the solution, where
+    one key starts (f < 1: the largest z_j <= t with u_j > 0) or stops (f > 1: the smallest z_j - u_j > t with
+    u_j > 0) moving, plus the Newton step with that key alone. (Few rows; the masks are 0/1 float tensors, see
+    the implementation notes.)"""
+    big = zs.new_full((), torch.finfo(zs.dtype).max)
     x = zs - t
-    bounded = us > 0
-    entering = torch.where((x <= 0) & bounded, zs, float("-inf")).amax(dim=-1, keepdim=True)
-    leaving = torch.where((x >= us) & bounded, zs - us, float("inf")).amin(dim=-1, keepdim=True)
-    return torch.where(f < 1, entering, leaving) + (f - 1)
+    blocked = torch.eq(us, 0, out=torch.empty_like(x))  # keys with a zero bound never move
+    step = torch.addcmul(zs, torch.gt(x, 0, out=x).add_(blocked), big, value=-1).amax(dim=-1, keepdim=True)
+    if not bool((f < 1).all()):
+        leaving = torch.addcmul(zs - us, torch.le(zs - t, us, out=x).add_(blocked), big).amin(dim=-1, keepdim=True)
+        step = torch.where(f < 1, step, leaving)
+    return step + (f - 1)
 
 
 def _csparsemax_pass(inputs, buffers, state, done):
-    """Newton's step on f(t) = sum_j clip(z_j - t, 0, u_j) = 1 from the partition at t (A = {0 < z_j - t < u_j},
-    A_R = {z_j - t >= u_j}, keys with u_j > 0): t <- t + (f(t) - 1) / |A| = (sum_A z + sum_{A_R} u - 1) / |A|
-    (Prop. 1), or `_csparsemax_jump` if A is empty. f is not convex, so Newton's steps can cycle: a step that does
-    not land strictly inside the bracket (lo, hi) of the earlier t's, on either side of the solution (f(t) >= 1,
+    """Newton's step on f(t) = sum_j clip(z_j - t, 0, u_j) = 1 from the partition at t (A = {0 < z_j - t <= u_j},
+    A_R = {z_j - t > u_j}): t <- t + (f(t) - 1) / |A| = (sum_A z + sum_{A_R} u - 1) / |A| (Prop. 1), or
+    `_csparsemax_jump` if A is empty. f is not convex, so Newton's steps can cycle: a step that does not land
+    strictly inside the bracket (lo, hi) of the earlier t's, on either side of the solution (f(t) >= 1,
     f(t) <= 1), bisects it instead. Settled when a Newton step keeps the partition: then t is computed from the
     partition it defines, the exact tau; rows settled earlier keep their t.
     State: (t, f(t), |{z_j > t}|, |A_R|, lo, hi)."""
-    (zs, us, n_zero), (work, indicator), (t, f, n_positive, n_capped, lo, hi) = inputs, buffers, state
+    (zs, us), (work, indicator), (t, f, n_positive, n_capped, lo, hi) = inputs, buffers, state
     n_active = n_positive - n_capped
-    new_t = torch.addcdiv(t, f - 1, n_active.clamp(min=1))
-    if bool((empty := n_active == 0).any()):
-        rows = empty.squeeze(-1).nonzero().squeeze(-1)
+    excess = f - 1
+    new_t = torch.addcdiv(t, excess, n_active.clamp(min=1))
+    newton = n_active > 0
+    if not bool(newton.all()):
+        rows = (~newton).squeeze(-1).nonzero().squeeze(-1)
         new_t.index_copy_(0, rows, _csparsemax_jump(*(x.index_select(0, rows) for x in (zs, us, t, f))))
     # t lies strictly inside (lo, hi): a step to an end of the bracket or beyond is a cycle or an overshoot.
-    bisect = (new_t <= lo) | (new_t >= hi)
-    lo = torch.where(f >= 1, t, lo)
-    hi = torch.where(f <= 1, t, hi)
-    new_t = torch.where(bisect, (lo + hi) / 2, new_t)
-    new_t = torch.where(done, t, new_t)
-    new_f, new_n_positive, new_n_capped = _csparsemax_at(zs, us, n_zero, new_t, work, indicator)
-    settled = (new_n_positive == n_positive) & (new_n_capped == n_capped) & (n_active > 0) & ~bisect
+    inside = (new_t > lo) & (new_t < hi)
+    newton &= inside
+    lo = torch.where(excess >= 0, t, lo)
+    hi = torch.where(excess <= 0, t, hi)
+    new_t = torch.where(done, t, torch.where(inside, new_t, (lo + hi) * 0.5))
+    new_f, new_n_positive, new_n_capped = _csparsemax_at(zs, us, new_t, work, indicator)
+    settled = (new_n_positive == n_positive) & (new_n_capped == n_capped) & newton
     return (new_t, new_f, new_n_positive, new_n_capped, lo, hi), settled
 
 
@@ -388,22 +391,17 @@ def _csparsemax_solve(z: torch.Tensor, us: torch.Tensor):
     zs = torch.sub(z, _row_max(z))  # -inf on masked keys
     feasible = _row_sum(us) >= 1
     work, indicator = torch.empty_like(zs), torch.empty_like(zs)
-    zero_bound = torch.eq(us, 0, out=indicator)
-    n_zero = _row_sum(zero_bound)
-    # Start one below the highest key that may get attention (keys with a zero bound never do). Bracket:
-    # f(t + 1) = 0 < 1, so tau < t + 1; no lower bound yet.
-    t = _row_max(torch.addcmul(zs, zero_bound, zs.new_full((), -torch.finfo(zs.dtype).max), out=work)) - 1
-    state = (t, *_csparsemax_at(zs, us, n_zero, t, work, indicator), torch.full_like(t, float("-inf")), t + 1)
-    (tau, *_), settled = _settle(_csparsemax_pass, (zs, us, n_zero), (work, indicator), state,
-                                 _true_rows(feasible, all_none=True))
-    # The settled partition, with the pass's arithmetic; a key with a zero bound counts as capped if z_j > tau,
-    # else as zero.
+    # Start one below the top score. Bracket: f(t + 1) = 0 < 1, so tau < t + 1; no lower bound yet.
+    t = zs.new_full((zs.shape[0], 1), -1.0)
+    state = (t, *_csparsemax_at(zs, us, t, work, indicator), torch.full_like(t, float("-inf")), t + 1)
+    (tau, _, n_positive, n_capped, *_), settled = _settle(_csparsemax_pass, (zs, us), (work, indicator), state,
+                                                          _true_rows(feasible, all_none=True))
+    # The settled partition, with the pass's arithmetic (a key with a zero bound is capped if z_j > tau).
     x = torch.sub(zs, tau, out=work)
-    positive = torch.gt(x, 0, out=indicator)
-    capped = torch.ge(x, us, out=zs).mul_(positive)
-    active = positive.sub_(capped)
+    capped = torch.gt(x, us, out=zs)
+    active = torch.gt(x, 0, out=indicator).sub_(capped)
     alpha = torch.clamp(x, x.new_zeros(()), us, out=x)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
-    n_active = _row_sum(active)
+    n_active = n_positive.sub_(n_capped)
     settled &= feasible & (n_active > 0)  # infeasible rows, and degenerate rows where A would be empty
     if (rows := _true_rows(~settled)) is not None:
         leftover = _csparsemax_sort(z.index_select(0, rows), us.index_select(0, rows))
@@ -578,7 +576,7 @@ def csparsemax(z: torch.Tensor, u, dim: int = -1, mask: torch.Tensor | None = No
     """Constrained sparsemax along `dim` (Eq. 6; Malaviya et al., 2018):
     argmin_{alpha in simplex} ||alpha - z||^2 s.t. alpha <= u, i.e. alpha_j = max(0, min(u_j, z_j - tau)).
 
-    Exact (capping iteration with Michelot's algorithm, sorting for rows it leaves; see
+    Exact (safeguarded Newton's method over the partitions, sorting for rows it leaves; see
     `ConstrainedSparsemaxFunction`); gradients of Eq. 7-8. `u` (broadcastable to z, >= 0, may be +inf; all +inf
     gives sparsemax) bounds each key's attention, e.g. u_t = fertility - cumulative attention (Eq. 5).
     Infeasible rows, where the bounds of the allowed keys sum to less than 1, return alpha = u on the allowed

@@ -9,6 +9,18 @@ from hf_headattn.toy_corpus import write_toy_corpus
 from hf_headattn.training import main as train
 
 
+# Prepended to scripts run in a fresh interpreter: makes hf_headattn unimportable there, so that a saved folder
+# must load through its own copied code (trust_remote_code), as for a user who never installed the package.
+WITHOUT_PACKAGE = """import importlib.abc, json, sys
+
+class BlockPackage(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "hf_headattn" or name.startswith("hf_headattn."):
+            raise ImportError("hf_headattn is deliberately not importable in this process")
+
+sys.meta_path.insert(0, BlockPackage())
+"""
+
 VOCAB = 64
 PAD, EOS = 0, 1
 

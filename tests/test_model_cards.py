@@ -25,7 +25,7 @@ from hf_headattn.hub import check_model_folder, files_to_upload, push_to_hub, wr
 from hf_headattn.modeling_headattn import RUNTIME_FILES
 
 # single_thread is an autouse fixture: importing it makes it apply to this module too.
-from helpers import toy_data, train_tiny_model
+from helpers import WITHOUT_PACKAGE, toy_data, train_tiny_model
 
 
 DATASET = dict(dataset_name="Toy German-English", dataset_id="hf-headattn/toy-de-en")
@@ -250,16 +250,8 @@ def test_hub_command_writes_the_card_and_pushes(evaluated, fake_hub, tmp_path, c
 
 # ------------------------------------------------------------------------------------------------ as uploaded
 # Runs in a fresh interpreter, with hf_headattn made unimportable, in a folder of its own.
-FRESH_PROCESS_SCRIPT = textwrap.dedent(
+FRESH_PROCESS_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-
-    class BlockPackage(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_headattn" or name.startswith("hf_headattn."):
-                raise ImportError("hf_headattn is deliberately not importable in this process")
-
-    sys.meta_path.insert(0, BlockPackage())
     from huggingface_hub.repocard import metadata_load
     from huggingface_hub.repocard_data import model_index_to_eval_results
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline

@@ -12,23 +12,15 @@ import torch
 from hf_headattn import TranslationPipeline, train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus
 
-from helpers import random_model, tiny_config
+from helpers import WITHOUT_PACKAGE, random_model, tiny_config
 
 
 SENTENCES = ["der kleine hund sieht die katze .", "ich weiß dass das kind schläft .", "die frau lacht ."]
 GENERATION = dict(max_new_tokens=8, do_sample=False, no_repeat_ngram_size=1)
 
 # Runs in a fresh interpreter, with hf_headattn made unimportable, in a folder of its own.
-FRESH_PROCESS_SCRIPT = textwrap.dedent(
+FRESH_PROCESS_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-
-    class BlockPackage(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_headattn" or name.startswith("hf_headattn."):
-                raise ImportError("hf_headattn is deliberately not importable in this process")
-
-    sys.meta_path.insert(0, BlockPackage())
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 

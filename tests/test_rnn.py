@@ -36,7 +36,7 @@ from hf_headattn.modeling_headattn_rnn import HeadAttnRNNGenerateOutput, HeadAtt
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.training import HeadAttnSeq2SeqTrainer
 
-from helpers import EOS, PAD, VOCAB, source_batch
+from helpers import WITHOUT_PACKAGE, EOS, PAD, VOCAB, source_batch
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -636,16 +636,8 @@ REMOTE_VARIANTS = {
 }
 
 # Runs once, in a fresh interpreter with hf_headattn made unimportable, over every saved folder.
-FRESH_PROCESS_SCRIPT = textwrap.dedent(
+FRESH_PROCESS_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-
-    class BlockPackage(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_headattn" or name.startswith("hf_headattn."):
-                raise ImportError("hf_headattn is deliberately not importable in this process")
-
-    sys.meta_path.insert(0, BlockPackage())
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
