@@ -31,6 +31,30 @@ CUSTOM_PIPELINES = {
 }
 
 
+def check_positive_integers(config, fields) -> None:
+    """Raise ValueError naming the first of `fields` that is not an integer >= 1."""
+    for field in fields:
+        value = getattr(config, field)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"`{field}` must be a positive integer, got {value!r}")
+
+
+def check_fractions(config, fields) -> None:
+    """Raise ValueError naming the first of `fields` (dropout-like rates) that is not a number in [0, 1)."""
+    for field in fields:
+        value = getattr(config, field)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+            raise ValueError(f"`{field}` must be a number in [0, 1), got {value!r}")
+
+
+def check_token_ids(config, limits: dict[str, int]) -> None:
+    """Raise ValueError naming the first special-token field (name -> vocabulary limit) outside [0, limit)."""
+    for field, limit in limits.items():
+        value = getattr(config, field)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < limit:
+            raise ValueError(f"`{field}` must be an integer in [0, {limit}) for this vocabulary, got {value!r}")
+
+
 class HeadAttnConfig(PreTrainedConfig):
     r"""
     Configuration of [`HeadAttnForConditionalGeneration`]: Marian's architecture (post-LN Transformer
@@ -181,12 +205,9 @@ class HeadAttnConfig(PreTrainedConfig):
 
     # ----------------------------------------------------------------------------------------------- checks
     def _check_architecture(self) -> None:
-        for field in ("vocab_size", "decoder_vocab_size", "d_model", "encoder_layers", "decoder_layers",
-                      "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
-                      "max_position_embeddings"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"`{field}` must be a positive integer, got {value!r}")
+        check_positive_integers(self, ("vocab_size", "decoder_vocab_size", "d_model", "encoder_layers",
+                                       "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+                                       "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings"))
         for field in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, field)
             if self.d_model % heads != 0:
@@ -194,11 +215,8 @@ class HeadAttnConfig(PreTrainedConfig):
                 raise ValueError(
                     f"`{field}`={heads} does not divide d_model={self.d_model}; heads that divide it: {divisors}"
                 )
-        for field in ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop",
-                      "decoder_layerdrop", "label_smoothing"):
-            value = getattr(self, field)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-                raise ValueError(f"`{field}` must be a number in [0, 1), got {value!r}")
+        check_fractions(self, ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop",
+                               "decoder_layerdrop", "label_smoothing"))
         if self.activation_function not in ACT2FN:
             raise ValueError(
                 f"Unknown activation_function {self.activation_function!r}; accepted: {', '.join(sorted(ACT2FN))}"
@@ -214,11 +232,8 @@ class HeadAttnConfig(PreTrainedConfig):
                 f"decoder_vocab_size={self.decoder_vocab_size} differs from vocab_size={self.vocab_size} but "
                 "share_encoder_decoder_embeddings=True; set them equal or share_encoder_decoder_embeddings=False"
             )
-        for field, limit in (("pad_token_id", min(self.vocab_size, target_vocab)),
-                             ("eos_token_id", target_vocab), ("decoder_start_token_id", target_vocab)):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < limit:
-                raise ValueError(f"`{field}` must be an integer in [0, {limit}) for this vocabulary, got {value!r}")
+        check_token_ids(self, {"pad_token_id": min(self.vocab_size, target_vocab), "eos_token_id": target_vocab,
+                               "decoder_start_token_id": target_vocab})
 
     def _num_layers(self, site: str) -> int:
         return self.encoder_layers if site == ENCODER_SELF_ATTENTION else self.decoder_layers

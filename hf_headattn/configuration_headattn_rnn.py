@@ -4,7 +4,7 @@
 from transformers import PreTrainedConfig
 
 from .attention_multihop import check_hop_mode
-from .configuration_headattn import CUSTOM_PIPELINES
+from .configuration_headattn import CUSTOM_PIPELINES, check_fractions, check_positive_integers, check_token_ids
 from .fertility import check_fertility_config
 
 
@@ -131,18 +131,12 @@ class HeadAttnRNNConfig(PreTrainedConfig):
         """Raise ValueError, naming the bad value and what would be accepted, for any inconsistent field (also
         run by `save_pretrained`)."""
         super().validate_architecture()
-        for field in ("vocab_size", "embedding_size", "hidden_size", "encoder_layers", "decoder_layers",
-                      "num_heads", "num_hops"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"`{field}` must be a positive integer, got {value!r}")
+        check_positive_integers(self, ("vocab_size", "embedding_size", "hidden_size", "encoder_layers",
+                                       "decoder_layers", "num_heads", "num_hops"))
         if self.hidden_size % 2:
             raise ValueError(f"`hidden_size` must be even (each encoder direction has hidden_size / 2 units), got "
                              f"{self.hidden_size}")
-        for field in ("dropout", "label_smoothing"):
-            value = getattr(self, field)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-                raise ValueError(f"`{field}` must be a number in [0, 1), got {value!r}")
+        check_fractions(self, ("dropout", "label_smoothing"))
         if not isinstance(self.init_range, (int, float)) or isinstance(self.init_range, bool) or self.init_range <= 0:
             raise ValueError(f"`init_range` must be a number > 0, got {self.init_range!r}")
         if self.attention_score not in ATTENTION_SCORES:
@@ -160,11 +154,8 @@ class HeadAttnRNNConfig(PreTrainedConfig):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"`{field}` must be true or false, got {getattr(self, field)!r}")
         check_fertility_config(self)
-        for field in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < self.vocab_size:
-                raise ValueError(f"`{field}` must be an integer in [0, {self.vocab_size}) for this vocabulary, got "
-                                 f"{value!r}")
+        check_token_ids(self, dict.fromkeys(("pad_token_id", "eos_token_id", "decoder_start_token_id"),
+                                            self.vocab_size))
 
     def uses_fertility(self) -> bool:
         """Whether the attention bounds each source token's attention by its fertility."""
