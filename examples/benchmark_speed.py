@@ -15,7 +15,7 @@ the same config, in one run, on the same batches and thread count:
 Timings repeat --repeats times, interleaved (every model once per round); tables show the median [min-max] and
 time ratios of medians against MarianMTModel and against our softmax model, with the issue's targets.
 
-    python examples/benchmark_speed.py --output benchmarks/speed.json          # ~15 min on 2 CPU cores
+    python examples/benchmark_speed.py --output benchmarks/speed.json --markdown BENCHMARKS.md   # ~12 min, 2 cores
     python examples/benchmark_speed.py --quick                                  # a 1-minute smoke run
 """
 
@@ -33,9 +33,10 @@ from pathlib import Path
 import torch
 from transformers import MarianConfig, MarianMTModel
 
-from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration
-from hf_headattn.tokenization import train_tokenizer
-from hf_headattn.training import multi30k_paths, read_parallel_files
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
+from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration  # noqa: E402
+from hf_headattn.tokenization import train_tokenizer  # noqa: E402
+from hf_headattn.training import multi30k_paths, read_parallel_files  # noqa: E402
 
 
 # Each variant where its paper puts it.
@@ -62,6 +63,7 @@ def shared_sizes(d_model, layers, vocab_size, tokenizer):
         vocab_size=vocab_size, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
         encoder_attention_heads=d_model // 64, decoder_attention_heads=d_model // 64,
         encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model, max_position_embeddings=256, dropout=0.1,
+        activation_function="swish",  # both models: Marian's default is gelu, the Opus-MT checkpoints' is swish
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.pad_token_id,
     )
@@ -182,8 +184,8 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", default=["marian", *VARIANTS], choices=["marian", *VARIANTS])
     parser.add_argument("--train-pairs", type=int, default=10000)
     parser.add_argument("--batch-tokens", type=int, default=2000)
-    parser.add_argument("--train-batches", type=int, default=2, help="training steps per timing")
-    parser.add_argument("--sentences", type=int, default=32, help="test sentences per generation timing")
+    parser.add_argument("--train-batches", type=int, default=1, help="training steps per timing")
+    parser.add_argument("--sentences", type=int, default=16, help="test sentences per generation timing")
     parser.add_argument("--output-length", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -192,10 +194,18 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="smoke run: one small shape, few steps")
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "hf_headattn-benchmark"))
     parser.add_argument("--output", help="write all measurements as JSON here")
+    parser.add_argument("--markdown", help="write the tables as Markdown here")
+    parser.add_argument("--render", metavar="JSON", help="measure nothing: write --markdown from this earlier "
+                        "--output")
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     parser.add_argument("--probe-d-model", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--probe-layers", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.render:
+        if not args.markdown:
+            parser.error("--render needs --markdown")
+        Path(args.markdown).write_text(markdown_report(json.loads(Path(args.render).read_text())))
+        return print(f"wrote {args.markdown}")
     if args.quick:
         args.shapes, args.train_pairs, args.batch_tokens, args.sentences = ["256x1"], 2000, 500, 8
         args.output_length, args.repeats, args.train_batches = 8, 2, 1
@@ -203,6 +213,7 @@ def main(argv=None):
     if args.probe:
         return probe_memory(args)
 
+    started = time.perf_counter()
     device = torch.device(args.device)
     tokenizer, batches, inputs = load_data(args)
     report = {
@@ -254,14 +265,21 @@ def main(argv=None):
                     check=True, capture_output=True, text=True)
                 result[name]["peak_memory_mib"] = json.loads(probe.stdout.strip().splitlines()[-1])["peak_memory_mib"]
         report["shapes"][shape] = result
-        print_shape(shape, result)
+        print("\n" + shape_table(shape, result))
+        print(f"\n({(time.perf_counter() - started) / 60:.1f} min so far)")
     report["targets"] = check_targets(report["shapes"])
+    print("\n" + targets_table(report["targets"]))
     if not args.skip_kernels:
         report["kernels"] = run_kernel_benchmark(args)
+    report["minutes"] = (time.perf_counter() - started) / 60
+    print(f"\nwhole run: {report['minutes']:.1f} min")
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nwrote {args.output}")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_report(report))
+        print(f"wrote {args.markdown}")
 
 
 def time_ratio(result, name, anchor, key):
@@ -269,12 +287,13 @@ def time_ratio(result, name, anchor, key):
     return result[anchor][key]["median"] / result[name][key]["median"]
 
 
-def print_shape(shape, result):
+def shape_table(shape, result):
+    """Markdown table of one shape: throughput median [min-max] and time ratios per model and measurement."""
     keys = [("train_tokens_per_s", "train tok/s"), ("greedy_sentences_per_s", "greedy sent/s"),
             ("beam5_sentences_per_s", "beam-5 sent/s")]
-    header = "| model | parameters | peak MiB | " + " | ".join(
+    header = "| model | parameters | peak train MiB | " + " | ".join(
         f"{label} [min-max] | time / Marian | time / softmax" for _, label in keys) + " |"
-    print(f"\n{shape}\n{header}\n|" + "---|" * (3 + 3 * len(keys)))
+    lines = [header, "|" + "---|" * (3 + 3 * len(keys))]
     for name, measured in result.items():
         cells = [name, f"{measured['parameters']:,}", f"{measured.get('peak_memory_mib', float('nan')):.0f}"]
         for key, _ in keys:
@@ -282,13 +301,14 @@ def print_shape(shape, result):
             cells.append(f"{values['median']:.1f} [{values['min']:.1f}-{values['max']:.1f}]")
             cells.append(f"{time_ratio(result, name, 'marian', key):.2f}" if "marian" in result else "-")
             cells.append(f"{time_ratio(result, name, 'softmax', key):.2f}" if "softmax" in result else "-")
-        print("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def check_targets(shapes):
+    """Each target of the speed issue at each shape: the time ratio of medians and the per-round ratios."""
     keys = {"train": "train_tokens_per_s", "beam5": "beam5_sentences_per_s"}
     checks = []
-    print("\n| target | shape | time ratio (median) | spread over rounds | met |\n|---|---|---|---|---|")
     for name, anchor, what, limit in TARGETS:
         for shape, result in shapes.items():
             if name not in result or anchor not in result:
@@ -296,12 +316,56 @@ def check_targets(shapes):
             key = keys[what]
             ratio = time_ratio(result, name, anchor, key)
             ratios = [a / b for a, b in zip(result[anchor][key]["all"], result[name][key]["all"])]
-            met = ratio <= limit
             checks.append({"model": name, "anchor": anchor, "measure": what, "limit": limit, "shape": shape,
-                           "ratio": ratio, "round_ratios": ratios, "met": met})
-            print(f"| {name} {what} <= {limit:.2f}x {anchor} | {shape} | {ratio:.2f} | "
-                  f"{min(ratios):.2f}-{max(ratios):.2f} | {'yes' if met else 'NO'} |")
+                           "ratio": ratio, "round_ratios": ratios, "met": ratio <= limit})
     return checks
+
+
+def targets_table(checks):
+    lines = ["| target | shape | time ratio (median) | per-round ratios [min-max] | met |", "|---|---|---|---|---|"]
+    for c in checks:
+        lines.append(f"| {c['model']} {c['measure']} <= {c['limit']:.2f}x {c['anchor']} | {c['shape']} | "
+                     f"{c['ratio']:.2f} | {min(c['round_ratios']):.2f}-{max(c['round_ratios']):.2f} | "
+                     f"{'yes' if c['met'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+def kernels_table(kernels):
+    lines = ["| threads | shape | transform | ours ms, median [min-max] | reference ms, median [min-max] | "
+             "reference / ours | goal | reference |", "|---|---|---|---|---|---|---|---|"]
+    for run in kernels["runs"]:
+        for r in run["results"]:
+            ours, ref = r["ours"], r["reference_time"]
+            lines.append(
+                f"| {run['threads']} | {r['shape'][0]}x{r['shape'][1]} | {r['transform']} | "
+                f"{ours['median_s'] * 1e3:.2f} [{ours['min_s'] * 1e3:.2f}-{ours['max_s'] * 1e3:.2f}] | "
+                f"{ref['median_s'] * 1e3:.2f} [{ref['min_s'] * 1e3:.2f}-{ref['max_s'] * 1e3:.2f}] | "
+                f"{r['ratio_median']:.1f}x | >= {r['goal']:g}x: {'met' if r['goal_met'] else 'NOT met'} | "
+                f"{r['reference']} |")
+    return "\n".join(lines)
+
+
+def markdown_report(report):
+    """The whole run as Markdown (the body of BENCHMARKS.md)."""
+    machine, settings = report["machine"], report["settings"]
+    parts = [
+        f"Machine: {machine['platform']}, {machine['processor'] or 'CPU'}, {machine['cpus']} CPUs, "
+        f"{machine['threads']} torch threads, device {machine['device']}"
+        + (f" ({machine['cuda']})" if machine.get("cuda") else "") + f", torch {machine['torch']}. "
+        f"Whole run: {report['minutes']:.1f} min.",
+        f"Settings: {settings['repeats']} interleaved rounds; training on {len(report['batches'])} batches of "
+        + ", ".join(f"{b['sentences']} sentences / {b['target_tokens']} target tokens" for b in report["batches"])
+        + f"; generation of {settings['sentences']} test_2016_flickr sentences, every output "
+        f"{settings['output_length']} tokens. Time ratio = model time / anchor time (below 1: faster).",
+        "## Targets\n\n" + targets_table(report["targets"]),
+    ]
+    for shape, result in report["shapes"].items():
+        d_model, layers = shape.split("x")
+        parts.append(f"## d_model {d_model}, {layers} + {layers} layers, {int(d_model) // 64} heads\n\n"
+                     + shape_table(shape, result))
+    if "kernels" in report:
+        parts.append("## Sparse kernels (forward + backward)\n\n" + kernels_table(report["kernels"]))
+    return "\n\n".join(parts) + "\n"
 
 
 if __name__ == "__main__":

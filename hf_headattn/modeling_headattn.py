@@ -836,6 +836,14 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         self.register_buffer("final_logits_bias", new_bias.contiguous())
         return embeddings
 
+    def output_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """lm_head(hidden_states) + final_logits_bias, with the bias added inside the output GEMM (addmm) rather
+        than by a separate pass over the [batch, length, vocab] logits."""
+        bias = self.final_logits_bias.view(-1).to(hidden_states.dtype)
+        if self.lm_head.bias is not None:
+            bias = bias + self.lm_head.bias
+        return nn.functional.linear(hidden_states, self.lm_head.weight, bias)
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -884,7 +892,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             output_head_importances=output_head_importances,
             target_token_mask=labels.ne(-100) if labels is not None else None,
         )
-        logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias.to(outputs.last_hidden_state.dtype)
+        logits = self.output_logits(outputs.last_hidden_state)
 
         loss = ce_loss = None
         if labels is not None:
