@@ -3,7 +3,7 @@
 All functions take plain lists of strings, one per sentence, and a single reference per sentence.
 
 * :func:`corpus_scores`: sacrebleu's corpus BLEU, chrF and TER with sacrebleu's default settings (BLEU with the
-  ``13a`` tokenizer, chrF with ``char_order=6, word_order=0, beta=2``, case-sensitive TER).
+  ``13a`` tokenizer, chrF with ``char_order=6, word_order=0, beta=2``, TER ignoring case, sacrebleu's default).
 * :func:`rep_score`: the REP-score of Malaviya et al. (2018, Sec. 5), counting repeated n-grams of the output.
 * :func:`drop_score`: the DROP-score of the same paper, the percentage of source words that are aligned to the
   reference but not to the output; the alignments come from eflomal (:func:`hf_headattn.alignment.align_corpus`).
