@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -166,6 +167,16 @@ def load_data(args):
     return tokenizer, batches, inputs
 
 
+def cpu_model():
+    """The CPU's model name (Linux /proc/cpuinfo), else what `platform` knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def run_kernel_benchmark(args):
     script = Path(__file__).with_name("benchmark_sparse_kernels.py")
     with tempfile.TemporaryDirectory() as tmp:
@@ -217,10 +228,11 @@ def main(argv=None):
     device = torch.device(args.device)
     tokenizer, batches, inputs = load_data(args)
     report = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
+        "machine": {"platform": platform.platform(), "processor": cpu_model(), "cpus": os.cpu_count(),
                     "threads": args.threads, "device": str(device), "torch": torch.__version__,
                     "cuda": torch.cuda.get_device_name() if device.type == "cuda" else None},
         "settings": {key: value for key, value in vars(args).items() if not key.startswith("probe")},
+        "command": shlex.join(["python", "examples/benchmark_speed.py", *(sys.argv[1:] if argv is None else argv)]),
         "batches": [{"sentences": int(b["input_ids"].shape[0]), "target_tokens": int((b["labels"] != -100).sum())}
                     for b in batches],
         "shapes": {},
@@ -348,7 +360,12 @@ def kernels_table(kernels):
 def markdown_report(report):
     """The whole run as Markdown (the body of BENCHMARKS.md)."""
     machine, settings = report["machine"], report["settings"]
+    met = sum(check["met"] for check in report["targets"])
     parts = [
+        "# Speed (CPU)\n\nEvery Transformer attention variant next to Transformers' own `MarianMTModel` built from the "
+        "same config, measured side by side in one run of `examples/benchmark_speed.py`:\n\n"
+        f"```\n{report.get('command', 'python examples/benchmark_speed.py')}\n```\n\n"
+        f"{met} of {len(report['targets'])} target checks met.",
         f"Machine: {machine['platform']}, {machine['processor'] or 'CPU'}, {machine['cpus']} CPUs, "
         f"{machine['threads']} torch threads, device {machine['device']}"
         + (f" ({machine['cuda']})" if machine.get("cuda") else "") + f", torch {machine['torch']}. "

@@ -1,0 +1,77 @@
+"""examples/benchmark_speed.py: the target checks and the Markdown report on made-up throughputs, and (slow) the
+--quick smoke run on Multi30k."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("benchmark_speed", REPO / "examples" / "benchmark_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def measured(train, beam5, greedy=10.0):
+    """One model's throughputs over two rounds, as the benchmark stores them."""
+    def summary(values):
+        return {"median": sorted(values)[len(values) // 2], "min": min(values), "max": max(values), "all": values}
+    return {"train_tokens_per_s": summary(train), "greedy_sentences_per_s": summary([greedy, greedy]),
+            "beam5_sentences_per_s": summary(beam5), "parameters": 1000, "peak_memory_mib": 12.0}
+
+
+def test_targets_compare_time_ratios_with_the_limits():
+    script = load_script()
+    shapes = {"256x3": {
+        "marian": measured(train=[100.0, 100.0], beam5=[10.0, 10.0]),
+        "softmax": measured(train=[110.0, 90.0], beam5=[8.0, 8.0]),  # median 110 tok/s: time ratio 100/110
+        "csparsemax": measured(train=[50.0, 50.0], beam5=[5.0, 5.0]),
+    }}
+    checks = {(c["model"], c["anchor"], c["measure"]): c for c in script.check_targets(shapes)}
+    softmax_train = checks["softmax", "marian", "train"]
+    assert softmax_train["ratio"] == pytest.approx(100 / 110) and softmax_train["met"]
+    assert softmax_train["round_ratios"] == pytest.approx([100 / 110, 100 / 90])
+    assert not checks["softmax", "marian", "beam5"]["met"]  # 10/8 = 1.25 > 1.00
+    assert checks["csparsemax", "softmax", "train"]["ratio"] == pytest.approx(110 / 50)  # 2.2 > 2.0
+    assert not checks["csparsemax", "softmax", "train"]["met"]
+    assert checks["csparsemax", "softmax", "beam5"]["ratio"] == pytest.approx(8 / 5)  # 1.6 > 1.5
+    assert ("mma", "softmax", "train") not in checks  # not measured: not claimed
+
+    report = {
+        "machine": {"platform": "Linux", "processor": "CPU X", "cpus": 2, "threads": 2, "device": "cpu",
+                    "torch": "2.x", "cuda": None},
+        "settings": {"repeats": 2, "sentences": 16, "output_length": 20},
+        "command": "python examples/benchmark_speed.py --repeats 2",
+        "batches": [{"sentences": 100, "target_tokens": 2000}],
+        "shapes": shapes, "targets": list(checks.values()), "minutes": 3.5,
+    }
+    text = script.markdown_report(report)
+    assert "python examples/benchmark_speed.py --repeats 2" in text
+    assert "1 of 4 target checks met" in text
+    assert "| softmax train <= 1.00x marian | 256x3 | 0.91 | 0.91-1.11 | yes |" in text
+    assert "| csparsemax train <= 2.00x softmax | 256x3 | 2.20 | 1.80-2.20 | NO |" in text
+    assert "| softmax | 1,000 | 12 | 110.0 [90.0-110.0] | 0.91 | 1.00 |" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
+def test_quick_run_writes_json_and_markdown(tmp_path):
+    script = load_script()
+    script.main(["--quick", "--data-dir", str(MULTI30K), "--models", "marian", "softmax", "csparsemax",
+                 "--cache-dir", str(tmp_path / "cache"), "--output", str(tmp_path / "speed.json"),
+                 "--markdown", str(tmp_path / "BENCHMARKS.md"), "--threads", "1"])
+    report = json.loads((tmp_path / "speed.json").read_text())
+    result = report["shapes"]["256x1"]
+    assert set(result) == {"marian", "softmax", "csparsemax"}
+    assert all(result[name]["train_tokens_per_s"]["median"] > 0 for name in result)
+    assert {r["transform"] for r in report["kernels"]["runs"][0]["results"]} == {"sparsemax", "csoftmax",
+                                                                                  "csparsemax"}
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "## Targets" in text and "## Sparse kernels" in text
