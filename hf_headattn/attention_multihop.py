@@ -28,7 +28,12 @@ def check_hop_mode(hop_mode) -> None:
 class HeadHops(nn.Module):
     """`hops` second-level hops over the contexts of `num_heads` heads of size `dim`."""
 
-    def __init__(self, num_heads: int, dim: int, hops: int, hop_mode: str, init_std: float = 0.02):
+    def __init__(self, num_heads: int, dim: int, hops: int, hop_mode: str, init_std: float = 0.02,
+                 start_as_identity: bool = False):
+        """start_as_identity: U_c^(k) starts as the identity times the inverse of the head weights at the start
+        (N for dependent hops, whose beta is about 1/N while the scores are small; 1 for independent ones), so
+        that each hop starts by passing the first hop's contexts on at their scale; otherwise every matrix is
+        drawn from N(0, init_std^2)."""
         super().__init__()
         check_hop_mode(hop_mode)
         self.hops = hops
@@ -38,7 +43,12 @@ class HeadHops(nn.Module):
         def per_head_matrices():
             return nn.Parameter(torch.randn(num_heads, dim, dim) * init_std)
 
-        self.u_c = nn.ParameterList([per_head_matrices() for _ in range(hops)])  # U_c^(k) (Eq. 9, 19)
+        def context_matrices():
+            if not start_as_identity:
+                return per_head_matrices()
+            return nn.Parameter(torch.eye(dim).repeat(num_heads, 1, 1) * (num_heads if dependent else 1))
+
+        self.u_c = nn.ParameterList([context_matrices() for _ in range(hops)])  # U_c^(k) (Eq. 9, 19)
         self.u_b = nn.ParameterList([per_head_matrices() for _ in range(hops)]) if dependent else None
         self.w_b = nn.ModuleList([nn.Linear(dim, dim, bias=False) for _ in range(hops)]) if dependent else None
         self.v_b = nn.ModuleList([nn.Linear(dim, 1, bias=False) for _ in range(hops)]) if dependent else None
@@ -71,7 +81,11 @@ class MultiHopAttention(AttentionVariant):
 
     def __init__(self, config, site, layer_idx, num_heads, head_dim, **options):
         super().__init__(config, site, layer_idx, num_heads, head_dim, **options)
-        self.second_hops = HeadHops(num_heads, head_dim, self.hops, self.hop_mode, init_std=config.init_std)
+        # In a residual Transformer layer, random U_c (std init_std) would shrink the cross-attention output by
+        # about beta * init_std * sqrt(d_k) (~35x at d_k = 32, 4 heads) and the decoder would learn to use the
+        # source far more slowly; starting as the identity keeps softmax attention's scale.
+        self.second_hops = HeadHops(num_heads, head_dim, self.hops, self.hop_mode, init_std=config.init_std,
+                                    start_as_identity=True)
 
     @classmethod
     def check_options(cls, options, *, site, num_heads, config):

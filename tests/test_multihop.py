@@ -74,3 +74,29 @@ def test_zero_hops_is_plain_multi_head_attention():
 def test_bad_multihop_options_are_clear_errors(spec, message):
     with pytest.raises(ValueError, match=message):
         tiny_config(cross_attention=spec)
+
+
+def test_transformer_hops_start_as_the_identity_on_the_contexts():
+    """A fresh Transformer `multihop` module passes the first hop's contexts on at their scale: exactly for
+    independent hops (U_c = I), and for dependent ones up to beta's distance from uniform (U_c = N I, beta ~ 1/N);
+    exactly again once the head scores are flat (v_b = 0)."""
+    from hf_headattn.attention_multihop import HeadHops
+
+    torch.manual_seed(0)
+    heads, dim = 4, 8
+    queries, contexts = torch.randn(2, 5, heads, dim), torch.randn(2, 5, heads, dim)
+    independent = HeadHops(heads, dim, hops=2, hop_mode="independent", start_as_identity=True)
+    torch.testing.assert_close(independent(queries, contexts)[0], contexts)
+    dependent = HeadHops(heads, dim, hops=1, hop_mode="dependent", start_as_identity=True)
+    with torch.no_grad():
+        dependent.v_b[0].weight.zero_()
+    torch.testing.assert_close(dependent(queries, contexts)[0], contexts)
+    # a fresh model's hop (W_b, U_b and v_b drawn with std init_std = 0.02): beta ~ 1/N, contexts kept
+    model = HeadAttnForConditionalGeneration(tiny_config(cross_attention="multihop"))
+    hops = model.model.decoder.layers[0].encoder_attn.variant.second_hops
+    u_c = hops.u_c[0]
+    torch.testing.assert_close(u_c, torch.eye(u_c.shape[-1]).repeat(u_c.shape[0], 1, 1) * u_c.shape[0])
+    queries, contexts = torch.randn(2, 5, *u_c.shape[:2]), torch.randn(2, 5, *u_c.shape[:2])
+    output, beta = hops(queries, contexts)
+    assert (beta - 1 / u_c.shape[0]).abs().max() < 0.01
+    assert 0.95 < output.norm() / contexts.norm() < 1.05
