@@ -16,6 +16,7 @@ systems found in --output-dir.
 
 import argparse
 import json
+import math
 import os
 import platform
 import shlex
@@ -104,7 +105,8 @@ def train_and_evaluate(system: str, args, data: dict, argv: list[str]) -> dict:
 
 def settings(args) -> dict:
     """The arguments that change what is trained and measured (not which systems, threads or report files)."""
-    ignored = ("systems", "threads", "report_only", "results_file", "cards_dir", "dataset_name", "dataset_id")
+    ignored = ("systems", "threads", "report_only", "results_note", "results_file", "cards_dir", "dataset_name",
+               "dataset_id")
     return {key: value for key, value in vars(args).items() if key not in ignored}
 
 
@@ -131,7 +133,11 @@ def results_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def describe_setup(results: dict) -> str:
+def optimizer_steps(args) -> int:
+    return math.ceil(args.epochs * math.ceil(args.train_pairs / args.batch_size))  # as Trainer counts them
+
+
+def describe_setup(results: dict, note: str | None = None) -> str:
     """The shared settings of every system in `results` (an error if two systems were trained differently)."""
     settings_seen = {json.dumps(r["settings"], sort_keys=True) for r in results.values()}
     if len(settings_seen) > 1:
@@ -143,7 +149,8 @@ def describe_setup(results: dict) -> str:
     return (
         f"Training data: the first {args.train_pairs:,} pairs of `{data['train_source']}` / "
         f"`{Path(data['train_target']).name}`, a BPE vocabulary of {args.vocab_size:,}. Every system: "
-        f"{args.epochs:g} epochs at batch size {args.batch_size} (the same optimizer steps), AdamW, learning rate "
+        f"{args.epochs:g} epochs at batch size {args.batch_size} ({optimizer_steps(args):,} optimizer steps), AdamW, "
+        "learning rate "
         f"{args.learning_rate:g} with inverse-square-root decay after {args.warmup_steps} warm-up steps, dropout "
         f"{args.dropout:g}, label smoothing 0.1, seed {args.seed}. Transformers: d_model {args.d_model}, 3 + 3 "
         f"layers, 4 heads, FFN {4 * args.d_model}; each variant at its paper's site (`examples/benchmark_quality.py`"
@@ -152,13 +159,15 @@ def describe_setup(results: dict) -> str:
         f"`{Path(data['test_source']).name}` ({'beam ' + str(args.num_beams)}); REP and DROP split words with "
         f"sacrebleu's 13a tokenizer, DROP aligns with eflomal trained on the training pairs plus the test pairs. "
         f"Train time is wall-clock seconds on CPU ({platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores, {'/'.join(map(str, threads))} torch thread(s) per run)."
+        f"{os.cpu_count()} cores, {'/'.join(map(str, threads))} torch thread(s) per run), including the "
+        "validation passes at the end of each epoch."
+        + (f" {note}" if note else "")
     )
 
 
 def write_results(results: dict, args) -> None:
     table = results_table(results)
-    setup = describe_setup(results)
+    setup = describe_setup(results, args.results_note)
     commands = "\n".join(dict.fromkeys(r["command"] for r in results.values()))
     Path(args.results_file).write_text(
         "# Results across variants (CPU, fixed budget)\n\n"
@@ -210,6 +219,8 @@ def main(argv=None):
                         help=f"which systems to train (default: all of {', '.join(SYSTEMS)})")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (e.g. 1 for two runs)")
     parser.add_argument("--report-only", action="store_true", help="only rewrite the table and cards")
+    parser.add_argument("--results-note", help="a sentence added to the setup in the table's text (e.g. how the "
+                        "runs shared the machine)")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
