@@ -8,12 +8,13 @@ the same config, in one run, on the same batches and thread count:
   every output exactly --output-length tokens long (min_new_tokens = max_new_tokens) so that all models do the
   same work;
 * peak memory of training: on CUDA, `torch.cuda.max_memory_allocated` over the training steps; on CPU, in a
-  separate process per model and shape (Linux), how far the peak RSS of the same training steps rises above the
-  RSS of the built model (activations, gradients, AdamW state);
+  separate process per model and shape (Linux), how far the peak RSS of two passes over the training batches
+  (the second with AdamW's state) rises above the RSS of the built model (activations, gradients, AdamW state);
 * the sparse kernels against entmax and per-row NumPy (examples/benchmark_sparse_kernels.py, run as is).
 
-Timings repeat --repeats times, interleaved (every model once per round); tables show the median [min-max] and
-time ratios of medians against MarianMTModel and against our softmax model, with the issue's targets.
+Timings repeat --repeats times, interleaved (every model once per round, each round starting one model later);
+tables show the median [min-max] and time ratios of medians against MarianMTModel and against our softmax model,
+with the issue's targets.
 
     python examples/benchmark_speed.py --output benchmarks/speed.json --markdown BENCHMARKS.md   # ~12 min, 2 cores
     python examples/benchmark_speed.py --quick                                  # a 1-minute smoke run
@@ -131,14 +132,14 @@ def summary(values):
 
 
 def probe_memory(args):
-    """Child process: build one model, reset the RSS high-water mark, run the training steps (the first one
-    creates AdamW's state), print how far the peak RSS rose above the built model's RSS, in MiB."""
+    """Child process: build one model, reset the RSS high-water mark, run two passes over the training batches
+    (the first step creates AdamW's state), print how far the peak RSS rose above the built model's RSS, in MiB."""
     tokenizer, batches, _ = load_data(args)
     model = build_model(args.probe, args.probe_d_model, args.probe_layers, tokenizer, torch.device("cpu"))
     model._benchmark_optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     before = rss_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM to the current RSS
-    train_steps(model, batches, torch.device("cpu"))
+    train_steps(model, batches * 2, torch.device("cpu"))  # the second pass over them runs with AdamW's state
     print(json.dumps({"peak_memory_mib": (rss_kib("VmHWM") - before) / 1024}))
 
 
@@ -198,7 +199,7 @@ def main(argv=None):
     parser.add_argument("--train-batches", type=int, default=1, help="training steps per timing")
     parser.add_argument("--sentences", type=int, default=16, help="test sentences per generation timing")
     parser.add_argument("--output-length", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--skip-kernels", action="store_true")
@@ -249,8 +250,12 @@ def main(argv=None):
                    for name in models}
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
+        names = list(models)
         for repeat in range(args.repeats):
-            for name, model in models.items():  # interleaved: every model once per round
+            # interleaved: every model once per round, starting one model later each round so that no model
+            # always runs in the same place (e.g. right after another's memory was freed)
+            for name in names[repeat % len(names):] + names[: repeat % len(names)]:
+                model = models[name]
                 if device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats()
                 seconds, tokens = train_steps(model, batches, device)

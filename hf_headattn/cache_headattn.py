@@ -44,7 +44,12 @@ class HeadAttnCache(EncoderDecoderCache):
         }
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        super().reorder_cache(beam_idx)
+        """Beam search's reordering: `beam_idx` only permutes the hypotheses of each sentence among themselves
+        (`generate` adds the sentence's offset to beam indices within it). The cross-attention keys and values
+        of a sentence's hypotheses are projections of the same encoder output, hence equal, so only the
+        self-attention cache and the variants' states move; copying every layer's source keys and values at
+        every step would change nothing."""
+        self.self_attention_cache.reorder_cache(beam_idx)
         self._map_states(lambda tensor: tensor.index_select(0, beam_idx.to(tensor.device)))
 
     def batch_repeat_interleave(self, repeats: int) -> None:

@@ -137,3 +137,15 @@ def test_sampling_with_cache_equals_without(model):
         outputs.append(model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True, top_k=10,
                                       max_new_tokens=8, use_cache=use_cache))
     assert torch.equal(*outputs)
+
+
+def test_beam_reordering_moves_self_attention_keys_but_not_the_sentence_constant_cross_attention_ones():
+    """Beam search permutes each sentence's hypotheses among themselves, whose cross-attention keys/values are
+    equal, so reorder_cache leaves them in place (test_cache_equals_no_cache covers the outputs)."""
+    cache = HeadAttnCache()
+    rows = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 2, 3, 5)
+    cache.self_attention_cache.update(rows.clone(), rows.clone(), 0)
+    cache.cross_attention_cache.update(rows.clone(), rows.clone(), 0)
+    cache.reorder_cache(torch.tensor([1, 1, 2, 3]))
+    assert cache.self_attention_cache.layers[0].keys[:, 0, 0, 0].tolist() == [1.0, 1.0, 2.0, 3.0]
+    assert cache.cross_attention_cache.layers[0].keys[:, 0, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
