@@ -1,5 +1,6 @@
 """Small models and inputs shared by the tests."""
 
+import importlib.util
 from pathlib import Path
 
 import torch
@@ -20,6 +21,9 @@ class BlockPackage(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, BlockPackage())
 """
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"  # real data beside the checkout, as on CI
 
 VOCAB = 64
 PAD, EOS = 0, 1
@@ -96,3 +100,11 @@ def train_tiny_model(data: dict[str, Path], output_dir: Path, family: str, *extr
         "--num-beams", "1", "--warmup-steps", "1", "--max-length", "12", "--logging-steps", "1",
     ])
     return output_dir
+
+
+def load_example(name: str):
+    """The script examples/<name>.py as a module (examples/ is not a package), to call its functions."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,31 +1,20 @@
 """examples/benchmark_quality.py end to end on the toy corpus: two systems (one per family) trained, evaluated,
 tabulated in RESULTS.md and written into model cards that parse back to the measured numbers."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
 
-from helpers import toy_data
-
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("benchmark_quality", REPO / "examples" / "benchmark_quality.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import load_example, toy_data
 
 
 @pytest.fixture(scope="module")
 def quality_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("quality")
     data = toy_data(tmp / "data")
-    script = load_script()
+    script = load_example("benchmark_quality")
     files = []
     for split in ("train", "valid", "test"):
         files += [f"--{split}-source", str(data[f"{split}.src"]), f"--{split}-target", str(data[f"{split}.tgt"])]
@@ -81,10 +70,10 @@ def test_systems_trained_with_other_settings_are_refused(quality_run):
 def test_every_registered_variant_has_a_system():
     from hf_headattn.attention_registry import ATTENTION_VARIANTS
 
-    assert set(load_script().TRANSFORMER_SYSTEMS) == set(ATTENTION_VARIANTS)
+    assert set(load_example("benchmark_quality").TRANSFORMER_SYSTEMS) == set(ATTENTION_VARIANTS)
 
 
 def test_half_given_data_files_are_an_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        load_script().main(["--train-source", str(tmp_path / "a.de"), "--output-dir", str(tmp_path)])
+        load_example("benchmark_quality").main(["--train-source", str(tmp_path / "a.de"), "--output-dir", str(tmp_path)])
     assert "all six" in capsys.readouterr().err

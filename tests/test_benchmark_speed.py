@@ -1,22 +1,11 @@
 """examples/benchmark_speed.py: the target checks and the Markdown report on made-up throughputs, and (slow) the
 --quick smoke run on Multi30k."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-
-REPO = Path(__file__).resolve().parents[1]
-MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("benchmark_speed", REPO / "examples" / "benchmark_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import MULTI30K, load_example
 
 
 def measured(train, beam5, greedy=10.0):
@@ -28,7 +17,7 @@ def measured(train, beam5, greedy=10.0):
 
 
 def test_targets_compare_time_ratios_with_the_limits():
-    script = load_script()
+    script = load_example("benchmark_speed")
     shapes = {"256x3": {
         "marian": measured(train=[100.0, 100.0], beam5=[10.0, 10.0]),
         "softmax": measured(train=[110.0, 90.0], beam5=[8.0, 8.0]),  # median 110 tok/s: time ratio 100/110
@@ -63,7 +52,7 @@ def test_targets_compare_time_ratios_with_the_limits():
 @pytest.mark.slow
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
 def test_quick_run_writes_json_and_markdown(tmp_path):
-    script = load_script()
+    script = load_example("benchmark_speed")
     script.main(["--quick", "--data-dir", str(MULTI30K), "--models", "marian", "softmax", "csparsemax",
                  "--cache-dir", str(tmp_path / "cache"), "--output", str(tmp_path / "speed.json"),
                  "--markdown", str(tmp_path / "BENCHMARKS.md"), "--threads", "1"])

@@ -3,7 +3,6 @@
 import json
 import runpy
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,10 +10,9 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_headattn.evaluation import evaluate_model, resolve_device
 
-from helpers import FAMILIES, N_TEST, N_TRAIN, toy_data, train_tiny_model
+from helpers import FAMILIES, N_TEST, N_TRAIN, REPO, toy_data, train_tiny_model
 
 
-REPO = Path(__file__).resolve().parents[1]
 METRIC_KEYS = {"bleu", "chrf", "ter", "rep", "drop", "bleu_by_length"}
 
 

@@ -5,8 +5,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from datasets import Dataset
@@ -15,9 +13,9 @@ from hf_headattn import demo
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
 from hf_headattn.training import load_hub_translation_dataset, main as train, read_parallel_files, translate_and_score
 
+from helpers import MULTI30K, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
 TINY_MODEL = ["--vocab-size", "300", "--d-model", "32", "--layers", "1", "--heads", "2", "--ffn-dim", "64",
               "--batch-size", "16", "--num-beams", "1", "--warmup-steps", "5", "--max-length", "32"]
 
