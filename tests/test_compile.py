@@ -1,11 +1,14 @@
 """torch.compile: every Transformer variant compiles and gives eager's outputs; the SDPA variants (softmax, MMA)
-and DHICM compile to one graph, without breaks. Slow (inductor compiles C++ kernels): `pytest -m slow`."""
+and DHICM compile to one graph, without breaks; `csparsemax(compiled=True)` gives the exact solution and
+gradients. Slow (inductor compiles C++ kernels): `pytest -m slow`."""
 
 import pytest
 import torch
 import torch._dynamo
 
-from helpers import random_model, source_batch, tiny_config
+from hf_headattn import sparse_attention
+from hf_headattn.sparse_attention import csparsemax
+from helpers import load_example, random_model, source_batch, tiny_config
 
 
 pytestmark = pytest.mark.slow
@@ -58,3 +61,51 @@ def test_one_graph_without_breaks(name):
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(model)(**inputs(config))
     assert explanation.graph_break_count == 0, [reason.reason for reason in explanation.break_reasons]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# csparsemax(compiled=True): the fixed passes and the backward compiled by torch.compile.
+
+
+def constrained_case(rows, n, dtype, seed):
+    """Scores with ties and masked keys, bounds with zeros, a few infeasible and all-masked rows."""
+    generator = torch.Generator().manual_seed(seed)
+    z = (torch.randn(rows, n, generator=generator, dtype=torch.float64) * 2).round(decimals=1).to(dtype)
+    u = (torch.randint(0, 3, (rows, n), generator=generator) * torch.rand(rows, n, generator=generator)).to(dtype)
+    mask = torch.rand(rows, n, generator=generator) > 0.2
+    u[::7] *= 0.01  # infeasible: sum u < 1
+    mask[::11] = False  # no allowed key
+    return z, u, mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_compiled_csparsemax_equals_eager(dtype, monkeypatch):
+    monkeypatch.setattr(sparse_attention, "_SORT_BELOW", 0)  # the passes even for this small input
+    z, u, mask = constrained_case(300, 40, dtype, seed=0)
+    grad = torch.randn(z.shape, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    results = []
+    for compiled in (False, True):
+        zz, uu = z.clone().requires_grad_(), u.clone().requires_grad_()
+        alpha = csparsemax(zz, uu, mask=mask, compiled=compiled)
+        results.append((alpha.detach(), *torch.autograd.grad(alpha, [zz, uu], grad)))
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12 if dtype == torch.float64 else 1e-6)
+
+
+def test_compiled_csparsemax_gradcheck(monkeypatch):
+    monkeypatch.setattr(sparse_attention, "_SORT_BELOW", 0)
+    generator = torch.Generator().manual_seed(3)
+    z = torch.randn(6, 9, dtype=torch.float64, generator=generator).requires_grad_()
+    u = (0.05 + 0.3 * torch.rand(6, 9, dtype=torch.float64, generator=generator)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: csparsemax(a, b, compiled=True), (z, u))
+
+
+def test_compiled_passes_settle_the_benchmark_rows(monkeypatch):
+    # At the benchmark's shape, `_COMPILED_PASSES` passes settle every row: none goes to the sort-based search.
+    sorted_rows = []
+    original = sparse_attention._csparsemax_sort
+    monkeypatch.setattr(sparse_attention, "_csparsemax_sort",
+                        lambda z, us: sorted_rows.append(z.shape[0]) or original(z, us))
+    z, u, _ = load_example("benchmark_sparse_kernels").make_inputs(1024, 512, seed=0)
+    torch.testing.assert_close(csparsemax(z, u, compiled=True), csparsemax(z, u), rtol=0, atol=1e-6)
+    assert sorted_rows == []

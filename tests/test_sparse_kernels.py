@@ -5,8 +5,12 @@ threshold of a monotone function (no sorting, no breakpoint bookkeeping), run to
 
 Every test runs once per solver (see `solver`): the sort-based breakpoint searches, the active-set passes
 (with settled rows dropped from the passes even in small inputs), and the passes cut short after one pass, so
-that most rows are finished by the sort-based search (the two mixed in one batch).
+that most rows are finished by the sort-based search (the two mixed in one batch). csparsemax also runs through
+the fixed passes of `compiled=True`, here without compiling them (tests/test_compile.py compiles them), in full
+and cut short after one pass.
 """
+
+
 
 import entmax
 import numpy as np
@@ -20,10 +24,18 @@ from hf_headattn.sparse_attention import csoftmax, csparsemax, sparsemax
 INF = float("inf")
 BISECTION_STEPS = 200
 
+_csparsemax_solve = sparse_attention._csparsemax_solve
+_FIXED_PASSES = {
+    "_SORT_BELOW": 0,
+    "_csparsemax_solve": lambda z, us, compiled: _csparsemax_solve(z, us, compiled=True),
+    "_compiled_csparsemax_passes": lambda: sparse_attention._csparsemax_fixed_passes,
+}
 SOLVERS = {
     "sort": {"_SORT_BELOW": float("inf")},
     "passes": {"_SORT_BELOW": 0, "_COMPACT_FROM": 0},
     "one-pass": {"_SORT_BELOW": 0, "_COMPACT_FROM": 0, "_MAX_PASSES": 1},
+    "fixed": _FIXED_PASSES,
+    "fixed-one-pass": {**_FIXED_PASSES, "_COMPILED_PASSES": 1},
 }
 
 
@@ -329,7 +341,7 @@ def test_solvers_agree_on_gradients(monkeypatch):
 
 def test_passes_settle_attention_rows(solver, monkeypatch):
     # The active-set passes (not the sort-based search they fall back on) solve attention-like rows.
-    if solver != "passes":
+    if solver not in ("passes", "fixed"):
         pytest.skip("checks the passes")
     sorted_rows = []
     for name in ("_sparsemax_sort", "_csoftmax_sort", "_csparsemax_sort"):
