@@ -15,7 +15,7 @@ ones, upper bounds ``u``) to a probability distribution ``alpha``:
 
 Algorithms. Every forward pass is exact (no iteration to a tolerance) and vectorised over all leading
 dimensions. Each map is fixed by a partition of the keys (zero / strictly inside the bounds / capped) and, given
-the partition, by a threshold in closed form. Two exact solvers find the partition:
+the partition, by a threshold in closed form. Exact solvers find the partition:
 
 * Active-set passes, for inputs of `_SORT_BELOW` entries or more: finite methods whose passes are O(n)
   elementwise operations over the batch (no sort), and which for attention scores settle within a few passes:
@@ -29,6 +29,9 @@ the partition, by a threshold in closed form. Two exact solvers find the partiti
   for the rows the passes leave: sort the breakpoints of a monotone piecewise-linear function along ``dim``,
   locate the segment that holds the solution, solve in closed form on it (Martins & Astudillo, 2016, Alg. 1;
   Martins & Kreutzer, 2017; Pardalos & Kovoor, 1990, as in the paper's Alg. 1).
+* For ``csparsemax(..., compiled=True)``: the same safeguarded Newton passes, but a fixed number of them over every
+  row, branch-free and without host syncs, compiled by ``torch.compile`` into fused loops (one read of the keys
+  per pass instead of a dozen eager operations); rows they have not settled go to the sort-based search.
 
 Every backward pass is written out (no autograd through a sort or an iteration), from the partition.
 
@@ -87,6 +90,8 @@ _COMPACT_FROM = 1 << 15
 # Passes of csparsemax's compiled solver (`compiled=True`), which runs every pass over every row: attention scores
 # settle within 6 (at [1024, 512] in examples/benchmark_sparse_kernels.py: 27/63/90/99/99.8/100% after 1-6).
 _COMPILED_PASSES = 6
+# Of its evaluations, the first this many also find the jump targets for rows with no free key (see
+# `_csparsemax_fixed_passes`): with them in every pass, a pass costs about 1.5x as much and settles no more rows.
 _JUMP_PASSES = 3
 
 # Implementation notes (CPU): 0/1 indicators are float tensors written by comparisons with `out=` and used in
@@ -406,9 +411,14 @@ def _csparsemax_fixed_passes(z: torch.Tensor, us: torch.Tensor, passes: int):
 
 
 @functools.cache
-def _compiled_csparsemax_passes():
-    """`_csparsemax_fixed_passes` compiled once per process (on its first call; new dtypes or devices recompile)."""
-    return torch.compile(_csparsemax_fixed_passes, dynamic=True, fullgraph=True)
+def _compile(function):
+    return torch.compile(function, dynamic=True, fullgraph=True)
+
+
+def _compiled(function):
+    """`function` compiled by torch.compile, once per process (on its first call; new dtypes or devices recompile);
+    `function` itself while torch.compile traces a caller, which compiles it with the rest."""
+    return function if torch.compiler.is_compiling() else _compile(function)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -464,7 +474,7 @@ def _csparsemax_solve(z: torch.Tensor, us: torch.Tensor, compiled: bool = False)
         alpha, active, capped = _csparsemax_sort(z, us)
         return alpha, active, capped, _row_sum(active)
     if compiled:
-        alpha, active, capped, n_active, settled = _compiled_csparsemax_passes()(z, us, _COMPILED_PASSES)
+        alpha, active, capped, n_active, settled = _compiled(_csparsemax_fixed_passes)(z, us, _COMPILED_PASSES)
     else:
         alpha, active, capped, n_active, settled = _csparsemax_adaptive_passes(z, us)
     if (rows := _true_rows(~settled)) is not None:
@@ -559,13 +569,6 @@ def _csparsemax_backward(grad: torch.Tensor, active: torch.Tensor, capped: torch
     return grad_z, grad_u
 
 
-@functools.cache
-def _compiled_csparsemax_backward():
-    """`_csparsemax_backward` compiled once per process, for `compiled=True` (one fused loop instead of five passes
-    over the keys)."""
-    return torch.compile(_csparsemax_backward, dynamic=True, fullgraph=True)
-
-
 class ConstrainedSparsemaxFunction(torch.autograd.Function):
     """Constrained sparsemax over the last dim (Eq. 6, Proposition 1): alpha_j = max(0, min(u_j, z_j - tau)).
 
@@ -586,7 +589,7 @@ class ConstrainedSparsemaxFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_alpha: torch.Tensor):
-        backward = _compiled_csparsemax_backward() if ctx.compiled else _csparsemax_backward
+        backward = _compiled(_csparsemax_backward) if ctx.compiled else _csparsemax_backward
         grad_z, grad_u = backward(_rows(grad_alpha), *ctx.saved_tensors)
         return grad_z.view(grad_alpha.shape), grad_u.view(grad_alpha.shape), None, None
 
