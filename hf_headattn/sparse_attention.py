@@ -474,7 +474,13 @@ def _csparsemax_solve(z: torch.Tensor, us: torch.Tensor, compiled: bool = False)
         alpha, active, capped = _csparsemax_sort(z, us)
         return alpha, active, capped, _row_sum(active)
     if compiled:
-        alpha, active, capped, n_active, settled = _compiled(_csparsemax_fixed_passes)(z, us, _COMPILED_PASSES)
+        try:
+            alpha, active, capped, n_active, settled = _compiled(_csparsemax_fixed_passes)(z, us, _COMPILED_PASSES)
+        except torch._dynamo.exc.BackendCompilerFailed as error:
+            raise RuntimeError(
+                "csparsemax(compiled=True): torch.compile could not compile the solver (on CPU it needs a working "
+                "C++ compiler; the cause is below). Leave compiled=False for the eager solver, same results."
+            ) from error
     else:
         alpha, active, capped, n_active, settled = _csparsemax_adaptive_passes(z, us)
     if (rows := _true_rows(~settled)) is not None:

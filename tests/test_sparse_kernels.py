@@ -653,3 +653,16 @@ def test_csoftmax_wide_score_range(dtype, gap):
     # width. The result stays finite and within the bounds (documented: mask such keys instead).
     alpha = csparsemax(z, u)
     assert torch.isfinite(alpha).all() and (alpha >= 0).all() and (alpha <= u).all()
+
+
+def test_compiled_csparsemax_explains_a_failed_compile(monkeypatch):
+    def failing_compile(function):
+        def run(*args):
+            raise torch._dynamo.exc.BackendCompilerFailed(function, RuntimeError("No working C++ compiler"), None)
+        return run
+
+    monkeypatch.setattr(sparse_attention, "_SORT_BELOW", 0)
+    monkeypatch.setattr(sparse_attention, "_compiled", failing_compile)
+    with pytest.raises(RuntimeError, match="compiled=False for the eager solver") as raised:
+        csparsemax(torch.randn(4, 5), torch.ones(4, 5), compiled=True)
+    assert "No working C++ compiler" in str(raised.value.__cause__)
