@@ -31,7 +31,7 @@ the partition, by a threshold in closed form. Exact solvers find the partition:
   Martins & Kreutzer, 2017; Pardalos & Kovoor, 1990, as in the paper's Alg. 1).
 * For ``csparsemax(..., compiled=True)``: the same safeguarded Newton passes, but a fixed number of them over every
   row, branch-free and without host syncs, compiled by ``torch.compile`` into fused loops (one read of the keys
-  per pass instead of a dozen eager operations); rows they have not settled go to the sort-based search.
+  per pass instead of a dozen eager operations); rows they have not settled go on with the eager solvers.
 
 Every backward pass is written out (no autograd through a sort or an iteration), from the partition.
 
@@ -88,7 +88,8 @@ _MAX_PASSES = 12
 _COMPACT_FROM = 1 << 15
 
 # Passes of csparsemax's compiled solver (`compiled=True`), which runs every pass over every row: attention scores
-# settle within 6 (at [1024, 512] in examples/benchmark_sparse_kernels.py: 27/63/90/99/99.8/100% after 1-6).
+# settle within 6 (at [1024, 512] in examples/benchmark_sparse_kernels.py: 27/63/90/99/99.8/100% after 1-6); flat
+# rows with a wide support (e.g. 20% of rows of N(0, 0.3^2) scores at [1024, 512]) go on with the eager passes.
 _COMPILED_PASSES = 6
 # Of its evaluations, the first this many also find the jump targets for rows with no free key (see
 # `_csparsemax_fixed_passes`): with them in every pass, a pass costs about 1.5x as much and settles no more rows.
@@ -470,19 +471,31 @@ def _csoftmax_solve(z: torch.Tensor, us: torch.Tensor):
 
 def _csparsemax_solve(z: torch.Tensor, us: torch.Tensor, compiled: bool = False):
     """z: scores (-inf on masked keys), us: bounds. Returns (alpha, active, capped, |active|)."""
+    if not compiled or z.numel() < _SORT_BELOW:
+        return _csparsemax_eager_solve(z, us)
+    try:
+        alpha, active, capped, n_active, settled = _compiled(_csparsemax_fixed_passes)(z, us, _COMPILED_PASSES)
+    except torch._dynamo.exc.BackendCompilerFailed as error:
+        raise RuntimeError(
+            "csparsemax(compiled=True): torch.compile could not compile the solver (on CPU it needs a working C++ "
+            "compiler; the cause is below). Leave compiled=False for the eager solver, same results."
+        ) from error
+    # Rows the fixed passes leave (e.g. flat scores, where many keys share the support) go on with the eager
+    # solver: sorted if few, else more passes.
+    if (rows := _true_rows(~settled)) is not None:
+        leftover = _csparsemax_eager_solve(z.index_select(0, rows), us.index_select(0, rows))
+        for target, values in zip((alpha, active, capped, n_active), leftover):
+            target.index_copy_(0, rows, values)
+    return alpha, active, capped, n_active
+
+
+def _csparsemax_eager_solve(z: torch.Tensor, us: torch.Tensor):
+    """`_csparsemax_solve` without compiling: sorting for small inputs, else the adaptive passes, then sorting for the
+    rows they leave."""
     if z.numel() < _SORT_BELOW:
         alpha, active, capped = _csparsemax_sort(z, us)
         return alpha, active, capped, _row_sum(active)
-    if compiled:
-        try:
-            alpha, active, capped, n_active, settled = _compiled(_csparsemax_fixed_passes)(z, us, _COMPILED_PASSES)
-        except torch._dynamo.exc.BackendCompilerFailed as error:
-            raise RuntimeError(
-                "csparsemax(compiled=True): torch.compile could not compile the solver (on CPU it needs a working "
-                "C++ compiler; the cause is below). Leave compiled=False for the eager solver, same results."
-            ) from error
-    else:
-        alpha, active, capped, n_active, settled = _csparsemax_adaptive_passes(z, us)
+    alpha, active, capped, n_active, settled = _csparsemax_adaptive_passes(z, us)
     if (rows := _true_rows(~settled)) is not None:
         leftover = _csparsemax_sort(z.index_select(0, rows), us.index_select(0, rows))
         for target, values in zip((alpha, active, capped), leftover):
@@ -694,7 +707,7 @@ def csparsemax(
     zeros. Half precision is computed in float32. Returns z's dtype.
 
     `compiled=True` runs the Newton passes as a fixed number of branch-free passes over every row, compiled by
-    `torch.compile` into fused loops (rows that have not settled go to the sort-based search, so the result is
+    `torch.compile` into fused loops (rows that have not settled go on with the eager solvers, so the result is
     the same exact solution): about 2x faster on large CPU inputs, e.g. [1024, 512]. The first call compiles
     (seconds; on CPU it needs a C++ compiler), later calls of any shape reuse it. Inputs below `_SORT_BELOW`
     entries are sorted either way.

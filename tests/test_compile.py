@@ -109,3 +109,17 @@ def test_compiled_passes_settle_the_benchmark_rows(monkeypatch):
     z, u, _ = load_example("benchmark_sparse_kernels").make_inputs(1024, 512, seed=0)
     torch.testing.assert_close(csparsemax(z, u, compiled=True), csparsemax(z, u), rtol=0, atol=1e-6)
     assert sorted_rows == []
+
+
+def test_compiled_csparsemax_hands_flat_rows_to_the_eager_passes(monkeypatch):
+    # Flat scores need more than `_COMPILED_PASSES` passes in many rows; those go on with the eager solver.
+    handed_over = []
+    original = sparse_attention._csparsemax_eager_solve
+    monkeypatch.setattr(sparse_attention, "_csparsemax_eager_solve",
+                        lambda z, us: handed_over.append(z.shape[0]) or original(z, us))
+    generator = torch.Generator().manual_seed(0)
+    z = torch.randn(1024, 512, generator=generator) * 0.3
+    u = 3 * torch.rand(1024, 512, generator=generator)
+    alpha = csparsemax(z, u, compiled=True)
+    assert len(handed_over) == 1 and 16 < handed_over[0] < 1024
+    torch.testing.assert_close(alpha, original(z, sparse_attention._bounds(u, None))[0], rtol=0, atol=1e-6)
