@@ -101,14 +101,15 @@ def test_compiled_csparsemax_gradcheck(monkeypatch):
 
 
 def test_compiled_passes_settle_the_benchmark_rows(monkeypatch):
-    # At the benchmark's shape, `_COMPILED_PASSES` passes settle every row: none goes to the sort-based search.
-    sorted_rows = []
-    original = sparse_attention._csparsemax_sort
-    monkeypatch.setattr(sparse_attention, "_csparsemax_sort",
-                        lambda z, us: sorted_rows.append(z.shape[0]) or original(z, us))
+    # At the benchmark's shape, `_COMPILED_PASSES` passes settle every row: none is handed to the eager solver.
     z, u, _ = load_example("benchmark_sparse_kernels").make_inputs(1024, 512, seed=0)
-    torch.testing.assert_close(csparsemax(z, u, compiled=True), csparsemax(z, u), rtol=0, atol=1e-6)
-    assert sorted_rows == []
+    eager = csparsemax(z, u)
+    handed_over = []
+    original = sparse_attention._csparsemax_eager_solve
+    monkeypatch.setattr(sparse_attention, "_csparsemax_eager_solve",
+                        lambda z, us: handed_over.append(z.shape[0]) or original(z, us))
+    torch.testing.assert_close(csparsemax(z, u, compiled=True), eager, rtol=0, atol=1e-6)
+    assert handed_over == []
 
 
 def test_compiled_csparsemax_hands_flat_rows_to_the_eager_passes(monkeypatch):
