@@ -198,7 +198,7 @@ def _csparsemax_sort(z: torch.Tensor, us: torch.Tensor):
     the segment above) x (segment length), a sum of non-negative terms, so no cancellation. The first breakpoint
     with f >= 1 closes the segment that holds tau; on it the sets A (0 < alpha < u) and A_R (alpha = u) are fixed
     and tau = (sum_{A} z + sum_{A_R} u - 1) / |A|. Infeasible rows (sum u < 1): alpha = u.
-    Returns (alpha, active, capped)."""
+    Returns (alpha, active, capped, |A|)."""
     n = z.shape[-1]
     # Masked keys become a zero-width box [0, 0] at score 0: they contribute 0 for every tau.
     keep = (z != float("-inf")).to(z.dtype)
@@ -218,10 +218,11 @@ def _csparsemax_sort(z: torch.Tensor, us: torch.Tensor):
     capped = ((z_minus_u >= hi) | ~feasible).to(z.dtype) * keep  # A_R: alpha_j = u_j on the whole segment
     active = ((z_minus_u <= lo) & (zs >= hi) & feasible).to(z.dtype) * keep  # A: 0 < alpha_j < u_j there
     excess = _row_sum(zs * active) + _row_sum(us * capped) - 1
-    tau = excess / _row_sum(active).clamp(min=1)  # Prop. 1: sum_{A} (z_j - tau) + sum_{A_R} u_j = 1
+    n_active = _row_sum(active)
+    tau = excess / n_active.clamp(min=1)  # Prop. 1: sum_{A} (z_j - tau) + sum_{A_R} u_j = 1
     tau = torch.maximum(torch.minimum(tau, hi), lo)
     alpha = active * torch.minimum(zs - tau, us) + capped * us  # alpha_j = max(0, min(u_j, z_j - tau))
-    return alpha, active, capped
+    return alpha, active, capped, n_active
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -482,26 +483,25 @@ def _csparsemax_solve(z: torch.Tensor, us: torch.Tensor, compiled: bool = False)
         ) from error
     # Rows the fixed passes leave (e.g. flat scores, where many keys share the support) go on with the eager
     # solver: sorted if few, else more passes.
-    if (rows := _true_rows(~settled)) is not None:
-        leftover = _csparsemax_eager_solve(z.index_select(0, rows), us.index_select(0, rows))
-        for target, values in zip((alpha, active, capped, n_active), leftover):
-            target.index_copy_(0, rows, values)
-    return alpha, active, capped, n_active
+    return _solve_unsettled(_csparsemax_eager_solve, z, us, settled, (alpha, active, capped, n_active))
 
 
 def _csparsemax_eager_solve(z: torch.Tensor, us: torch.Tensor):
     """`_csparsemax_solve` without compiling: sorting for small inputs, else the adaptive passes, then sorting for the
     rows they leave."""
     if z.numel() < _SORT_BELOW:
-        alpha, active, capped = _csparsemax_sort(z, us)
-        return alpha, active, capped, _row_sum(active)
-    alpha, active, capped, n_active, settled = _csparsemax_adaptive_passes(z, us)
+        return _csparsemax_sort(z, us)
+    *solution, settled = _csparsemax_adaptive_passes(z, us)
+    return _solve_unsettled(_csparsemax_sort, z, us, settled, solution)
+
+
+def _solve_unsettled(solve, z: torch.Tensor, us: torch.Tensor, settled: torch.Tensor, solution):
+    """`solution` (tensors with a row per row of z) with the rows that are not `settled` overwritten by `solve`'s
+    answer for those rows alone."""
     if (rows := _true_rows(~settled)) is not None:
-        leftover = _csparsemax_sort(z.index_select(0, rows), us.index_select(0, rows))
-        for target, values in zip((alpha, active, capped), leftover):
+        for target, values in zip(solution, solve(z.index_select(0, rows), us.index_select(0, rows))):
             target.index_copy_(0, rows, values)
-        n_active.index_copy_(0, rows, _row_sum(leftover[1]))
-    return alpha, active, capped, n_active
+    return tuple(solution)
 
 
 def _csparsemax_adaptive_passes(z: torch.Tensor, us: torch.Tensor):
