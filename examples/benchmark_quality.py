@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
-from hf_headattn.attention_registry import ATTENTION_VARIANTS  # noqa: E402
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS  # noqa: E402
 from hf_headattn.evaluation import evaluate_model  # noqa: E402
 from hf_headattn.hub import write_model_card  # noqa: E402
 from hf_headattn.training import main as train, multi30k_paths  # noqa: E402

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Forward + backward time of the batched kernels in `hf_headattn.sparse_attention` against the implementations
+"""Forward + backward time of the batched kernels in `hf_headattn.runtime.sparse_attention` against the implementations
 they replace, at attention-like shapes [rows, keys] (rows = batch * heads * target steps):
 
 * sparsemax  vs `entmax.sparsemax` (PyTorch, full sort; its default call);
@@ -48,7 +48,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 from hf_headattn import sparse_attention  # noqa: E402
-from hf_headattn.sparse_attention import csoftmax, csparsemax, sparsemax  # noqa: E402
+from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------------------------

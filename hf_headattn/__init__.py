@@ -2,26 +2,26 @@
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from .attention_base import SITES, AttentionMask, AttentionResult, AttentionVariant
-from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
-from .cache_headattn import HeadAttnCache
-from .configuration_headattn import HeadAttnConfig
-from .configuration_headattn_rnn import HeadAttnRNNConfig
-from .modeling_headattn import (
+from .runtime.attention_base import SITES, AttentionMask, AttentionResult, AttentionVariant
+from .runtime.attention_registry import ATTENTION_VARIANTS, get_attention_variant
+from .runtime.cache_headattn import HeadAttnCache
+from .runtime.configuration_headattn import HeadAttnConfig
+from .runtime.configuration_headattn_rnn import HeadAttnRNNConfig
+from .runtime.modeling_headattn import (
     HeadAttnForConditionalGeneration,
     HeadAttnModel,
     HeadAttnPreTrainedModel,
     HeadAttnSeq2SeqLMOutput,
     HeadAttnSeq2SeqModelOutput,
 )
-from .modeling_headattn_rnn import (
+from .runtime.modeling_headattn_rnn import (
     HeadAttnRNNForConditionalGeneration,
     HeadAttnRNNModel,
     HeadAttnRNNPreTrainedModel,
     coverage_penalty,
 )
-from .pipeline_headattn import TranslationPipeline
-from .sparse_attention import csoftmax, csparsemax, sparsemax
+from .runtime.pipeline_headattn import TranslationPipeline
+from .runtime.sparse_attention import csoftmax, csparsemax, sparsemax
 from .tokenization import train_tokenizer
 
 

@@ -10,9 +10,9 @@ The pipeline, over the subword tokens exactly as the NMT model sees them:
    sequences (:func:`align_corpus`) and count, for every source token, how many target tokens are linked to it
    (:func:`fertilities_from_alignments`).
 2. GUIDED: :func:`guided_fertility_table` keeps, per token id, the largest fertility seen (1 if none); the model
-   looks the table up at run time (``hf_headattn.fertility.source_fertility``).
+   looks the table up at run time (``hf_headattn.runtime.fertility.source_fertility``).
 3. PREDICTED: :func:`train_fertility_predictor` trains the bi-LSTM tagger
-   (``hf_headattn.fertility.FertilityPredictor``) on those fertilities plus one slack.
+   (``hf_headattn.runtime.fertility.FertilityPredictor``) on those fertilities plus one slack.
 
 Special tokens. Every sequence ends in ``</s>`` on both sides, and both ``</s>`` take part in the alignment like
 any other token: they co-occur in every sentence pair at the same relative (final) position, so the aligner links
@@ -36,7 +36,7 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from .fertility import FertilityPredictor
+from .runtime.fertility import FertilityPredictor
 
 
 __all__ = [
@@ -360,7 +360,7 @@ def guided_fertility_table(
 
     Returns:
         A float32 tensor ``[vocab_size]``, to pass as ``guided_table`` to
-        ``hf_headattn.fertility.source_fertility`` (or to load into the model's ``guided_fertility`` buffer).
+        ``hf_headattn.runtime.fertility.source_fertility`` (or to load into the model's ``guided_fertility`` buffer).
     """
     _check_fertility_corpus(source_ids, fertilities)
     ids = torch.tensor([int(i) for sentence in source_ids for i in sentence], dtype=torch.long)

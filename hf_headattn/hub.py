@@ -30,10 +30,10 @@ from pathlib import Path
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
+from transformers.dynamic_module_utils import get_relative_imports
 
-from .configuration_headattn import HeadAttnConfig
-from .configuration_headattn_rnn import HeadAttnRNNConfig
-from .modeling_headattn import RUNTIME_FILES
+from .runtime.configuration_headattn import HeadAttnConfig
+from .runtime.configuration_headattn_rnn import HeadAttnRNNConfig
 
 
 __all__ = [
@@ -427,13 +427,31 @@ def files_to_upload(model_dir: str | Path) -> list[str]:
     return list(filter_repo_objects(relative, ignore_patterns=ignore))
 
 
+def missing_code_files(model_dir: Path, config: dict) -> list[str]:
+    """The code files that the modules named in `config`'s ``auto_map`` and ``custom_pipelines`` need, directly or
+    through their relative imports, and that `model_dir` lacks."""
+    entries = [reference.split(".")[0] for reference in (config.get("auto_map") or {}).values()]
+    entries += [spec["impl"].split(".")[0] for spec in (config.get("custom_pipelines") or {}).values() if "impl" in spec]
+    needed, missing, to_visit = set(), set(), [f"{entry}.py" for entry in entries]
+    while to_visit:
+        name = to_visit.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        if not (model_dir / name).is_file():
+            missing.add(name)
+            continue
+        to_visit += [f"{module}.py" for module in get_relative_imports(model_dir / name)]
+    return sorted(missing)
+
+
 def check_model_folder(model_dir: str | Path) -> list[str]:
     """Check that `model_dir` holds everything a Hub user needs, and return :func:`files_to_upload`.
 
     Needed: config.json with ``auto_map`` (AutoConfig, AutoModelForSeq2SeqLM) and the ``translation`` custom
-    pipeline, weights (safetensors or PyTorch, with every shard an index names), every runtime code file of
-    ``modeling_headattn.RUNTIME_FILES``, a tokenizer (tokenizer_config.json and its vocabulary, e.g.
-    tokenizer.json) and README.md with card metadata (:func:`write_model_card`).
+    pipeline, weights (safetensors or PyTorch, with every shard an index names), the code those entries name
+    and every module it imports (:func:`missing_code_files`), a tokenizer (tokenizer_config.json and its
+    vocabulary, e.g. tokenizer.json) and README.md with card metadata (:func:`write_model_card`).
 
     Raises:
         FileNotFoundError: if `model_dir` does not exist.
@@ -453,6 +471,10 @@ def check_model_folder(model_dir: str | Path) -> list[str]:
                 problems.append(f"config.json auto_map entry {auto_class} (re-save the model with save_pretrained)")
         if "translation" not in (config.get("custom_pipelines") or {}):
             problems.append("config.json custom_pipelines entry 'translation' (re-save the model with save_pretrained)")
+        missing_code = missing_code_files(model_dir, config)
+        if missing_code:  # e.g. a folder whose code was copied by hand
+            problems.append(f"runtime code file(s) {', '.join(missing_code)} (re-save the model with save_pretrained, "
+                            "which copies the code it runs)")
 
     weights = [name for name in WEIGHT_FILES if name in files]
     if not weights:
@@ -461,10 +483,6 @@ def check_model_folder(model_dir: str | Path) -> list[str]:
         shards = set(json.loads((model_dir / index).read_text(encoding="utf-8")).get("weight_map", {}).values())
         problems += [f"weight shard {shard} (named in {index})" for shard in sorted(shards - files)]
 
-    missing_code = [name for name in RUNTIME_FILES if name not in files]
-    if missing_code:  # e.g. a folder saved before those files existed
-        problems.append(f"runtime code file(s) {', '.join(missing_code)} (re-save the model with save_pretrained, "
-                        "which copies every file of modeling_headattn.RUNTIME_FILES)")
 
     if "tokenizer_config.json" not in files:
         problems.append("tokenizer_config.json (save the tokenizer into the folder)")

@@ -7,7 +7,7 @@ Transformer with ReLU). `dhicm=False` gives the paper's baselines: T-base (`tran
 (the optimal settings without DHICM).
 """
 
-from .configuration_headattn import HeadAttnConfig
+from .runtime.configuration_headattn import HeadAttnConfig
 
 
 # Table 2; "dhicm_dropout" is the row "Dropout (Section 3.1)", N/A for the default Transformer-base.

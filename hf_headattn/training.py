@@ -15,10 +15,10 @@ from datasets import Dataset, DatasetDict, load_dataset
 import torch
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
 
-from .configuration_headattn import HeadAttnConfig
-from .configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, HeadAttnRNNConfig
-from .modeling_headattn import HeadAttnForConditionalGeneration
-from .modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration
+from .runtime.configuration_headattn import HeadAttnConfig
+from .runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, HeadAttnRNNConfig
+from .runtime.modeling_headattn import HeadAttnForConditionalGeneration
+from .runtime.modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration
 from .tokenization import train_tokenizer
 
 

@@ -68,7 +68,7 @@ def test_systems_trained_with_other_settings_are_refused(quality_run):
 
 
 def test_every_registered_variant_has_a_system():
-    from hf_headattn.attention_registry import ATTENTION_VARIANTS
+    from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
 
     assert set(load_example("benchmark_quality").TRANSFORMER_SYSTEMS) == set(ATTENTION_VARIANTS)
 

@@ -7,7 +7,7 @@ import torch
 import torch._dynamo
 
 from hf_headattn import sparse_attention
-from hf_headattn.sparse_attention import csparsemax
+from hf_headattn.runtime.sparse_attention import csparsemax
 from helpers import load_example, random_model, source_batch, tiny_config
 
 

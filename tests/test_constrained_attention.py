@@ -5,8 +5,8 @@ fertility strategies computed by the model itself."""
 import pytest
 import torch
 
-from hf_headattn.attention_sparse import ConstrainedAttention
-from hf_headattn.sparse_attention import csparsemax
+from hf_headattn.runtime.attention_sparse import ConstrainedAttention
+from hf_headattn.runtime.sparse_attention import csparsemax
 
 from helpers import random_model, source_batch, tiny_config
 
@@ -76,7 +76,7 @@ def test_exhaustion_bonus_is_z_plus_c_u():
     torch.manual_seed(0)
     x = torch.randn(1, 2, 32, dtype=torch.float64)
     memory = torch.randn(1, 4, 32, dtype=torch.float64)
-    from hf_headattn.attention_base import AttentionMask
+    from hf_headattn.runtime.attention_base import AttentionMask
 
     mask = AttentionMask(torch.ones(1, 1, 1, 4, dtype=torch.bool), fertility=torch.full((1, 4), 1.5))
     _, result = attention(x, mask, key_value_states=memory, output_attentions=True)
@@ -149,7 +149,7 @@ def test_training_command_learns_fertilities_from_eflomal_alignments(fertility, 
         assert torch.equal(bounds, bounds.round()) and (bounds >= 1).all()
         assert (model.get_encoder().source_fertility.guided_fertility != 1).any()
     else:  # a few tagger steps already pull the expected fertility towards the aligner's 1 (+1 slack) of most tokens
-        from hf_headattn.fertility import FertilityPredictor
+        from hf_headattn.runtime.fertility import FertilityPredictor
 
         torch.manual_seed(0)
         untrained = FertilityPredictor(len(tokenizer), embedding_size=128, hidden_size=128, max_fertility=10)

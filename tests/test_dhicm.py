@@ -10,7 +10,7 @@ from datasets import Dataset
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration, TranslationPipeline, train_tokenizer
-from hf_headattn.attention_dhicm import DynamicHeadImportanceAttention
+from hf_headattn.runtime.attention_dhicm import DynamicHeadImportanceAttention
 from hf_headattn.head_pruning import mean_head_importances, prune_least_important_heads
 from hf_headattn.plotting import head_importance_figure, plot_head_importances
 from hf_headattn.presets import TABLE_2, dhicm_be_en, dhicm_de_en, dhicm_hi_en, table2_config, transformer_base
@@ -78,7 +78,7 @@ def test_output_follows_equations_1_to_3():
     torch.manual_seed(0)
     x = torch.randn(2, 3, 32, dtype=torch.float64)
     memory = torch.randn(2, 5, 32, dtype=torch.float64)
-    from hf_headattn.attention_base import AttentionMask
+    from hf_headattn.runtime.attention_base import AttentionMask
 
     output, result = attention(x, AttentionMask(None), key_value_states=memory, output_head_importances=True)
     # independent re-computation, head by head, token by token

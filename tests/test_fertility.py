@@ -16,7 +16,7 @@ from hf_headattn.alignment import (
     symmetrize,
     train_fertility_predictor,
 )
-from hf_headattn.fertility import FERTILITY_STRATEGIES, FertilityPredictor, source_fertility
+from hf_headattn.runtime.fertility import FERTILITY_STRATEGIES, FertilityPredictor, source_fertility
 from hf_headattn.toy_corpus import make_toy_corpus
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hf_headattn import HeadAttnForConditionalGeneration
-from hf_headattn.attention_mma import HEAD_KINDS
+from hf_headattn.runtime.attention_mma import HEAD_KINDS
 
 from helpers import random_model, source_batch, tiny_config
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration
-from hf_headattn.attention_base import AttentionMask
-from hf_headattn.attention_multihop import MultiHopAttention
+from hf_headattn.runtime.attention_base import AttentionMask
+from hf_headattn.runtime.attention_multihop import MultiHopAttention
 
 from helpers import random_model, tiny_config
 
@@ -80,7 +80,7 @@ def test_transformer_hops_start_as_the_identity_on_the_contexts():
     """A fresh Transformer `multihop` module passes the first hop's contexts on at their scale: exactly for
     independent hops (U_c = I), and for dependent ones up to beta's distance from uniform (U_c = N I, beta ~ 1/N);
     exactly again once the head scores are flat (v_b = 0)."""
-    from hf_headattn.attention_multihop import HeadHops
+    from hf_headattn.runtime.attention_multihop import HeadHops
 
     torch.manual_seed(0)
     heads, dim = 4, 8

@@ -31,8 +31,8 @@ from hf_headattn import (
     coverage_penalty,
     train_tokenizer,
 )
-from hf_headattn.cache_headattn import HeadAttnRNNCache
-from hf_headattn.modeling_headattn_rnn import HeadAttnRNNGenerateOutput, HeadAttnRNNSourceAttention
+from hf_headattn.runtime.cache_headattn import HeadAttnRNNCache
+from hf_headattn.runtime.modeling_headattn_rnn import HeadAttnRNNGenerateOutput, HeadAttnRNNSourceAttention
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.training import HeadAttnSeq2SeqTrainer
 
@@ -185,7 +185,7 @@ def _bisect(total, lo, hi, iterations=200):
 
 def _reference_weights(transform, z, bounds):
     """Attention weights over a list of allowed keys' scores z (float64 1-D), by their defining formulas with
-    the threshold found by bisection (independent of hf_headattn.sparse_attention's exact solvers):
+    the threshold found by bisection (independent of hf_headattn.runtime.sparse_attention's exact solvers):
     softmax; sparsemax alpha = max(0, z - tau) (Malaviya et al., Eq. 3); csoftmax alpha = min(u, exp(z - lambda))
     (Eq. 4); csparsemax alpha = clip(z - tau, 0, u) (Eq. 6)."""
     low, high = z.min().item() - 100.0, z.max().item() + 100.0

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from hf_headattn import sparse_attention
-from hf_headattn.sparse_attention import csoftmax, csparsemax, sparsemax
+from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax
 
 
 INF = float("inf")

@@ -2,12 +2,24 @@
 
 from typing import Any
 
-from transformers import PreTrainedConfig
+from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
 from .attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION, SITES
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
 from .fertility import check_fertility_config
+from .remote_code import check_code_travels
+# Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
+# in config.json's auto_map) imports directly, so entries also import the modules their imports need
+# (tests/test_remote_code.py checks it).
+from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
+from .attention_mma import MixedMultiHeadAttention  # noqa: F401
+from .attention_multihop import MultiHopAttention  # noqa: F401
+from .attention_running_sum import RunningSumAttention  # noqa: F401
+from .attention_softmax import SoftmaxAttention  # noqa: F401
+from .attention_sparse import SparsemaxAttention  # noqa: F401
+from .rnn_packing import run_packed_lstm  # noqa: F401
+from .sparse_attention import sparsemax  # noqa: F401
 
 
 POSITION_EMBEDDINGS = ("sinusoidal", "none")
@@ -55,7 +67,7 @@ def check_token_ids(config, limits: dict[str, int]) -> None:
             raise ValueError(f"`{field}` must be an integer in [0, {limit}) for this vocabulary, got {value!r}")
 
 
-class HeadAttnConfig(PreTrainedConfig):
+class HeadAttnConfig(PretrainedConfig):
     r"""
     Configuration of [`HeadAttnForConditionalGeneration`]: Marian's architecture (post-LN Transformer
     encoder-decoder, sinusoidal positions, optional embedding scaling, final logits bias) with an attention
@@ -193,6 +205,12 @@ class HeadAttnConfig(PreTrainedConfig):
             **kwargs,
         )
         self.validate_architecture()
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save config.json and this module's code (see `remote_code`), checked complete before anything is
+        written."""
+        check_code_travels(type(self))
+        super().save_pretrained(save_directory, *args, **kwargs)
 
     def validate_architecture(self) -> None:
         """Raise ValueError, naming the bad value and what would be accepted, for any inconsistent field (also
@@ -360,6 +378,10 @@ class HeadAttnConfig(PreTrainedConfig):
         if site not in SITES:
             raise ValueError(f"Unknown attention site {site!r}; sites are: {', '.join(SITES)}")
         return self._resolve_site(site)[layer_idx]
+
+
+# save_pretrained copies this module and its relative imports, and names it in config.json's auto_map
+HeadAttnConfig.register_for_auto_class()
 
 
 __all__ = ["HeadAttnConfig"]

@@ -1,11 +1,24 @@
 """Configuration of the attentional LSTM encoder-decoder (Luong et al., 2015) that the multi-hop (Iida et al.,
 2019) and sparse/constrained attention (Malaviya et al., 2018) papers build on."""
 
-from transformers import PreTrainedConfig
+from transformers import PretrainedConfig
 
 from .attention_multihop import check_hop_mode
 from .configuration_headattn import CUSTOM_PIPELINES, check_fractions, check_positive_integers, check_token_ids
 from .fertility import check_fertility_config
+from .remote_code import check_code_travels
+# Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
+# in config.json's auto_map) imports directly, so entries also import the modules their imports need
+# (tests/test_remote_code.py checks it).
+from .attention_base import AttentionVariant  # noqa: F401
+from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
+from .attention_mma import MixedMultiHeadAttention  # noqa: F401
+from .attention_registry import ATTENTION_VARIANTS  # noqa: F401
+from .attention_running_sum import RunningSumAttention  # noqa: F401
+from .attention_softmax import SoftmaxAttention  # noqa: F401
+from .attention_sparse import SparsemaxAttention  # noqa: F401
+from .rnn_packing import run_packed_lstm  # noqa: F401
+from .sparse_attention import sparsemax  # noqa: F401
 
 
 ATTENTION_SCORES = ("general", "dot")
@@ -19,7 +32,7 @@ AUTO_MAP = {
 }
 
 
-class HeadAttnRNNConfig(PreTrainedConfig):
+class HeadAttnRNNConfig(PretrainedConfig):
     r"""
     Configuration of [`HeadAttnRNNForConditionalGeneration`]: embeddings, a bidirectional LSTM encoder, an LSTM
     decoder with input feeding, and multi-head, multi-hop source attention whose weights come from a choice of
@@ -127,6 +140,12 @@ class HeadAttnRNNConfig(PreTrainedConfig):
         )
         self.validate_architecture()
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save config.json and this module's code (see `remote_code`), checked complete before anything is
+        written."""
+        check_code_travels(type(self))
+        super().save_pretrained(save_directory, *args, **kwargs)
+
     def validate_architecture(self) -> None:
         """Raise ValueError, naming the bad value and what would be accepted, for any inconsistent field (also
         run by `save_pretrained`)."""
@@ -160,6 +179,10 @@ class HeadAttnRNNConfig(PreTrainedConfig):
     def uses_fertility(self) -> bool:
         """Whether the attention bounds each source token's attention by its fertility."""
         return self.attention_transform in CONSTRAINED_TRANSFORMS
+
+
+# save_pretrained copies this module and its relative imports, and names it in config.json's auto_map
+HeadAttnRNNConfig.register_for_auto_class()
 
 
 __all__ = ["HeadAttnRNNConfig"]

@@ -27,9 +27,21 @@ from .attention_sparse import constrained_attention_step, with_sink_column
 from .cache_headattn import HeadAttnRNNCache
 from .configuration_headattn_rnn import HeadAttnRNNConfig
 from .fertility import SourceFertility
-from .modeling_headattn import copy_runtime_code, seq2seq_loss, shift_tokens_right
+from .modeling_headattn import seq2seq_loss, shift_tokens_right
+from .remote_code import check_code_travels
 from .rnn_packing import run_packed_lstm
 from .sparse_attention import csoftmax, csparsemax, sparsemax
+# Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
+# in config.json's auto_map) imports directly, so entries also import the modules their imports need
+# (tests/test_remote_code.py checks it).
+from .attention_base import AttentionVariant  # noqa: F401
+from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
+from .attention_mma import MixedMultiHeadAttention  # noqa: F401
+from .attention_registry import ATTENTION_VARIANTS  # noqa: F401
+from .attention_running_sum import RunningSumAttention  # noqa: F401
+from .attention_softmax import SoftmaxAttention  # noqa: F401
+from .configuration_headattn import HeadAttnConfig  # noqa: F401
+from .pipeline_headattn import TranslationPipeline  # noqa: F401
 
 
 CONSTRAINED = {"csoftmax": csoftmax, "csparsemax": csparsemax}
@@ -324,10 +336,9 @@ class HeadAttnRNNPreTrainedModel(PreTrainedModel):
         return False  # the model makes its own HeadAttnRNNCache on the first decoding step
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Save weights and config plus every runtime code file, so that the folder loads through
-        `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)` without this package."""
+        """Save weights, config and code (see `HeadAttnPreTrainedModel.save_pretrained`)."""
+        check_code_travels(type(self))
         super().save_pretrained(save_directory, *args, **kwargs)
-        copy_runtime_code(save_directory)
 
 
 class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
@@ -554,6 +565,11 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
             produced == self.config.eos_token_id).int()
         real_steps = eos_seen_before == 0
         return (attention * real_steps[..., None].to(attention.dtype)).sum(dim=1)
+
+
+# save_pretrained copies each class's module and its relative imports, and names it in config.json's auto_map
+HeadAttnRNNModel.register_for_auto_class("AutoModel")
+HeadAttnRNNForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
 
 __all__ = [

@@ -7,9 +7,7 @@ q/k/v projections and the residual is delegated to the variant the config names 
 
 import copy
 import math
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -34,31 +32,22 @@ from .attention_registry import get_attention_variant
 from .cache_headattn import HeadAttnCache
 from .configuration_headattn import HeadAttnConfig
 from .fertility import SourceFertility
+from .pipeline_headattn import TranslationPipeline  # noqa: F401  (config.custom_pipelines names it; imported, it travels)
+from .remote_code import check_code_travels
+# Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
+# in config.json's auto_map) imports directly, so entries also import the modules their imports need
+# (tests/test_remote_code.py checks it).
+from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
+from .attention_mma import MixedMultiHeadAttention  # noqa: F401
+from .attention_multihop import MultiHopAttention  # noqa: F401
+from .attention_running_sum import RunningSumAttention  # noqa: F401
+from .attention_softmax import SoftmaxAttention  # noqa: F401
+from .attention_sparse import SparsemaxAttention  # noqa: F401
+from .rnn_packing import run_packed_lstm  # noqa: F401
+from .sparse_attention import sparsemax  # noqa: F401
 
 
 logger = logging.get_logger(__name__)
-
-# Every file a saved model needs to run through `trust_remote_code`; `save_pretrained` copies them all.
-RUNTIME_FILES = (
-    "attention_base.py",
-    "attention_dhicm.py",
-    "attention_mma.py",
-    "attention_multihop.py",
-    "attention_registry.py",
-    "attention_running_sum.py",
-    "attention_softmax.py",
-    "attention_sparse.py",
-    "cache_headattn.py",
-    "configuration_headattn.py",
-    "configuration_headattn_rnn.py",
-    "fertility.py",
-    "modeling_headattn.py",
-    "modeling_headattn_rnn.py",
-    "pipeline_headattn.py",
-    "rnn_packing.py",
-    "sparse_attention.py",
-)
-
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Decoder inputs for teacher forcing: labels shifted right behind the start token, -100 replaced by pad."""
@@ -90,13 +79,6 @@ def seq2seq_loss(logits, labels, label_smoothing, aux_loss=None, num_items_in_ba
         return ce_loss, ce_loss
     share = 1.0 if num_items_in_batch is None else batch_tokens / denominator
     return ce_loss, ce_loss + share * aux_loss
-
-
-def copy_runtime_code(save_directory) -> None:
-    """Put every runtime file next to a saved model, for `trust_remote_code` loading."""
-    code_dir = Path(__file__).parent
-    for name in RUNTIME_FILES:
-        shutil.copyfile(code_dir / name, Path(save_directory) / name)
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -461,11 +443,14 @@ class HeadAttnPreTrainedModel(PreTrainedModel):
             init.zeros_(module.final_logits_bias)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Save weights and config, plus every runtime code file, so that the folder loads through
+        """Save weights, config and code, so that the folder loads through
         `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)` and
-        `pipeline("translation", model=folder, trust_remote_code=True)` without this package installed."""
+        `pipeline("translation", model=folder, trust_remote_code=True)` without this package installed.
+        Transformers' `custom_object_save` copies this module and every module it imports (the pipeline among
+        them, see the imports above); `check_code_travels` makes sure they are all there before anything is
+        written."""
+        check_code_travels(type(self))
         super().save_pretrained(save_directory, *args, **kwargs)
-        copy_runtime_code(save_directory)
 
     def prune_heads(self, heads_to_prune: dict[str, list[int]]) -> None:
         """Remove attention heads for good: `heads_to_prune` maps module names (`"encoder.layers.5.self_attn"`,
@@ -1009,6 +994,11 @@ def _marian_key_to_headattn(key: str) -> str:
     for name in ("fc1", "fc2"):
         key = key.replace(f".{name}.", f".ffn.{name}.")
     return key
+
+
+# save_pretrained copies each class's module and its relative imports, and names it in config.json's auto_map
+HeadAttnModel.register_for_auto_class("AutoModel")
+HeadAttnForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
 
 __all__ = [
