@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
-from hf_headattn import sparse_attention  # noqa: E402
+from hf_headattn.runtime import sparse_attention  # noqa: E402
 from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax  # noqa: E402
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from hf_headattn import sparse_attention
+from hf_headattn.runtime import sparse_attention
 from hf_headattn.runtime.sparse_attention import csparsemax
 from helpers import load_example, random_model, source_batch, tiny_config
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_headattn import sparse_attention
+from hf_headattn.runtime import sparse_attention
 from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax
 
 
