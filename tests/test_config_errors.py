@@ -2,7 +2,7 @@
 
 import pytest
 
-from hf_headattn import HeadAttnConfig
+from hf_headattn import HeadAttnConfig, HeadAttnRNNConfig
 
 from helpers import tiny_config
 
@@ -25,7 +25,7 @@ from helpers import tiny_config
          r"'running_sum' cannot be used at `encoder_self_attention`; it supports: cross_attention"),
         ({"cross_attention": {"layers": [0]}}, r"has no 'type'"),
         ({"cross_attention": 3}, r"`cross_attention` must be a variant name, a dict"),
-        ({"cross_attention": {"type": "running_sum", "penalty": "high"}}, r"option `penalty` must be a number, got 'high'"),
+        ({"cross_attention": {"type": "running_sum", "penalty": "high"}}, r"option `penalty` must be a finite number, got 'high'"),
         ({"encoder_attention_heads": 5}, r"`encoder_attention_heads`=5 does not divide d_model=32; heads that divide it: \[1, 2, 4, 8, 16, 32\]"),
         ({"decoder_attention_heads": 3}, r"`decoder_attention_heads`=3 does not divide d_model=32"),
         ({"d_model": 0}, r"`d_model` must be a positive integer, got 0"),
@@ -41,6 +41,66 @@ from helpers import tiny_config
 def test_bad_config_raises_clear_error(overrides, message):
     with pytest.raises(ValueError, match=message):
         tiny_config(**overrides)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"cross_attention": {"type": "running_sum", "penalty": NAN}},
+         r"running_sum option `penalty` must be a finite number, got nan"),
+        ({"cross_attention": {"type": "running_sum", "penalty": -INF}},
+         r"option `penalty` must be a finite number, got -inf"),
+        ({"cross_attention": {"type": "running_sum", "aux_weight": INF}},
+         r"option `aux_weight` must be a finite number >= 0, got inf"),
+        ({"cross_attention": {"type": "running_sum", "aux_weight": -0.5}},
+         r"option `aux_weight` must be a finite number >= 0, got -0.5"),
+        ({"cross_attention": {"type": "csoftmax", "exhaustion": INF}},
+         r"csoftmax option `exhaustion` .* must be a finite number >= 0, got inf"),
+        ({"cross_attention": {"type": "csparsemax", "exhaustion": NAN}},
+         r"csparsemax option `exhaustion` .* must be a finite number >= 0, got nan"),
+        ({"cross_attention": {"type": "dhicm", "kl_weight": INF}},
+         r"dhicm option `kl_weight` .* must be a finite number >= 0, got inf"),
+        ({"cross_attention": {"type": "dhicm", "dropout": NAN}},
+         r"dhicm option `dropout` must be a number in \[0, 1\)"),
+        ({"cross_attention": "csoftmax", "constant_fertility": INF},
+         r"`constant_fertility` must be a finite number > 0, got inf"),
+        ({"constant_fertility": NAN}, r"`constant_fertility` must be a finite number > 0, got nan"),
+        ({"init_std": -1}, r"`init_std` must be a finite number > 0, got -1"),
+        ({"init_std": NAN}, r"`init_std` must be a finite number > 0, got nan"),
+        ({"init_std": INF}, r"`init_std` must be a finite number > 0, got inf"),
+        ({"init_std": "0.02"}, r"`init_std` must be a finite number > 0, got '0.02'"),
+        ({"dropout": NAN}, r"`dropout` must be a number in \[0, 1\), got nan"),
+        ({"attention_dropout": INF}, r"`attention_dropout` must be a number in \[0, 1\), got inf"),
+        ({"label_smoothing": NAN}, r"`label_smoothing` must be a number in \[0, 1\), got nan"),
+        ({"encoder_layerdrop": -INF}, r"`encoder_layerdrop` must be a number in \[0, 1\), got -inf"),
+    ],
+)
+def test_non_finite_and_out_of_range_numbers_fail_at_construction(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(**overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"init_range": NAN}, r"`init_range` must be a finite number > 0, got nan"),
+        ({"init_range": INF}, r"`init_range` must be a finite number > 0, got inf"),
+        ({"init_range": 0}, r"`init_range` must be a finite number > 0, got 0"),
+        ({"exhaustion": NAN}, r"`exhaustion` .* must be a finite number >= 0, got nan"),
+        ({"exhaustion": INF}, r"`exhaustion` .* must be a finite number >= 0, got inf"),
+        ({"attention_transform": "csparsemax", "constant_fertility": INF},
+         r"`constant_fertility` must be a finite number > 0, got inf"),
+        ({"constant_fertility": -2.0}, r"`constant_fertility` must be a finite number > 0, got -2.0"),
+        ({"dropout": NAN}, r"`dropout` must be a number in \[0, 1\), got nan"),
+        ({"label_smoothing": INF}, r"`label_smoothing` must be a number in \[0, 1\), got inf"),
+    ],
+)
+def test_lstm_config_numbers_fail_at_construction(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        HeadAttnRNNConfig(vocab_size=64, embedding_size=16, hidden_size=16, **overrides)
 
 
 def test_valid_spec_forms_resolve_per_layer():

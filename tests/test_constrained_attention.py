@@ -96,7 +96,7 @@ def test_exhaustion_bonus_is_z_plus_c_u():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ({"type": "csparsemax", "exhaustion": -1}, "`exhaustion` .* must be a number >= 0"),
+    ({"type": "csparsemax", "exhaustion": -1}, "`exhaustion` .* must be a finite number >= 0"),
     ({"type": "csoftmax", "sink": "yes"}, "`sink` must be true or false"),
 ])
 def test_bad_constrained_options_are_clear_errors(spec, message):
@@ -109,7 +109,7 @@ def test_constrained_variants_only_at_cross_attention_and_fertility_is_checked()
         tiny_config(encoder_self_attention="csparsemax")
     with pytest.raises(ValueError, match="Unknown fertility 'learned'; accepted: constant, guided, predicted"):
         tiny_config(cross_attention="csparsemax", fertility="learned")
-    with pytest.raises(ValueError, match="`constant_fertility` must be a number > 0"):
+    with pytest.raises(ValueError, match="`constant_fertility` must be a finite number > 0"):
         tiny_config(cross_attention="csparsemax", constant_fertility=0)
 
 

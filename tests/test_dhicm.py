@@ -248,7 +248,7 @@ def test_generate_returns_the_importances_the_decoding_steps_computed(num_beams)
 @pytest.mark.parametrize("spec, message", [
     ({"type": "dhicm", "score": "bilinear"}, "Unknown dhicm `score` 'bilinear'; accepted: dot, mlp"),
     ({"type": "dhicm", "d_m": 0}, "dhicm option `d_m` must be a positive integer"),
-    ({"type": "dhicm", "kl_weight": -0.1}, "`kl_weight` .* must be a number >= 0, got -0.1"),
+    ({"type": "dhicm", "kl_weight": -0.1}, "`kl_weight` .* must be a finite number >= 0, got -0.1"),
     ({"type": "dhicm", "dropout": 1.5}, "dhicm option `dropout` must be a number in \\[0, 1\\)"),
     ({"type": "dhicm", "lambda": 0.1}, "does not take option\\(s\\) lambda; accepted options: d_m, dropout, kl_weight"),
 ])

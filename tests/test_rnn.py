@@ -932,7 +932,7 @@ def test_resize_token_embeddings_resizes_the_decoder_embeddings_too(tmp_path):
     ({"decoder_layers": 1.5}, "`decoder_layers` must be a positive integer, got 1.5"),
     ({"attention_transform": "csparsemax", "fertility": "learned"},
      "Unknown fertility 'learned'; accepted: constant, guided, predicted"),
-    ({"exhaustion": -0.1}, r"`exhaustion` .* must be a number >= 0, got -0.1"),
+    ({"exhaustion": -0.1}, r"`exhaustion` .* must be a finite number >= 0, got -0.1"),
     ({"dropout": 1.0}, r"`dropout` must be a number in \[0, 1\), got 1.0"),
 ])
 def test_bad_config_values_are_clear_errors(overrides, message):

@@ -20,6 +20,8 @@ import torch
 from hf_headattn.runtime import sparse_attention
 from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax
 
+from helpers import random_model, tiny_config
+
 
 INF = float("inf")
 BISECTION_STEPS = 200
@@ -666,3 +668,149 @@ def test_compiled_csparsemax_explains_a_failed_compile(monkeypatch):
     with pytest.raises(RuntimeError, match="compiled=False for the eager solver") as raised:
         csparsemax(torch.randn(4, 5), torch.ones(4, 5), compiled=True)
     assert "No working C++ compiler" in str(raised.value.__cause__)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# NaN and +inf propagate as through torch.softmax (issue 17): a row with a NaN or +inf score on an allowed key is
+# NaN, output and gradients; masked keys are ignored whatever their score; other rows are untouched.
+
+NAN = float("nan")
+KERNELS = {
+    "sparsemax": lambda z, u, **kw: sparsemax(z, **kw),
+    "csoftmax": csoftmax,
+    "csparsemax": csparsemax,
+}
+
+
+def _nonfinite_batch(dtype):
+    """Rows of 5 keys (z, mask) and which rows torch.softmax(z.masked_fill(~mask, -inf)) makes NaN, leaving out the
+    all-masked row (NaN there, all zeros here: documented)."""
+    rows = [  # (scores, mask)
+        ([0.3, 1.0, -0.5, 2.0, 0.1], [1, 1, 1, 1, 1]),  # finite
+        ([NAN, 1.0, 2.0, 0.5, 0.0], [1, 1, 1, 1, 1]),  # the issue's sparsemax([nan, 1, 2, .5]) with one more key
+        ([INF, 0.0, 0.0, 0.0, 0.0], [1, 1, 1, 1, 1]),  # the issue's sparsemax([inf, 0, 0, 0])
+        ([INF, INF, 0.0, 1.0, 0.0], [1, 1, 1, 1, 1]),
+        ([INF, -INF, 0.0, 1.0, 0.0], [1, 1, 1, 1, 1]),
+        ([NAN, -INF, -INF, -INF, -INF], [1, 1, 1, 1, 1]),  # NaN beside masked keys
+        ([0.5, -INF, 1.5, -INF, 0.0], [1, 1, 1, 1, 1]),  # finite with -inf: exact zeros
+        ([0.5, NAN, 1.5, INF, 0.0], [1, 0, 1, 0, 1]),  # NaN and +inf under mask=False: ignored
+        ([NAN, INF, 1.0, 2.0, 3.0], [1, 0, 0, 1, 1]),  # NaN on an allowed key
+        ([-INF, -INF, -INF, -INF, -INF], [1, 1, 1, 1, 1]),  # all masked: zeros (torch.softmax: NaN)
+        ([1.0, 2.0, 3.0, INF, 0.0], [0, 0, 0, 0, 0]),  # all masked by mask: zeros
+    ]
+    z = torch.tensor([r[0] for r in rows], dtype=dtype)
+    mask = torch.tensor([r[1] for r in rows], dtype=torch.bool)
+    all_masked = ~(mask & (z != -INF)).any(-1)
+    nan_rows = torch.softmax(z.float().masked_fill(~mask, -INF), -1).isnan().any(-1) & ~all_masked
+    assert nan_rows.tolist() == [False, True, True, True, True, True, False, False, True, False, False]
+    return z, mask, nan_rows, all_masked
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_nan_and_inf_rows_propagate_like_softmax(name, dtype):
+    z, mask, nan_rows, all_masked = _nonfinite_batch(dtype)
+    bounds = torch.tensor([0.6, 0.3, 0.3, 0.5, INF], dtype=dtype)  # binding, unbounded key last: feasible
+    fn = KERNELS[name]
+    z = z.requires_grad_()
+    u = bounds.clone().requires_grad_()
+    alpha = fn(z, u, mask=mask)
+    assert alpha.dtype == dtype
+    assert alpha[nan_rows].isnan().all()
+    assert not alpha[~nan_rows].isnan().any()
+    assert (alpha[~nan_rows] >= 0).all() and (alpha[all_masked] == 0).all()
+    finite = ~nan_rows & ~all_masked
+    allowed = mask & (z != -INF)
+    assert (alpha.detach()[~nan_rows][~allowed[~nan_rows]] == 0).all()  # masked keys: exact zeros
+    sums = alpha.detach()[finite].sum(-1).double()
+    torch.testing.assert_close(sums, torch.ones_like(sums), rtol=0, atol=1e-2 if dtype == torch.bfloat16 else 1e-6)
+    # The finite rows are what they are on their own, as if the NaN rows were not in the batch.
+    rows = finite.nonzero().squeeze(-1)
+    z_alone = z.detach()[rows].masked_fill(~mask[rows], 0.0).requires_grad_()  # the NaN under mask=False gone
+    alpha_alone = fn(z_alone, bounds, mask=mask[rows])
+    torch.testing.assert_close(alpha.detach()[rows], alpha_alone.detach(), rtol=0, atol=0)
+    # Backward: NaN where torch.softmax's gradient is NaN (the NaN rows; masked_fill gives the keys under
+    # mask=False no gradient), finite elsewhere, and the finite rows' gradients are theirs alone.
+    grad = torch.linspace(-1.0, 1.0, z.numel(), dtype=dtype).view_as(z)
+    grad_z, *grad_u = torch.autograd.grad(alpha, (z, u) if name != "sparsemax" else (z,), grad)
+    z_ref = z.detach().float().requires_grad_()
+    softmax = torch.softmax(z_ref.masked_fill(~mask, -INF), -1)
+    (grad_ref,) = torch.autograd.grad(softmax, z_ref, grad.float())
+    assert torch.equal(grad_z.isnan()[~all_masked], grad_ref.isnan()[~all_masked])
+    assert (grad_z[all_masked] == 0).all()
+    (grad_alone,) = torch.autograd.grad(alpha_alone, z_alone, grad[rows])
+    torch.testing.assert_close(grad_z[rows], grad_alone.masked_fill(~mask[rows], 0.0), rtol=0, atol=0)
+    if grad_u:  # the bounds are shared by every row, so the NaN rows make their whole gradient NaN
+        assert grad_u[0].isnan().all()
+    if name == "csoftmax" or name == "csparsemax":  # without NaN rows, u's gradient is finite
+        (grad_u_finite,) = torch.autograd.grad(fn(z_alone, u, mask=mask[rows]), u, grad[rows])
+        assert torch.isfinite(grad_u_finite).all()
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_unbounded_kernels_match_softmax_semantics_on_nonfinite_rows(name):
+    # With u = +inf, csoftmax is softmax: same values, same NaN, on every row that is not all masked.
+    z, mask, nan_rows, all_masked = _nonfinite_batch(torch.float64)
+    alpha = KERNELS[name](z, INF, mask=mask)
+    softmax = torch.softmax(z.masked_fill(~mask, -INF), -1)
+    assert torch.equal(alpha.isnan()[~all_masked], softmax.isnan()[~all_masked])
+    if name == "csoftmax":
+        torch.testing.assert_close(alpha[~all_masked], softmax[~all_masked], equal_nan=True, rtol=0, atol=1e-15)
+
+
+def test_issue_examples_show_nan():
+    ones = torch.ones(1, 4)
+    assert csoftmax(torch.full((1, 4), NAN), ones).isnan().all()
+    assert csparsemax(torch.full((1, 4), NAN), ones).isnan().all()
+    assert sparsemax(torch.tensor([NAN, 1.0, 2.0, 0.5])).isnan().all()
+    assert sparsemax(torch.tensor([INF, 0.0, 0.0, 0.0])).isnan().all()  # as torch.softmax([inf, 0, 0, 0])
+    assert torch.softmax(torch.tensor([INF, 0.0, 0.0, 0.0]), -1).isnan().all()
+
+
+@pytest.mark.parametrize("fn", [csoftmax, csparsemax])
+def test_nan_bound_on_an_allowed_key_gives_a_nan_row(fn):
+    z = torch.tensor([[0.3, 1.0, -0.5, 2.0], [0.3, 1.0, -0.5, 2.0], [0.3, -INF, -0.5, 2.0]], requires_grad=True)
+    u = torch.tensor([[NAN, 0.5, 0.5, 1.0], [0.4, NAN, 0.5, 1.0], [0.4, NAN, 0.5, 1.0]], requires_grad=True)
+    mask = torch.tensor([[True, True, True, True], [True, False, True, True], [True, True, True, True]])
+    alpha = fn(z, u, mask=mask)
+    assert alpha[0].isnan().all()
+    # A NaN bound on a masked key (by mask or by -inf) is ignored like the key.
+    expected = fn(z.detach()[1:], torch.tensor([0.4, 0.0, 0.5, 1.0]), mask=mask[1:])
+    torch.testing.assert_close(alpha[1:], expected, rtol=0, atol=0)
+    grad_z, grad_u = torch.autograd.grad(alpha, (z, u), torch.ones_like(alpha))
+    assert grad_z[0].isnan().all() and grad_u[0].isnan().all()
+    assert torch.isfinite(grad_z[1:]).all() and torch.isfinite(grad_u[1:]).all()
+
+
+@pytest.mark.parametrize("kind", ["csparsemax", "csoftmax", "sparsemax"])
+def test_gradcheck_beside_nan_rows(kind):
+    # gradcheck of the finite rows of a batch that also holds a NaN row and a +inf row (constants): the written-out
+    # backward of the finite rows is untouched by them.
+    z, u, mask = _differentiable_case("csparsemax" if kind == "sparsemax" else kind, 5, 6, seed=21)
+    if kind == "sparsemax":
+        u = torch.full_like(u, INF)
+    bad_z = torch.tensor([[NAN, 0.0, 1.0, 0.5, 0.2, 0.1], [INF, 0.0, 1.0, 0.5, 0.2, 0.1]], dtype=z.dtype)
+    bad_mask = torch.ones(2, 6, dtype=torch.bool)
+
+    def finite_rows(a, b):
+        fn = KERNELS[kind]
+        out = fn(torch.cat([a, bad_z]), torch.cat([b, torch.ones_like(bad_z)]), mask=torch.cat([mask, bad_mask]))
+        assert out[-2:].isnan().all()
+        return out[:-2]
+
+    z.requires_grad_()
+    u.requires_grad_(kind != "sparsemax")
+    inputs = (z, u)
+    assert torch.autograd.gradcheck(finite_rows, inputs, eps=1e-6, atol=1e-6)
+
+
+def test_nan_in_cross_attention_weights_shows_in_the_loss():
+    # The issue's case: one NaN in the last cross-attention k_proj gave csoftmax models a finite loss.
+    for variant in ("csoftmax", "csparsemax", "sparsemax"):
+        model = random_model(tiny_config(cross_attention=variant))
+        with torch.no_grad():
+            model.model.decoder.layers[-1].encoder_attn.k_proj.weight[0, 0] = NAN
+        input_ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 11, 2, 0]])
+        labels = torch.tensor([[12, 13, 14, 2], [15, 16, 2, -100]])
+        loss = model(input_ids=input_ids, attention_mask=(input_ids != 0).long(), labels=labels).loss
+        assert loss.isnan(), variant

@@ -6,6 +6,7 @@ KV cache and hands the variant its per-decoding-step state; the variant computes
 (or, if it `combines_heads`, the final output that replaces concatenation + output projection).
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -17,6 +18,21 @@ ENCODER_SELF_ATTENTION = "encoder_self_attention"
 DECODER_SELF_ATTENTION = "decoder_self_attention"
 CROSS_ATTENTION = "cross_attention"
 SITES = (ENCODER_SELF_ATTENTION, DECODER_SELF_ATTENTION, CROSS_ATTENTION)
+
+
+def check_number(name: str, value, *, above: float | None = None, at_least: float | None = None,
+                 below: float | None = None) -> None:
+    """Raise ValueError naming `name` (e.g. "`init_std`" or "running_sum option `penalty`") and the value unless
+    `value` is a finite real number (not a bool) with value > `above`, value >= `at_least` and value < `below`
+    (each optional). NaN and infinities are refused at construction: they would only show later, as a NaN loss or
+    a failed initialisation. Shared by the configs and the variants' `check_options`."""
+    bounds = [f"{relation} {bound}" for relation, bound in ((">", above), (">=", at_least), ("<", below))
+              if bound is not None]
+    accepted = " " + " and ".join(bounds) if bounds else ""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not (number and (above is None or value > above) and (at_least is None or value >= at_least)
+            and (below is None or value < below)):
+        raise ValueError(f"{name} must be a finite number{accepted}, got {value!r}")
 
 
 class AttentionMask:

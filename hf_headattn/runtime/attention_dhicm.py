@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from .attention_base import AttentionMask, AttentionResult, AttentionVariant
+from .attention_base import AttentionMask, AttentionResult, AttentionVariant, check_number
 
 
 SCORES = ("dot", "mlp")
@@ -53,9 +53,8 @@ class DynamicHeadImportanceAttention(AttentionVariant):
                                     or not 0.0 <= dropout < 1.0):
             raise ValueError(f"dhicm option `dropout` must be a number in [0, 1) or None (= the model's dropout), "
                              f"got {dropout!r}")
-        kl_weight = options.get("kl_weight", cls.options["kl_weight"])
-        if not isinstance(kl_weight, (int, float)) or isinstance(kl_weight, bool) or not kl_weight >= 0.0:
-            raise ValueError(f"dhicm option `kl_weight` (lambda of Eq. 5) must be a number >= 0, got {kl_weight!r}")
+        check_number("dhicm option `kl_weight` (lambda of Eq. 5)", options.get("kl_weight", cls.options["kl_weight"]),
+                     at_least=0)
         score = options.get("score", cls.options["score"])
         if score not in SCORES:
             raise ValueError(f"Unknown dhicm `score` {score!r}; accepted: {', '.join(SCORES)}")

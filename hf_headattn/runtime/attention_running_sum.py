@@ -8,7 +8,7 @@ auxiliary-loss path."""
 
 import torch
 
-from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant
+from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant, check_number
 
 
 class RunningSumAttention(AttentionVariant):
@@ -19,10 +19,10 @@ class RunningSumAttention(AttentionVariant):
 
     @classmethod
     def check_options(cls, options, *, site, num_heads, config):
-        for option in ("penalty", "aux_weight"):
-            value = options.get(option, cls.options[option])
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ValueError(f"running_sum option `{option}` must be a number, got {value!r}")
+        # Any finite penalty (a negative one rewards attending again); the auxiliary loss is a penalty, so >= 0.
+        check_number("running_sum option `penalty`", options.get("penalty", cls.options["penalty"]))
+        check_number("running_sum option `aux_weight`", options.get("aux_weight", cls.options["aux_weight"]),
+                     at_least=0)
 
     def forward(
         self,

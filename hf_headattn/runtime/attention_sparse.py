@@ -14,7 +14,7 @@ import math
 import torch
 from torch import nn
 
-from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant
+from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant, check_number
 from .sparse_attention import csoftmax, csparsemax, sparsemax
 
 
@@ -87,10 +87,8 @@ class ConstrainedAttention(AttentionVariant):
 
     @classmethod
     def check_options(cls, options, *, site, num_heads, config):
-        exhaustion = options.get("exhaustion", cls.options["exhaustion"])
-        if not isinstance(exhaustion, (int, float)) or isinstance(exhaustion, bool) or not exhaustion >= 0:
-            raise ValueError(f"{cls.name} option `exhaustion` (c of z' = z + c u) must be a number >= 0, "
-                             f"got {exhaustion!r}")
+        check_number(f"{cls.name} option `exhaustion` (c of z' = z + c u)",
+                     options.get("exhaustion", cls.options["exhaustion"]), at_least=0)
         sink = options.get("sink", cls.options["sink"])
         if not isinstance(sink, bool):
             raise ValueError(f"{cls.name} option `sink` must be true or false, got {sink!r}")

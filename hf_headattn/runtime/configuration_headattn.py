@@ -235,6 +235,10 @@ class HeadAttnConfig(PretrainedConfig):
                 )
         check_fractions(self, ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop",
                                "decoder_layerdrop", "label_smoothing"))
+        from .attention_base import check_number
+
+        check_number("`init_std`", self.init_std, above=0)
+        check_number("`constant_fertility`", self.constant_fertility, above=0)
         if self.activation_function not in ACT2FN:
             raise ValueError(
                 f"Unknown activation_function {self.activation_function!r}; accepted: {', '.join(sorted(ACT2FN))}"

@@ -156,8 +156,11 @@ class HeadAttnRNNConfig(PretrainedConfig):
             raise ValueError(f"`hidden_size` must be even (each encoder direction has hidden_size / 2 units), got "
                              f"{self.hidden_size}")
         check_fractions(self, ("dropout", "label_smoothing"))
-        if not isinstance(self.init_range, (int, float)) or isinstance(self.init_range, bool) or self.init_range <= 0:
-            raise ValueError(f"`init_range` must be a number > 0, got {self.init_range!r}")
+        from .attention_base import check_number
+
+        check_number("`init_range`", self.init_range, above=0)
+        check_number("`exhaustion` (c of z' = z + c u)", self.exhaustion, at_least=0)
+        check_number("`constant_fertility`", self.constant_fertility, above=0)
         if self.attention_score not in ATTENTION_SCORES:
             raise ValueError(f"Unknown attention_score {self.attention_score!r}; accepted: {', '.join(ATTENTION_SCORES)}")
         if self.attention_score == "dot" and self.num_heads != 1:
@@ -167,8 +170,6 @@ class HeadAttnRNNConfig(PretrainedConfig):
         if self.attention_transform not in ATTENTION_TRANSFORMS:
             raise ValueError(f"Unknown attention_transform {self.attention_transform!r}; accepted: "
                              f"{', '.join(ATTENTION_TRANSFORMS)}")
-        if not isinstance(self.exhaustion, (int, float)) or isinstance(self.exhaustion, bool) or self.exhaustion < 0:
-            raise ValueError(f"`exhaustion` (c of z' = z + c u) must be a number >= 0, got {self.exhaustion!r}")
         for field in ("sink_token", "coverage_vector"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"`{field}` must be true or false, got {getattr(self, field)!r}")

@@ -42,8 +42,8 @@ Shared conventions:
   with every key masked is all zeros with zero gradient, never NaN. Pass padding through ``mask`` or
   ``-inf``: a large finite negative score (e.g. ``finfo.min``) is an ordinary key, which ``csoftmax`` or
   ``csparsemax`` may have to give attention to when the other keys' bounds are exhausted.
-* ``u`` is broadcastable to ``z``; the gradient is reduced back to ``u``'s shape. ``u`` must be ``>= 0`` and
-  not NaN; ``u = +inf`` means unbounded (e.g. the ``<SINK>`` token). Bounds ``>= 1`` never bind (no
+* ``u`` is broadcastable to ``z``; the gradient is reduced back to ``u``'s shape. ``u`` must be ``>= 0``;
+  ``u = +inf`` means unbounded (e.g. the ``<SINK>`` token). Bounds ``>= 1`` never bind (no
   probability exceeds 1). Negative bounds (which only arise from rounding in ``f - beta``) are treated as 0
   and get the gradient of a zero bound.
 * Infeasible rows: if the bounds of a row's allowed keys sum to less than 1, no distribution satisfies them.
@@ -51,10 +51,18 @@ Shared conventions:
   which is the limit of the solution as ``sum(u)`` decreases to 1; the gradients are those of that map:
   ``dz = 0`` and ``du = dalpha`` on the allowed keys. Add a sink key with ``u = inf`` to rule this out.
 * float16/bfloat16 inputs are computed in float32, float64 inputs in float64; the result has ``z``'s dtype.
-* ``z`` must not contain NaN or ``+inf``. Scores are shifted by the row maximum, and results are exact up to
-  rounding of quantities of the size of ``z - max(z)``: float32 errors grow like ``|z| * 1e-7`` (about
-  ``1e-6`` for scores of size 5). ``csparsemax`` needs ``|z - max(z)|`` small enough that ``z - u`` differs
-  from ``z`` in floating point, another reason to mask padding rather than give it a ``finfo.min`` score.
+* NaN and ``+inf`` propagate as through ``torch.softmax``, which returns a row of NaN (and NaN gradients) when any
+  score of the row is NaN or ``+inf`` (``+inf - +inf`` in its shift by the row maximum): so that a numerical
+  failure upstream (an overflowed or NaN score) shows instead of becoming a plausible distribution, a row with a
+  NaN or ``+inf`` score on an allowed key, or a NaN bound on an allowed key, is NaN everywhere, and so are its
+  gradients for ``z`` and ``u``. Masked keys' scores and bounds are ignored, as ``masked_fill(~mask, -inf)``
+  would ignore them (so a NaN score under ``mask=False`` changes nothing), and ``-inf`` scores in a finite row
+  stay exact zeros. Unlike ``torch.softmax``, a row whose keys are all masked is all zeros, not NaN (see above).
+  Other rows of the batch are unaffected.
+* Scores are shifted by the row maximum, and results are exact up to rounding of quantities of the size of
+  ``z - max(z)``: float32 errors grow like ``|z| * 1e-7`` (about ``1e-6`` for scores of size 5). ``csparsemax``
+  needs ``|z - max(z)|`` small enough that ``z - u`` differs from ``z`` in floating point, another reason to mask
+  padding rather than give it a ``finfo.min`` score.
 
 Degenerate points (ties at a breakpoint, bounds that sum to exactly 1) are handled exactly in the forward
 pass. Where the map is not differentiable, the backward pass returns the one-sided derivative of a piece
@@ -125,9 +133,20 @@ def _true_rows(mask: torch.Tensor, all_none: bool = False) -> torch.Tensor | Non
 
 
 def _bounds(u: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """u clamped to [0, 2] and 0 on masked keys (keep: None or 0/1, broadcastable), as [rows, keys]."""
+    """u clamped to [0, 2] and 0 on masked keys (keep: None or 0/1, broadcastable), as [rows, keys]. (A fill, not a
+    multiplication by keep, so that a NaN bound on a masked key is ignored like the key.)"""
     us = u.clamp(min=0, max=_NON_BINDING_BOUND)
-    return _rows(us if keep is None else us.mul_(keep))
+    return _rows(us if keep is None else us.masked_fill_(keep == 0, 0.0))
+
+
+def _nonfinite_rows(row_max: torch.Tensor, us: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Indices of the rows that come out NaN (see the module docstring): row_max, the [rows, 1] max of scores that
+    are -inf on masked keys, is NaN or +inf (amax propagates NaN), or bounds `us` (0 on masked keys) hold a NaN;
+    None if there are none (one sync)."""
+    nonfinite = ~(row_max < float("inf"))  # NaN or +inf; -inf (every key masked) is a finite row
+    if us is not None:
+        nonfinite |= _row_sum(us).isnan()
+    return _true_rows(nonfinite) if bool(nonfinite.any()) else None  # any(): cheaper than nonzero() when none
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -524,6 +543,25 @@ def _csparsemax_adaptive_passes(z: torch.Tensor, us: torch.Tensor):
     return alpha, active, capped, n_active, settled & feasible & (n_active > 0)
 
 
+def _finite_rows_for_solver(z: torch.Tensor, us: torch.Tensor):
+    """(z, us, rows): the [rows, keys] scores and bounds with the rows that come out NaN (`_nonfinite_rows`; None if
+    there are none) replaced by a finite row (scores 0, bounds 1), so that the solvers only see finite rows. z is
+    copied only then; us (from `_bounds`) is the caller's to overwrite."""
+    nonfinite = _nonfinite_rows(z.amax(dim=-1, keepdim=True), us)
+    if nonfinite is None:
+        return z, us, None
+    return z.index_fill(0, nonfinite, 0.0), us.index_fill_(0, nonfinite, 1.0), nonfinite
+
+
+def _fill_nonfinite(rows: torch.Tensor | None, *tensors: torch.Tensor) -> torch.Tensor | None:
+    """Set `rows` (None: no row) of the [rows, keys] `tensors` to NaN, as torch.softmax's output and gradients are on
+    a row with a NaN or +inf score. Returns rows."""
+    if rows is not None:
+        for tensor in tensors:
+            tensor.index_fill_(0, rows, float("nan"))
+    return rows
+
+
 class SparsemaxFunction(torch.autograd.Function):
     """sparsemax over the last dim (Eq. 3): alpha_j = max(0, z_j - tau) with sum_j alpha_j = 1.
 
@@ -534,7 +572,12 @@ class SparsemaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: torch.Tensor) -> torch.Tensor:
-        alpha, support_size = _sparsemax_solve(_rows(z - _row_max(z)))
+        row_max = _rows(z).amax(dim=-1, keepdim=True)
+        zs = _rows(z) - torch.nan_to_num(row_max, neginf=0.0)
+        if (nonfinite := _nonfinite_rows(row_max)) is not None:
+            zs.index_fill_(0, nonfinite, 0.0)  # any finite row for the solver; the answer is NaN
+        alpha, support_size = _sparsemax_solve(zs)
+        ctx.nonfinite = _fill_nonfinite(nonfinite, alpha)
         ctx.save_for_backward(alpha, support_size)
         return alpha.view(z.shape)
 
@@ -546,6 +589,7 @@ class SparsemaxFunction(torch.autograd.Function):
         grad_support = _rows(grad_alpha) * support
         m = _row_sum(grad_support) / support_size.clamp(min=1)  # mean over the support
         grad_z = grad_support.addcmul_(support, m, value=-1)  # Eq. 7 without bounds: 1[alpha_j > 0](dalpha_j - m)
+        _fill_nonfinite(ctx.nonfinite, grad_z)
         return grad_z.view(grad_alpha.shape)
 
 
@@ -562,7 +606,9 @@ class ConstrainedSoftmaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-        alpha, alpha_free, capped, free_mass = _csoftmax_solve(_rows(z), _bounds(u, keep))
+        zs, us, nonfinite = _finite_rows_for_solver(_rows(z), _bounds(u, keep))
+        alpha, alpha_free, capped, free_mass = _csoftmax_solve(zs, us)
+        ctx.nonfinite = _fill_nonfinite(nonfinite, alpha)
         ctx.save_for_backward(alpha_free, capped, free_mass)
         return alpha.view(z.shape)
 
@@ -575,6 +621,7 @@ class ConstrainedSoftmaxFunction(torch.autograd.Function):
         m = _row_sum(weighted) / free_mass.clamp(min=torch.finfo(alpha_free.dtype).tiny)  # 0 if A is empty
         grad_z = weighted.addcmul_(alpha_free, m, value=-1)  # dz_j = 1[j in A] alpha_j (dalpha_j - m)
         grad_u = torch.sub(grad, m).mul_(capped)  # du_j = 1[j in R] (dalpha_j - m)
+        _fill_nonfinite(ctx.nonfinite, grad_z, grad_u)
         return grad_z.view(grad_alpha.shape), grad_u.view(grad_alpha.shape), None
 
 
@@ -600,7 +647,9 @@ class ConstrainedSparsemaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor | None, compiled: bool) -> torch.Tensor:
-        alpha, active, capped, n_active = _csparsemax_solve(_rows(z), _bounds(u, keep), compiled)
+        zs, us, nonfinite = _finite_rows_for_solver(_rows(z), _bounds(u, keep))
+        alpha, active, capped, n_active = _csparsemax_solve(zs, us, compiled)
+        ctx.nonfinite = _fill_nonfinite(nonfinite, alpha)
         ctx.save_for_backward(active, capped, n_active)
         ctx.compiled = compiled
         return alpha.view(z.shape)
@@ -610,6 +659,7 @@ class ConstrainedSparsemaxFunction(torch.autograd.Function):
     def backward(ctx, grad_alpha: torch.Tensor):
         backward = _compiled(_csparsemax_backward) if ctx.compiled else _csparsemax_backward
         grad_z, grad_u = backward(_rows(grad_alpha), *ctx.saved_tensors)
+        _fill_nonfinite(ctx.nonfinite, grad_z, grad_u)
         return grad_z.view(grad_alpha.shape), grad_u.view(grad_alpha.shape), None, None
 
 
@@ -640,11 +690,12 @@ def _prepare(z: torch.Tensor, u, dim: int, mask):
     keep = None
     if u is not None:
         u = _last(u.to(compute_dtype).expand(shape), dim)
-        if z.numel() and bool(z.amin() == float("-inf")):  # keys masked by their score
+        # keys masked by their score (amin is -inf), or a NaN somewhere (amin is NaN): build keep
+        if z.numel() and not bool(z.amin() > float("-inf")):
             keep = (z != float("-inf")).to(compute_dtype)
     if mask is not None:
         mask_keep = mask.to(compute_dtype)  # at the mask's own shape, broadcast below
-        z = z + _last(torch.log(mask_keep).expand(shape), dim)  # -inf on masked keys (log(0))
+        z = z.masked_fill(_last((~mask).expand(shape), dim), float("-inf"))  # whatever the score, even NaN
         mask_keep = _last(mask_keep.expand(shape), dim)
         keep = mask_keep if keep is None else keep * mask_keep
     return z.contiguous(), u, keep, dim
