@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast
+import transformers
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "</s>"
@@ -19,6 +19,14 @@ SUPPORTED_MODELS = ("bpe", "unigram")
 __all__ = ["train_tokenizer", "SPECIAL_TOKENS", "SUPPORTED_MODELS", "PAD_TOKEN", "EOS_TOKEN", "UNK_TOKEN"]
 
 PathLike = str | os.PathLike
+
+
+class PreTrainedTokenizerFast(transformers.PreTrainedTokenizerFast):
+    """A tokenizer.json tokenizer that saves under a class name every supported Transformers release loads.
+
+    Transformers 5 writes a tokenizer.json-only tokenizer's class as its own `TokenizersBackend`, which 4.x's
+    `AutoTokenizer` rejects; it writes `type(self).__name__`, so this subclass saves as `PreTrainedTokenizerFast`,
+    which 4.x loads as its fast tokenizer and 5.x as `TokenizersBackend` (its alias)."""
 
 
 def train_tokenizer(
@@ -117,6 +125,7 @@ def train_tokenizer(
         eos_token=EOS_TOKEN,
         unk_token=UNK_TOKEN,
         model_max_length=model_max_length,
+        model_input_names=["input_ids", "attention_mask"],  # 4.x would add token_type_ids
         padding_side="right",
         truncation_side="right",
         # Already False by default in 5.x; pinned so decode() keeps " ." and " ," exactly as in the corpus.

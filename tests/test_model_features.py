@@ -92,7 +92,8 @@ def test_save_writes_safetensors_and_reloads(tmp_path, tie_word_embeddings):
         )
     lm_head_is_tied = reloaded.lm_head.weight.data_ptr() == reloaded.model.shared.weight.data_ptr()
     assert lm_head_is_tied == tie_word_embeddings
-    assert reloaded.model.encoder.embed_tokens is reloaded.model.decoder.embed_tokens is reloaded.model.shared
+    shared = reloaded.model.shared.weight  # tied by parameter, as in Marian
+    assert reloaded.model.encoder.embed_tokens.weight is reloaded.model.decoder.embed_tokens.weight is shared
 
 
 def test_base_model_and_separate_embeddings():

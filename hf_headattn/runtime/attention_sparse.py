@@ -129,13 +129,18 @@ class ConstrainedAttention(AttentionVariant):
             cumulative = cumulative + weights_t[..., :num_sources]
             step_weights.append(weights_t)
         weights = torch.stack(step_weights, dim=2)
-        dropped = nn.functional.dropout(weights, p=self.attention_dropout, training=self.training)
-        output = torch.matmul(dropped[..., :num_sources], value)
+        # The returned source weights are the tensor the output is computed from (not a slice taken beside it), so
+        # that gradients reach them (retain_grad on outputs.cross_attentions).
+        source_weights = weights[..., :num_sources] if self.sink else weights
+        dropped = nn.functional.dropout(source_weights, p=self.attention_dropout, training=self.training)
+        output = torch.matmul(dropped, value)
         if self.sink:
-            output = output + dropped[..., num_sources:] * self.sink_value[None, :, None, :]
+            dropped_sink = nn.functional.dropout(weights[..., num_sources:], p=self.attention_dropout,
+                                                 training=self.training)
+            output = output + dropped_sink * self.sink_value[None, :, None, :]
         return AttentionResult(
             output=output.transpose(1, 2),
-            weights=weights[..., :num_sources] if output_attentions else None,
+            weights=source_weights if output_attentions else None,
             state={"cumulative": cumulative},
         )
 

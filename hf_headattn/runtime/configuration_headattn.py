@@ -9,6 +9,7 @@ from .attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SEL
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
 from .fertility import check_fertility_config
 from .remote_code import check_code_travels
+from .transformers_compat import validate_base_architecture
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
@@ -189,7 +190,6 @@ class HeadAttnConfig(PretrainedConfig):
         self.encoder_self_attention = encoder_self_attention
         self.decoder_self_attention = decoder_self_attention
         self.cross_attention = cross_attention
-        self.pruned_heads = {name: sorted(heads) for name, heads in (pruned_heads or {}).items()}
         self.fertility = fertility
         self.constant_fertility = constant_fertility
         self.fertility_predictor_size = fertility_predictor_size
@@ -204,18 +204,34 @@ class HeadAttnConfig(PretrainedConfig):
             tie_word_embeddings=tie_word_embeddings,
             **kwargs,
         )
+        # after the base __init__, which on Transformers 4.x resets its own `pruned_heads` (then keyed by layer index)
+        self.pruned_heads = {name: sorted(heads) for name, heads in (pruned_heads or {}).items()}
         self.validate_architecture()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        # Transformers 4.x's from_dict casts `pruned_heads` keys to int (its keys were layer indices); ours are module
+        # names, so they bypass it
+        config_dict = dict(config_dict)
+        pruned_heads = config_dict.pop("pruned_heads", None)
+        loaded = super().from_dict(config_dict, **kwargs)
+        config = loaded[0] if isinstance(loaded, tuple) else loaded
+        if pruned_heads:
+            config.pruned_heads = {name: sorted(heads) for name, heads in pruned_heads.items()}
+            config.validate_architecture()
+        return loaded
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save config.json and this module's code (see `remote_code`), checked complete before anything is
         written."""
+        self.validate_architecture()  # Transformers 5 runs it through `validate`; 4.57 does not
         check_code_travels(type(self))
         super().save_pretrained(save_directory, *args, **kwargs)
 
     def validate_architecture(self) -> None:
         """Raise ValueError, naming the bad value and what would be accepted, for any inconsistent field (also
         run by `save_pretrained`, through `PreTrainedConfig.validate`)."""
-        super().validate_architecture()
+        validate_base_architecture(super())
         self._check_architecture()
         self._check_pruned_heads()
         for site in SITES:

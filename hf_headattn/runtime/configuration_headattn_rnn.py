@@ -7,6 +7,7 @@ from .attention_multihop import check_hop_mode
 from .configuration_headattn import CUSTOM_PIPELINES, check_fractions, check_positive_integers, check_token_ids
 from .fertility import check_fertility_config
 from .remote_code import check_code_travels
+from .transformers_compat import validate_base_architecture
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
@@ -143,13 +144,14 @@ class HeadAttnRNNConfig(PretrainedConfig):
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save config.json and this module's code (see `remote_code`), checked complete before anything is
         written."""
+        self.validate_architecture()  # Transformers 5 runs it through `validate`; 4.57 does not
         check_code_travels(type(self))
         super().save_pretrained(save_directory, *args, **kwargs)
 
     def validate_architecture(self) -> None:
         """Raise ValueError, naming the bad value and what would be accepted, for any inconsistent field (also
         run by `save_pretrained`)."""
-        super().validate_architecture()
+        validate_base_architecture(super())
         check_positive_integers(self, ("vocab_size", "embedding_size", "hidden_size", "encoder_layers",
                                        "decoder_layers", "num_heads", "num_hops"))
         if self.hidden_size % 2:

@@ -220,11 +220,20 @@ class SourceFertility(nn.Module):
                 pad_token_id=config.pad_token_id,
             )
 
-    def forward(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        """[batch, source_len] fertility upper bounds, 0 at padding."""
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """[batch, source_len] fertility upper bounds, 0 at padding. A constant fertility needs only the source
+        positions, so it also works from `inputs_embeds` [batch, source_len, d]; the others read the token ids."""
         if input_ids is None:
-            raise ValueError("Constrained attention computes source fertilities from `input_ids`; pass input_ids "
-                             "rather than inputs_embeds")
+            if self.strategy != "constant" or inputs_embeds is None:
+                raise ValueError(f"The {self.strategy!r} fertility strategy computes source fertilities from "
+                                 "`input_ids`; pass input_ids rather than inputs_embeds (only 'constant' needs no ids)")
+            mask = _real_token_mask(inputs_embeds[..., 0], attention_mask)
+            return torch.full(mask.shape, float(self.constant), dtype=torch.float32, device=mask.device) * mask
         return source_fertility(
             self.strategy,
             input_ids,

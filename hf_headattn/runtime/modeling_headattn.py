@@ -556,7 +556,8 @@ class HeadAttnEncoder(HeadAttnStack):
             aux_loss=_per_sentence_mean(_stack_terms(records.aux_losses), attention_mask),
             head_kl=_per_sentence_mean(_stack_terms(records.head_kls), attention_mask),
             head_importances=records.head_importances or None,
-            fertility=self.source_fertility(input_ids, attention_mask) if self.source_fertility is not None else None,
+            fertility=(self.source_fertility(input_ids, attention_mask, inputs_embeds)
+                       if self.source_fertility is not None else None),
         )
         return output.to_tuple() if return_dict is False else output
 
@@ -656,14 +657,21 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
         super().__init__(config)
         if config.share_encoder_decoder_embeddings:
             self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        if not config.share_encoder_decoder_embeddings:
+            encoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            decoder_embeddings = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
+        elif config.tie_word_embeddings:
+            # Tied by parameter (`_tied_weights_keys`), as in Marian, not by using one module three times: with one
+            # module, loading marks the shared weight initialised through its tied names, and a checkpoint without
+            # it would load with missing_keys=[] and the weight left on the meta device.
             self._tied_weights_keys = {
                 "encoder.embed_tokens.weight": "shared.weight",
                 "decoder.embed_tokens.weight": "shared.weight",
             }
-            encoder_embeddings = decoder_embeddings = self.shared
-        else:
             encoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-            decoder_embeddings = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
+            decoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        else:  # Transformers ties no weight at all then, so both stacks use the shared module itself
+            encoder_embeddings = decoder_embeddings = self.shared
         self.encoder = HeadAttnEncoder(config, encoder_embeddings)
         self.decoder = HeadAttnDecoder(config, decoder_embeddings)
         self.post_init()
@@ -677,8 +685,10 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
             self.decoder.embed_tokens = value
         self.encoder.embed_tokens = value
 
-    def get_encoder(self, modality=None):
-        return self.encoder
+    def get_encoder(self, modality: str | None = None):
+        """The text encoder; for another modality, what `PreTrainedModel.get_encoder` answers (this model itself:
+        it has no such encoder), so that exporters do not take the model for a multimodal one."""
+        return self.encoder if modality is None else super().get_encoder(modality=modality)
 
     def get_decoder(self):
         return self.decoder
@@ -792,8 +802,9 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             self._tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
         self.post_init()
 
-    def get_encoder(self, modality=None):
-        return self.model.encoder
+    def get_encoder(self, modality: str | None = None):
+        """The text encoder; for another modality, `PreTrainedModel.get_encoder`'s answer (this model itself)."""
+        return self.model.encoder if modality is None else super().get_encoder(modality=modality)
 
     def get_decoder(self):
         return self.model.decoder

@@ -29,7 +29,7 @@ from .configuration_headattn_rnn import HeadAttnRNNConfig
 from .fertility import SourceFertility
 from .modeling_headattn import seq2seq_loss, shift_tokens_right
 from .remote_code import check_code_travels
-from .rnn_packing import run_packed_lstm
+from .rnn_packing import run_packed_lstm, run_packed_lstm_layers
 from .sparse_attention import csoftmax, csparsemax, sparsemax
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
@@ -138,7 +138,11 @@ class HeadAttnRNNEncoder(nn.Module):
             raise ValueError("The LSTM encoder needs `input_ids`")
         mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
         embeddings = self.dropout(self.embed_tokens(input_ids.masked_fill(~mask, self.config.pad_token_id)))
-        states, (final_hidden, final_cell) = run_packed_lstm(self.lstm, embeddings, mask)
+        if output_hidden_states:  # one layer at a time, so that each layer's states are the tensors the next reads
+            layer_states, (final_hidden, final_cell) = run_packed_lstm_layers(self.lstm, embeddings, mask)
+            states = layer_states[-1]
+        else:
+            states, (final_hidden, final_cell) = run_packed_lstm(self.lstm, embeddings, mask)
 
         def per_layer(final):  # [layers * 2, batch, d / 2] -> [batch, layers, d], forward then backward
             layers, batch = self.config.encoder_layers, final.shape[1]
@@ -146,7 +150,7 @@ class HeadAttnRNNEncoder(nn.Module):
 
         return HeadAttnRNNEncoderOutput(
             last_hidden_state=states,
-            hidden_states=(states,) if output_hidden_states else None,
+            hidden_states=(embeddings, *layer_states) if output_hidden_states else None,
             final_hidden=per_layer(final_hidden),
             final_cell=per_layer(final_cell),
             fertility=self.source_fertility(input_ids, attention_mask) if self.source_fertility is not None else None,
@@ -284,19 +288,21 @@ class HeadAttnRNNDecoder(nn.Module):
         embeddings = self.dropout(self.embed_tokens(input_ids))
         # Input feeding makes each step depend on the previous step's output: the loop over target positions is
         # inherent to the model, and vectorised over the batch.
-        outputs, step_weights, step_head_weights, top_states = [], [], [], []
+        outputs, step_weights, step_head_weights = [], [], []
+        layer_states = [[] for _ in self.layers]  # per layer, its hidden state at every step
         for t in range(input_ids.shape[1]):
             layer_input = torch.cat([embeddings[:, t], input_feed], dim=-1)
             for i, layer in enumerate(self.layers):
                 hidden[i], cell[i] = layer(layer_input, (hidden[i], cell[i]))
                 layer_input = self.dropout(hidden[i]) if i + 1 < len(self.layers) else hidden[i]
+                if output_hidden_states:
+                    layer_states[i].append(hidden[i])
             attended, weights, head_weights = self.attention(hidden[-1], memory, allowed, fertility, cumulative)
             cumulative = cumulative + weights[..., :num_sources].to(cumulative.dtype)
             input_feed = self.dropout(attended)  # OpenNMT feeds the dropped-out attentional output
             outputs.append(input_feed)
             step_weights.append(weights[..., :num_sources])
             step_head_weights.append(head_weights)
-            top_states.append(hidden[-1])
 
         if past_key_values is not None:
             new_states = {"hidden": torch.stack(hidden, 1), "cell": torch.stack(cell, 1), "input_feed": input_feed,
@@ -305,7 +311,11 @@ class HeadAttnRNNDecoder(nn.Module):
         return HeadAttnRNNDecoderOutput(
             last_hidden_state=torch.stack(outputs, dim=1),
             past_key_values=past_key_values,
-            hidden_states=(torch.stack(top_states, dim=1),) if output_hidden_states else None,
+            # As in Transformers' encoder-decoders: the embeddings, then each layer's states. Layers run one step
+            # at a time (input feeding), so a layer's states over time are stacked afterwards.
+            hidden_states=(
+                (embeddings, *(torch.stack(states, dim=1) for states in layer_states)) if output_hidden_states else None
+            ),
             cross_attentions=(torch.stack(step_weights, dim=2),) if output_attentions else None,
             head_importances=(
                 torch.stack(step_head_weights, dim=1)
@@ -356,8 +366,9 @@ class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.encoder.embed_tokens = value
 
-    def get_encoder(self, modality=None):
-        return self.encoder
+    def get_encoder(self, modality: str | None = None):
+        """The text encoder; for another modality, `PreTrainedModel.get_encoder`'s answer (this model itself)."""
+        return self.encoder if modality is None else super().get_encoder(modality=modality)
 
     def get_decoder(self):
         return self.decoder
@@ -424,8 +435,9 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
         self.generator = nn.Linear(config.hidden_size, config.vocab_size)  # p(y_t) = softmax(W o_t + b)
         self.post_init()
 
-    def get_encoder(self, modality=None):
-        return self.model.encoder
+    def get_encoder(self, modality: str | None = None):
+        """The text encoder; for another modality, `PreTrainedModel.get_encoder`'s answer (this model itself)."""
+        return self.model.encoder if modality is None else super().get_encoder(modality=modality)
 
     def get_decoder(self):
         return self.model.decoder

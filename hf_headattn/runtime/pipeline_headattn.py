@@ -8,6 +8,8 @@ config's `custom_pipelines`; it takes a string or a list of strings, passes gene
 
 from transformers import GenerationConfig, Pipeline
 
+from .transformers_compat import prepare_pipeline_generate_kwargs
+
 
 class TranslationPipeline(Pipeline):
     _load_tokenizer = True
@@ -50,10 +52,12 @@ class TranslationPipeline(Pipeline):
         return [result[0] if len(result) == 1 else result for result in results]
 
     def preprocess(self, text: str, truncation: bool = False, max_length: int | None = None):
-        return self.tokenizer(text, return_tensors="pt", truncation=truncation, max_length=max_length)
+        # no token_type_ids: Transformers 4.x's fast tokenizers return them by default, and the model takes none
+        return self.tokenizer(text, return_tensors="pt", truncation=truncation, max_length=max_length,
+                              return_token_type_ids=False)
 
     def _forward(self, model_inputs, **generate_kwargs):
-        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        generate_kwargs = prepare_pipeline_generate_kwargs(self, generate_kwargs)
         batch_size = model_inputs["input_ids"].shape[0]
         output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         # [batch, return sequences, length], so that batching splits per input and keeps its sequences together

@@ -15,6 +15,44 @@ def run_packed_lstm(
     and the final states (h_n, c_n), [layers * directions, batch, hidden], after each sentence's last real token
     (for the backward direction: after its first). A sentence without real tokens gets zero outputs; its final
     states are those of one padding step and should not be used."""
+    return _run_packed(lstm, inputs, mask)
+
+
+def run_packed_lstm_layers(
+    lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor
+) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """`run_packed_lstm` one layer at a time: returns every layer's outputs [batch, length, directions * hidden]
+    (zeros at padding) and the same final states. Each layer's outputs are the tensor the next layer reads (through
+    the LSTM's inter-layer dropout), so gradients reach them; the numbers are those of the fused multi-layer run."""
+    layer_outputs, hidden, cell = [], [], []
+    layer_input = inputs
+    for layer in range(lstm.num_layers):
+        if layer:  # nn.LSTM's dropout on the outputs of every layer but the last
+            layer_input = nn.functional.dropout(layer_outputs[-1], p=lstm.dropout, training=lstm.training)
+        outputs, (layer_hidden, layer_cell) = _run_packed(lambda packed: _lstm_layer(lstm, layer, packed),
+                                                          layer_input, mask)
+        layer_outputs.append(outputs)
+        hidden.append(layer_hidden)
+        cell.append(layer_cell)
+    return layer_outputs, (torch.cat(hidden), torch.cat(cell))
+
+
+def _lstm_layer(lstm: nn.LSTM, layer: int, packed):
+    """Layer `layer` of `lstm` over a PackedSequence, with that layer's own parameters (what nn.LSTM runs for it)."""
+    directions = 2 if lstm.bidirectional else 1
+    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh") if lstm.bias else ("weight_ih", "weight_hh")
+    weights = [getattr(lstm, f"{name}_l{layer}{suffix}") for suffix in ("", "_reverse")[:directions] for name in names]
+    zeros = packed.data.new_zeros(directions, packed.batch_sizes[0], lstm.hidden_size)
+    outputs, hidden, cell = torch.lstm(packed.data, packed.batch_sizes, (zeros, zeros), weights, lstm.bias, 1, 0.0,
+                                       lstm.training, lstm.bidirectional)
+    # the states come out in the packed (length-sorted) order; put them back in the batch's order
+    unsort = packed.unsorted_indices
+    final_states = (hidden.index_select(1, unsort), cell.index_select(1, unsort))
+    return packed._replace(data=outputs), final_states
+
+
+def _run_packed(run, inputs: torch.Tensor, mask: torch.Tensor):
+    """`run_packed_lstm` with `run` (PackedSequence -> (PackedSequence, final states)) in place of the LSTM."""
     length = inputs.shape[1]
     # Move each row's real tokens to the front (in order), so that padding may sit anywhere in the row.
     order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices
@@ -22,7 +60,7 @@ def run_packed_lstm(
     lengths = mask.sum(dim=1)
     # pack_padded_sequence rejects empty rows: run them on one (discarded) step.
     packed = pack_padded_sequence(compact, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
-    packed_outputs, final_states = lstm(packed)
+    packed_outputs, final_states = run(packed)
     compact_outputs, _ = pad_packed_sequence(packed_outputs, batch_first=True, total_length=length)
     # Put every position back where it came from and zero the padding.
     outputs = torch.empty_like(compact_outputs)

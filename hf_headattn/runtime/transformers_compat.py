@@ -1,0 +1,45 @@
+"""The few places where the Transformers releases the runtime supports (4.57 and 5.x) differ, each behind one
+name, so the rest of the runtime is written once against Transformers 5."""
+
+import torch
+
+
+try:  # Transformers 5: initialisers that leave tensors loaded from a checkpoint alone
+    from transformers import initialization as init
+except ImportError:  # Transformers 4 initialises before loading, so torch's own initialisers do
+
+    class init:  # noqa: N801 (stands in for the module)
+        uniform_ = staticmethod(torch.nn.init.uniform_)
+        zeros_ = staticmethod(torch.nn.init.zeros_)
+
+        @staticmethod
+        @torch.no_grad()
+        def copy_(tensor: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+            return tensor.copy_(other)
+
+
+def validate_base_architecture(base) -> None:
+    """`PreTrainedConfig.validate_architecture` where it exists (Transformers >= 5.4); `base` is `super()` of a
+    config."""
+    validate = getattr(base, "validate_architecture", None)
+    if validate is not None:
+        validate()
+
+
+def prepare_pipeline_generate_kwargs(pipeline, generate_kwargs: dict) -> dict:
+    """The `generate` keyword arguments of one pipeline call: Transformers >= 5.20 merges them with the
+    pipeline's defaults in `_prepare_generate_kwargs`; before, pipelines passed their generation config unless
+    the call brought its own."""
+    prepare = getattr(pipeline, "_prepare_generate_kwargs", None)
+    if prepare is not None:
+        return prepare(generate_kwargs)
+    if "generation_config" in generate_kwargs:
+        return generate_kwargs
+    return {**generate_kwargs, "generation_config": pipeline.generation_config}
+
+
+def drop_cache_position(model_inputs: dict) -> dict:
+    """`prepare_inputs_for_generation`'s output without `cache_position`, which Transformers 4.x adds; the runtime's
+    caches know how many positions they hold. (Accepting it in `forward` instead makes 5.x warn.)"""
+    model_inputs.pop("cache_position", None)
+    return model_inputs
