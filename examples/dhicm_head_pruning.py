@@ -18,15 +18,18 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM
 
 from hf_headattn.head_pruning import mean_head_importances, prune_least_important_heads
+from hf_headattn.loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed
 from hf_headattn.training import multi30k_paths, read_parallel_files, score_translations, translate_sentences
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="saved DHICM model folder")
+    parser.add_argument("--model", required=True,
+                        help="saved DHICM model folder (or a Hub id with --trust-remote-code)")
+    add_trust_remote_code_argument(parser)
     parser.add_argument("--data-dir", default="../shared/data/multi30k")
     parser.add_argument("--heads-to-prune", type=int, default=1, help="heads removed from every DHICM module")
     parser.add_argument("--output-dir", required=True, help="where the pruned model is saved")
@@ -35,13 +38,16 @@ def main(argv=None):
     parser.add_argument("--speed-repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args(argv)
+    try:
+        remote_code_allowed(args.model, args.trust_remote_code)
+    except ValueError as error:
+        parser.error(str(error))
     torch.set_num_threads(args.threads)
 
     data, output_dir = multi30k_paths(args.data_dir), Path(args.output_dir)
     valid = read_parallel_files(data["val.de"], data["val.en"])
     test = read_parallel_files(data["test_2016_flickr.de"], data["test_2016_flickr.en"])
-    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)
-    original = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=True).eval()
+    original, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
 
     importances = mean_head_importances(original, tokenizer, valid["source"], valid["target"],
                                         batch_size=args.batch_size)
@@ -49,7 +55,7 @@ def main(argv=None):
     removed = prune_least_important_heads(pruned, importances, args.heads_to_prune)
     pruned.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
-    pruned = AutoModelForSeq2SeqLM.from_pretrained(output_dir, trust_remote_code=True).eval()
+    pruned = AutoModelForSeq2SeqLM.from_pretrained(output_dir, trust_remote_code=True).eval()  # just written here
 
     systems = {"original": original, "pruned": pruned}
     scores, seconds = {}, {name: [] for name in systems}

@@ -13,7 +13,11 @@ r"""Model cards and Hub upload for saved model folders.
   the Hub shows as evaluation results and which ``huggingface_hub`` parses back
   (``ModelCard.load``, ``model_index_to_eval_results``).
 * :func:`check_model_folder` lists what an upload needs and is missing; :func:`push_to_hub` runs it, then
-  ``HfApi.create_repo`` and ``HfApi.upload_folder``.
+  ``HfApi.create_repo`` and ``HfApi.upload_folder``. Only what a user of the model needs goes up
+  (:func:`files_to_upload`: config, safetensors weights, the code the config names and what it imports,
+  tokenizer, card, train_results.json); every other file of the folder is named in a warning
+  (:func:`files_left_out`). Pickle weights (``pytorch_model.bin``) are refused: loading them can run arbitrary
+  code, and ``save_pretrained`` writes safetensors.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -40,8 +44,9 @@ __all__ = [
     "CARD_METRICS",
     "TEMPLATES",
     "TEMPLATES_DIR",
-    "UPLOAD_IGNORE_PATTERNS",
+    "UPLOADED_FILES",
     "check_model_folder",
+    "files_left_out",
     "files_to_upload",
     "main",
     "push_to_hub",
@@ -56,14 +61,19 @@ TEMPLATES = {"headattn": "transformer.md", "headattn_rnn": "rnn.md"}
 CARD_METRICS = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER", "rep": "REP", "drop": "DROP"}
 _HUB_METRIC_IDS = ("bleu", "chrf", "ter")  # the ones the Hub knows as metrics (REP and DROP are this project's)
 
-# Never uploaded: training byproducts of the training command (its checkpoints/ folder, the tokenizer/ copy the
-# root already holds, the pickled TrainingArguments the Hub flags as unsafe; train_results.json keeps the
-# numbers) and Python caches.
-UPLOAD_IGNORE_PATTERNS = ("checkpoints/*", "tokenizer/*", "training_args.bin", "__pycache__/*", "*.pyc")
-
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+# Pickle formats (torch.save): loading them runs whatever they hold, so they are never uploaded, and a folder whose
+# only weights are pickled is refused.
+PICKLE_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 TOKENIZER_VOCAB_FILES = ("tokenizer.json", "source.spm", "spiece.model", "sentencepiece.bpe.model", "vocab.json")
+# What goes up, at the folder's top level, besides the weights' shards and the code files the config needs: model
+# and generation config, tokenizer (this package's tokenizer.json, or a Marian one's sentencepiece models and
+# vocabulary), card, and the training command's train_results.json (its numbers). Everything else (the training
+# command's checkpoints/, its tokenizer/ copy and pickled training_args.bin, notes, stray files) stays home.
+UPLOADED_FILES = (
+    "config.json", "generation_config.json", *WEIGHT_FILES, *TOKENIZER_VOCAB_FILES, "target.spm",
+    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "README.md", "train_results.json",
+)
 
 _LANGUAGE_NAMES = {"be": "Belarusian", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish",
                    "fr": "French", "hi": "Hindi", "it": "Italian", "ja": "Japanese", "ro": "Romanian",
@@ -416,40 +426,63 @@ def _eval_results(evaluation: Mapping, dataset_name: str, dataset_type: str, dat
 
 
 # ------------------------------------------------------------------------------------------------ upload
-def files_to_upload(model_dir: str | Path) -> list[str]:
-    """The files (paths relative to `model_dir`, sorted) that :func:`push_to_hub` uploads: everything in the
-    folder except :data:`UPLOAD_IGNORE_PATTERNS` and what ``upload_folder`` always skips (``.git``, caches)."""
-    model_dir = Path(model_dir)
+def _folder_files(model_dir: Path) -> list[str]:
+    """Every file of the folder (relative paths, sorted) but what ``upload_folder`` never sends (``.git``, caches)."""
     if not model_dir.is_dir():
         raise FileNotFoundError(f"Model folder not found: {model_dir}")
     relative = [path.relative_to(model_dir).as_posix() for path in sorted(model_dir.glob("**/*")) if path.is_file()]
-    ignore = [*UPLOAD_IGNORE_PATTERNS, *DEFAULT_IGNORE_PATTERNS]
-    return list(filter_repo_objects(relative, ignore_patterns=ignore))
+    return list(filter_repo_objects(relative, ignore_patterns=list(DEFAULT_IGNORE_PATTERNS)))
 
 
-def missing_code_files(model_dir: Path, config: dict) -> list[str]:
-    """The code files that the modules named in `config`'s ``auto_map`` and ``custom_pipelines`` need, directly or
-    through their relative imports, and that `model_dir` lacks."""
+def files_to_upload(model_dir: str | Path) -> list[str]:
+    """The files (paths relative to `model_dir`, sorted) that :func:`push_to_hub` uploads: those of
+    :data:`UPLOADED_FILES` the folder has, the safetensors shards its index names, and the code files its config
+    names with every module they import (:func:`needed_code_files`)."""
+    model_dir = Path(model_dir)
+    files = _folder_files(model_dir)
+    wanted = set(UPLOADED_FILES)
+    if "model.safetensors.index.json" in files:
+        index = json.loads((model_dir / "model.safetensors.index.json").read_text(encoding="utf-8"))
+        wanted |= set(index.get("weight_map", {}).values())
+    if "config.json" in files:
+        wanted |= set(needed_code_files(model_dir, json.loads((model_dir / "config.json").read_text(encoding="utf-8"))))
+    return [name for name in files if name in wanted]
+
+
+def files_left_out(model_dir: str | Path) -> list[str]:
+    """The folder's files that :func:`push_to_hub` does not upload (relative paths, sorted)."""
+    uploaded = set(files_to_upload(model_dir))
+    return [name for name in _folder_files(Path(model_dir)) if name not in uploaded]
+
+
+def needed_code_files(model_dir: Path, config: dict) -> list[str]:
+    """The code files (sorted) that the modules named in `config`'s ``auto_map`` and ``custom_pipelines`` need,
+    directly or through their relative imports, as far as the folder's files show (a missing file's own imports
+    are unknown)."""
     entries = [reference.split(".")[0] for reference in (config.get("auto_map") or {}).values()]
     entries += [spec["impl"].split(".")[0] for spec in (config.get("custom_pipelines") or {}).values() if "impl" in spec]
-    needed, missing, to_visit = set(), set(), [f"{entry}.py" for entry in entries]
+    needed, to_visit = set(), [f"{entry}.py" for entry in entries]
     while to_visit:
         name = to_visit.pop()
         if name in needed:
             continue
         needed.add(name)
-        if not (model_dir / name).is_file():
-            missing.add(name)
-            continue
-        to_visit += [f"{module}.py" for module in get_relative_imports(model_dir / name)]
-    return sorted(missing)
+        if (model_dir / name).is_file():
+            to_visit += [f"{module}.py" for module in get_relative_imports(model_dir / name)]
+    return sorted(needed)
+
+
+def missing_code_files(model_dir: Path, config: dict) -> list[str]:
+    """The code files of :func:`needed_code_files` that `model_dir` lacks."""
+    return [name for name in needed_code_files(model_dir, config) if not (model_dir / name).is_file()]
 
 
 def check_model_folder(model_dir: str | Path) -> list[str]:
     """Check that `model_dir` holds everything a Hub user needs, and return :func:`files_to_upload`.
 
     Needed: config.json with ``auto_map`` (AutoConfig, AutoModelForSeq2SeqLM) and the ``translation`` custom
-    pipeline, weights (safetensors or PyTorch, with every shard an index names), the code those entries name
+    pipeline, safetensors weights (with every shard an index names; pickle weights such as ``pytorch_model.bin``
+    are refused), the code those entries name
     and every module it imports (:func:`missing_code_files`), a tokenizer (tokenizer_config.json and its
     vocabulary, e.g. tokenizer.json) and README.md with card metadata (:func:`write_model_card`).
 
@@ -478,7 +511,11 @@ def check_model_folder(model_dir: str | Path) -> list[str]:
 
     weights = [name for name in WEIGHT_FILES if name in files]
     if not weights:
-        problems.append(f"weights ({' or '.join(WEIGHT_FILES[::2])})")
+        pickled = [name for name in PICKLE_WEIGHT_FILES if (model_dir / name).is_file()]
+        problems.append("weights as model.safetensors" + (
+            f" (the folder has only pickle weights, {', '.join(pickled)}, which can run arbitrary code when loaded "
+            "and are never uploaded; load the model and save_pretrained it again, which writes safetensors)"
+            if pickled else ""))
     for index in (name for name in weights if name.endswith(".index.json")):
         shards = set(json.loads((model_dir / index).read_text(encoding="utf-8")).get("weight_map", {}).values())
         problems += [f"weight shard {shard} (named in {index})" for shard in sorted(shards - files)]
@@ -517,15 +554,20 @@ def push_to_hub(
     """Upload a saved model folder (model, tokenizer, runtime code, pipeline and card) to the Hub in one commit.
 
     Runs :func:`check_model_folder` first, so nothing is created on the Hub for an incomplete folder; then
-    ``HfApi.create_repo(repo_id, exist_ok=True)`` and ``HfApi.upload_folder`` of :func:`files_to_upload`.
-    Warns when the card's loading snippets name another repository than `repo_id`.
+    ``HfApi.create_repo(repo_id, exist_ok=True)`` and ``HfApi.upload_folder`` of :func:`files_to_upload` alone.
+    Warns naming the folder's other files (:func:`files_left_out`), and when the card's loading snippets name
+    another repository than `repo_id`.
 
     Returns:
         What ``upload_folder`` returns (a ``CommitInfo``).
     """
     validate_repo_id(repo_id)
     model_dir = Path(model_dir)
-    check_model_folder(model_dir)
+    uploaded = check_model_folder(model_dir)
+    left_out = files_left_out(model_dir)
+    if left_out:
+        warnings.warn(f"Not uploading {len(left_out)} file(s) of {model_dir} that a user of the model does not need: "
+                      f"{', '.join(left_out)}", stacklevel=2)
     if f'"{repo_id}"' not in (model_dir / "README.md").read_text(encoding="utf-8"):
         warnings.warn(f"The model card's loading snippets do not name {repo_id!r}; rewrite it with "
                       f"write_model_card(..., repo_id={repo_id!r}) so that they work for users", stacklevel=2)
@@ -536,7 +578,7 @@ def push_to_hub(
         folder_path=str(model_dir),
         repo_type="model",
         commit_message=commit_message,
-        ignore_patterns=list(UPLOAD_IGNORE_PATTERNS),
+        allow_patterns=uploaded,  # file names, each matching only itself
     )
 
 

@@ -3,6 +3,7 @@ r"""Figures for analysing trained models, written to PNG with matplotlib (Agg ba
     # DHICM's Figure 3: one DHICM module's head importances for one sentence
     python -m hf_headattn.plotting head-importances --model runs/dhicm --sentence "ein hund läuft ." \
         --output head_importances.png [--module encoder.layers.5.self_attn]
+    # --model takes a local folder; a Hugging Face Hub id also needs --trust-remote-code (its code would run here)
     # cross-attention map of one sentence (DHICM's Figures 1-2, Malaviya et al.'s Figure 2); either model family
     python -m hf_headattn.plotting attention-map --model runs/de-en --sentence "ein hund läuft ." \
         --output attention.png [--layer -1] [--heads mean|all] [--target "a dog runs ."]
@@ -27,6 +28,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+
+from .loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed  # noqa: E402
 
 
 ATTENTION_HEADS = ("mean", "all")
@@ -272,13 +275,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     heads = commands.add_parser("head-importances", help="DHICM head importances of one sentence (Figure 3)")
-    heads.add_argument("--model", required=True, help="saved model folder (loaded through its own code)")
+    heads.add_argument("--model", required=True, help="saved model folder (loaded through its own code), or a Hub "
+                                                       "id with --trust-remote-code")
+    add_trust_remote_code_argument(heads)
     heads.add_argument("--sentence", required=True)
     heads.add_argument("--module", default=None, help="e.g. encoder.layers.5.self_attn (default: last encoder one)")
     heads.add_argument("--output", required=True, help="PNG file to write")
 
     attention = commands.add_parser("attention-map", help="cross-attention map of one sentence (either family)")
-    attention.add_argument("--model", required=True, help="saved model folder (loaded through its own code)")
+    attention.add_argument("--model", required=True, help="saved model folder (loaded through its own code), or "
+                                                           "a Hub id with --trust-remote-code")
+    add_trust_remote_code_argument(attention)
     attention.add_argument("--sentence", required=True)
     attention.add_argument("--layer", type=int, default=-1, help="decoder layer (negative: from the top)")
     attention.add_argument("--heads", default="mean", choices=ATTENTION_HEADS, help="head mean, or one panel a head")
@@ -298,10 +305,11 @@ def main(argv=None):
         print(plot_bleu_by_length(_systems_from_files(args.results, args.labels), args.output, title=args.title))
         return
 
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)
+    try:
+        remote_code_allowed(args.model, args.trust_remote_code)
+    except ValueError as error:
+        parser.error(str(error))
+    model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
     if args.command == "head-importances":
         print(head_importance_figure(model, tokenizer, args.sentence, args.output, args.module))
     else:

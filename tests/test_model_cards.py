@@ -228,7 +228,7 @@ def test_incomplete_folder_is_refused_before_anything_is_created(carded, fake_hu
 
     (folder / "model.safetensors").unlink()
     (folder / "README.md").write_text("# a card without metadata\n")
-    with pytest.raises(ValueError, match=r"weights \(model\.safetensors or pytorch_model\.bin\).*README\.md metadata"):
+    with pytest.raises(ValueError, match=r"weights as model\.safetensors.*README\.md metadata"):
         check_model_folder(folder)
     with pytest.raises(FileNotFoundError, match="Model folder not found"):
         check_model_folder(folder / "nowhere")

@@ -1,0 +1,147 @@
+"""The tools run a model's own code only when they may (local folders, or Hub ids with --trust-remote-code), and the
+Hub upload sends only what a user of the model needs, never pickle weights (issue 17, item 5)."""
+
+import warnings
+from pathlib import Path
+
+import pytest
+import transformers
+from huggingface_hub.utils import filter_repo_objects
+
+from hf_headattn import HeadAttnForConditionalGeneration, hub, plotting
+from hf_headattn.loading import load_model_and_tokenizer, remote_code_allowed
+
+from helpers import load_example, tiny_config
+
+
+HUB_ID = "someone/untrusted-model"
+
+
+class Loaded(Exception):
+    """Raised by the stand-in from_pretrained: the loading got that far, with these arguments."""
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """Replace AutoModelForSeq2SeqLM / AutoTokenizer.from_pretrained; returns the list of their calls' kwargs."""
+    calls = []
+
+    def from_pretrained(name_or_path, **kwargs):
+        calls.append({"name": str(name_or_path), **kwargs})
+        raise Loaded
+
+    for auto_class in (transformers.AutoModelForSeq2SeqLM, transformers.AutoTokenizer):
+        monkeypatch.setattr(auto_class, "from_pretrained", from_pretrained)
+    return calls
+
+
+def test_hub_ids_need_the_flag_local_folders_do_not(tmp_path):
+    with pytest.raises(ValueError, match=rf"'{HUB_ID}' is not a local folder.*pass --trust-remote-code"):
+        remote_code_allowed(HUB_ID)
+    with pytest.raises(ValueError, match="check the path"):
+        remote_code_allowed(tmp_path / "mistyped-folder")
+    assert remote_code_allowed(HUB_ID, trust_remote_code=True)
+    assert remote_code_allowed(tmp_path)  # a folder on the user's disk
+    assert remote_code_allowed(str(tmp_path))
+
+
+def test_load_model_and_tokenizer_checks_before_downloading(loads, tmp_path):
+    with pytest.raises(ValueError, match="--trust-remote-code"):
+        load_model_and_tokenizer(HUB_ID)
+    assert loads == []  # nothing was fetched
+    with pytest.raises(Loaded):
+        load_model_and_tokenizer(HUB_ID, trust_remote_code=True)
+    with pytest.raises(Loaded):
+        load_model_and_tokenizer(tmp_path)
+    assert [call["trust_remote_code"] for call in loads] == [True, True]
+
+
+@pytest.mark.parametrize("command", ["attention-map", "head-importances"])
+def test_plotting_command_asks_before_running_hub_code(command, loads, capsys, tmp_path):
+    arguments = [command, "--model", HUB_ID, "--sentence", "ein hund .", "--output", str(tmp_path / "x.png")]
+    with pytest.raises(SystemExit) as exited:
+        plotting.main(arguments)
+    assert exited.value.code == 2 and loads == []
+    assert f"'{HUB_ID}' is not a local folder" in capsys.readouterr().err
+    with pytest.raises(Loaded):
+        plotting.main([*arguments, "--trust-remote-code"])
+    assert loads == [{"name": HUB_ID, "trust_remote_code": True}]
+
+
+def test_head_pruning_example_asks_before_running_hub_code(loads, capsys, tmp_path):
+    example = load_example("dhicm_head_pruning")
+    with pytest.raises(SystemExit):
+        example.main(["--model", HUB_ID, "--output-dir", str(tmp_path / "pruned"), "--data-dir", str(tmp_path)])
+    assert "--trust-remote-code" in capsys.readouterr().err and loads == []
+
+
+# ------------------------------------------------------------------------------------------------ upload
+def _complete_folder(folder: Path) -> Path:
+    """A folder check_model_folder accepts: a saved tiny model (safetensors, code), a tokenizer's two files (their
+    presence is what is checked) and a card with metadata."""
+    HeadAttnForConditionalGeneration(tiny_config()).save_pretrained(folder)
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "tokenizer_config.json").write_text("{}")
+    (folder / "README.md").write_text('---\nlicense: apache-2.0\n---\n# toy\nAutoModel... "someone/toy"\n')
+    return folder
+
+
+class RecordingHfApi:
+    """huggingface_hub.HfApi stand-in: what upload_folder would send, filtered as upload_folder filters."""
+
+    sent: list = []
+
+    def __init__(self, token=None):
+        pass
+
+    def create_repo(self, repo_id, **kwargs):
+        return type("RepoUrl", (), {"repo_id": repo_id})()
+
+    def upload_folder(self, *, folder_path, allow_patterns=None, ignore_patterns=None, **kwargs):
+        folder = Path(folder_path)
+        files = [path.relative_to(folder).as_posix() for path in sorted(folder.glob("**/*")) if path.is_file()]
+        RecordingHfApi.sent = list(filter_repo_objects(files, allow_patterns=allow_patterns,
+                                                       ignore_patterns=ignore_patterns))
+        return "commit-info"
+
+
+def test_upload_sends_only_what_users_need_and_names_the_rest(tmp_path, monkeypatch):
+    folder = _complete_folder(tmp_path / "model")
+    stray = ["notes.txt", "pytorch_model.bin", "training_args.bin", "checkpoints/checkpoint-3/model.safetensors",
+             "tokenizer/tokenizer.json", "my_script.py", "secrets.env"]
+    for name in stray:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("not for the Hub")
+    uploaded = hub.check_model_folder(folder)
+    assert hub.files_left_out(folder) == sorted(stray)
+    assert set(uploaded) == set(hub.files_to_upload(folder))
+    code = {name for name in uploaded if name.endswith(".py")}
+    assert {"configuration_headattn.py", "modeling_headattn.py", "pipeline_headattn.py", "sparse_attention.py"} <= code
+    assert set(uploaded) - code == {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                                    "tokenizer_config.json", "README.md"}
+
+    monkeypatch.setattr(hub, "HfApi", RecordingHfApi)
+    with pytest.warns(UserWarning, match=r"Not uploading 7 file\(s\) .*: checkpoints/checkpoint-3/model\.safetensors, "
+                                         r"my_script\.py, notes\.txt, pytorch_model\.bin, secrets\.env"):
+        hub.push_to_hub(folder, "someone/toy")
+    assert RecordingHfApi.sent == uploaded
+
+
+def test_pickle_only_weights_are_refused(tmp_path):
+    folder = _complete_folder(tmp_path / "model")
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")  # stands in for torch.save'd weights
+    with pytest.raises(ValueError, match=r"missing: weights as model\.safetensors \(the folder has only pickle "
+                                         r"weights, pytorch_model\.bin, which can run arbitrary code"):
+        hub.check_model_folder(folder)
+    (folder / "pytorch_model.bin").unlink()
+    with pytest.raises(ValueError, match=r"missing: weights as model\.safetensors(;|$)"):
+        hub.check_model_folder(folder)
+
+
+def test_a_complete_folder_uploads_without_a_warning(tmp_path, monkeypatch):
+    folder = _complete_folder(tmp_path / "model")
+    monkeypatch.setattr(hub, "HfApi", RecordingHfApi)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert hub.push_to_hub(folder, "someone/toy") == "commit-info"
+    assert hub.files_left_out(folder) == [] and RecordingHfApi.sent == hub.files_to_upload(folder)
