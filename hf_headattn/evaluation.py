@@ -30,7 +30,7 @@ from .metrics import DEFAULT_LENGTH_BUCKETS, all_metrics
 from .training import read_parallel_files, translate_sentences
 
 
-__all__ = ["DEVICES", "EXAMPLES_IN_RESULTS", "evaluate_model", "main", "resolve_device"]
+__all__ = ["DEVICES", "EXAMPLES_IN_RESULTS", "decoding_name", "evaluate_model", "main", "resolve_device"]
 
 DEVICES = ("auto", "cpu", "cuda")
 EXAMPLES_IN_RESULTS = 3  # the first test sentences, kept in the JSON as worked examples (the model card shows one)
@@ -63,6 +63,14 @@ def _check_model_dir(model_dir: Path) -> None:
 def _check_positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def decoding_name(num_beams: int, max_length: int | None = None) -> str:
+    """The decoding settings as they appear in output file names, so that runs with different settings never
+    overwrite each other: ``"greedy"`` or ``"beam4"``, plus ``"-maxlen64"`` when `max_length` overrides the folder's
+    generation config."""
+    name = "greedy" if num_beams == 1 else f"beam{num_beams}"
+    return name if max_length is None else f"{name}-maxlen{max_length}"
 
 
 def _test_set_name(source_path: Path) -> str:
@@ -108,7 +116,9 @@ def evaluate_model(
         device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         train_source, train_target: The aligner's training corpus (both or neither). DROP is computed only with
             it (eflomal on these pairs plus the test pairs; see :func:`hf_headattn.metrics.align_for_drop`).
-        output_dir: Where ``<test>.hyp<reference suffix>`` and ``<test>.metrics.json`` are written (created).
+        output_dir: Where ``<test>.<decoding>.hyp<reference suffix>`` and ``<test>.<decoding>.metrics.json`` are
+            written (created); ``<decoding>`` is :func:`decoding_name` (``greedy``, ``beam4``, ``beam4-maxlen64``),
+            so greedy and beam runs of one test set can share a folder.
         max_length: Overrides the folder's ``generation_config.max_length`` (tokens, counting the start token).
         buckets: Source-length bucket boundaries of BLEU by length (:func:`hf_headattn.metrics.bleu_by_length`).
         tokenize: Word tokenisation of REP and DROP: ``"13a"`` (the default; sacrebleu's tokenizer splits
@@ -170,8 +180,9 @@ def evaluate_model(
     )
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    hypotheses_path = output_dir / f"{test_name}.hyp{reference_path.suffix}"
-    metrics_path = output_dir / f"{test_name}.metrics.json"
+    decoding = decoding_name(num_beams, max_length)
+    hypotheses_path = output_dir / f"{test_name}.{decoding}.hyp{reference_path.suffix}"
+    metrics_path = output_dir / f"{test_name}.{decoding}.metrics.json"
     results = {
         "bleu": metrics["bleu"],
         "chrf": metrics["chrf"],
@@ -193,6 +204,7 @@ def evaluate_model(
             "sentences": len(sources),
         },
         "decoding": {
+            "name": decoding,
             "num_beams": num_beams,
             "batch_size": batch_size,
             "device": str(torch_device),

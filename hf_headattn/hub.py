@@ -1,7 +1,7 @@
 r"""Model cards and Hub upload for saved model folders.
 
     # fill the family's card template from an evaluation JSON into <model>/README.md
-    python -m hf_headattn.hub card --model runs/de-en --evaluation runs/de-en/eval/test_2016_flickr.metrics.json \
+    python -m hf_headattn.hub card --model runs/de-en --evaluation runs/de-en/eval/test_2016_flickr.beam4.metrics.json \
         --dataset-name "Multi30k (task 1)" --dataset-id bentrevett/multi30k --language de en --repo-id user/de-en
     # check the folder is complete, then upload model, tokenizer, code, pipeline and card in one commit
     python -m hf_headattn.hub push --model runs/de-en --repo-id user/de-en [--private]

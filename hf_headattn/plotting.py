@@ -8,8 +8,8 @@ r"""Figures for analysing trained models, written to PNG with matplotlib (Agg ba
     python -m hf_headattn.plotting attention-map --model runs/de-en --sentence "ein hund läuft ." \
         --output attention.png [--layer -1] [--heads mean|all] [--target "a dog runs ."]
     # BLEU by source length of several systems (Cui et al.'s Figure 2), from evaluation JSONs
-    python -m hf_headattn.plotting bleu-by-length --results runs/a/eval/test.metrics.json \
-        runs/b/eval/test.metrics.json --labels softmax MMA --output bleu_by_length.png
+    python -m hf_headattn.plotting bleu-by-length --results runs/a/eval/test.beam4.metrics.json \
+        runs/b/eval/test.beam4.metrics.json --labels softmax MMA --output bleu_by_length.png
 
 Every plotting function saves the PNG and returns its path, or the matplotlib Figure with
 ``return_figure=True`` (to inspect or restyle it; it is already saved and detached from pyplot).

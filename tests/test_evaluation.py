@@ -31,7 +31,8 @@ def test_evaluation_writes_hypotheses_and_all_metrics(family, models, data, tmp_
     results = evaluate_model(models[family], data["test.src"], data["test.tgt"], num_beams=2, batch_size=5,
                              device="cpu", output_dir=tmp_path / "eval", buckets=(5, 8))
 
-    hypotheses_path, metrics_path = tmp_path / "eval" / "test.hyp.tgt", tmp_path / "eval" / "test.metrics.json"
+    hypotheses_path = tmp_path / "eval" / "test.beam2.hyp.tgt"
+    metrics_path = tmp_path / "eval" / "test.beam2.metrics.json"
     assert results["files"] == {"hypotheses": str(hypotheses_path), "metrics": str(metrics_path)}
     hypotheses = hypotheses_path.read_text(encoding="utf-8").splitlines()
     assert len(hypotheses) == N_TEST
@@ -50,8 +51,8 @@ def test_evaluation_writes_hypotheses_and_all_metrics(family, models, data, tmp_
     assert results["model"]["name"] == models[family].name
     assert results["test_set"] == {"name": "test", "source": str(data["test.src"].resolve()),
                                    "reference": str(data["test.tgt"].resolve()), "sentences": N_TEST}
-    assert {key: results["decoding"][key] for key in ("num_beams", "batch_size", "device", "max_length")} == {
-        "num_beams": 2, "batch_size": 5, "device": "cpu", "max_length": 12}
+    assert {key: results["decoding"][key] for key in ("name", "num_beams", "batch_size", "device", "max_length")} == {
+        "name": "beam2", "num_beams": 2, "batch_size": 5, "device": "cpu", "max_length": 12}
     assert results["metric_settings"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert results["metric_settings"]["rep_drop_tokenize"] == "13a"
     assert len(results["examples"]) == 3 and results["examples"][0]["hypothesis"] == hypotheses[0]
@@ -70,7 +71,7 @@ def test_drop_is_measured_with_the_aligners_training_corpus(models, data, tmp_pa
                              output_dir=tmp_path, test_name="toy-test")
     assert isinstance(results["drop"], float) and 0.0 <= results["drop"] <= 100.0
     assert results["metric_settings"]["drop_aligner_training_pairs"] == N_TRAIN
-    assert results["test_set"]["name"] == "toy-test" and (tmp_path / "toy-test.metrics.json").is_file()
+    assert results["test_set"]["name"] == "toy-test" and (tmp_path / "toy-test.greedy.metrics.json").is_file()
     assert list(results["bleu_by_length"]) == ["<10", "10-19", "20-29", "30-39", "40-49", ">=50"]
 
 
@@ -83,8 +84,26 @@ def test_example_script_runs_the_command(models, data, tmp_path, monkeypatch, ca
     runpy.run_path(str(REPO / "examples" / "evaluate_translation.py"), run_name="__main__")
     printed = capsys.readouterr().out
     assert f"test ({N_TEST} sentences): BLEU " in printed and "REP" in printed and "DROP" not in printed
-    results = json.loads((tmp_path / "test.metrics.json").read_text(encoding="utf-8"))
+    results = json.loads((tmp_path / "test.greedy.metrics.json").read_text(encoding="utf-8"))
     assert list(results["bleu_by_length"]) == ["<6", ">=6"] and results["decoding"]["batch_size"] == 4
+
+
+def test_decoding_settings_name_the_outputs_so_runs_never_overwrite_each_other(models, data, tmp_path):
+    runs = {  # file stem -> settings; all written into one folder
+        "greedy": dict(num_beams=1), "beam2": dict(num_beams=2), "beam2-maxlen6": dict(num_beams=2, max_length=6),
+    }
+    results = {}
+    for name, settings in runs.items():
+        results[name] = evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], batch_size=16,
+                                       device="cpu", output_dir=tmp_path, **settings)
+        assert results[name]["decoding"]["name"] == name
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        f"test.{name}.{kind}" for name in runs for kind in ("hyp.tgt", "metrics.json"))
+    for name, result in results.items():  # each file still holds its own run
+        assert json.loads((tmp_path / f"test.{name}.metrics.json").read_text(encoding="utf-8")) == result
+        hypotheses = (tmp_path / f"test.{name}.hyp.tgt").read_text(encoding="utf-8").splitlines()
+        assert hypotheses[0] == result["examples"][0]["hypothesis"]
+    assert results["beam2-maxlen6"]["decoding"]["max_length"] == 6
 
 
 def test_bad_inputs_raise_clear_errors(models, data, tmp_path):
