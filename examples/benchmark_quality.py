@@ -30,25 +30,25 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS  # noqa: E402
 from hf_headattn.evaluation import evaluate_model  # noqa: E402
 from hf_headattn.hub import write_model_card  # noqa: E402
-from hf_headattn.training import main as train, multi30k_paths  # noqa: E402
+from hf_headattn.training import train, multi30k_paths  # noqa: E402
 
 
 # Each Transformer variant at the site (and layers) its paper puts it; every other site is softmax.
 TRANSFORMER_SYSTEMS = {
     "softmax": {},
-    "running_sum": {"--cross-attention": "running_sum"},  # the coverage-penalised softmax that tests the seam
-    "mma": {"--encoder-self-attention": "mma"},  # Cui et al.: encoder self-attention
+    "running_sum": {"--cross_attention": "running_sum"},  # the coverage-penalised softmax that tests the seam
+    "mma": {"--encoder_self_attention": "mma"},  # Cui et al.: encoder self-attention
     "dhicm": {f"--{site}": "dhicm" for site in ("encoder-self-attention", "decoder-self-attention",
                                                  "cross-attention")},  # Goindani & Shrivastava: last layer
-    "sparsemax": {"--cross-attention": "sparsemax"},  # Malaviya et al.: the source attention
-    "csoftmax": {"--cross-attention": "csoftmax", "--fertility": "guided"},
-    "csparsemax": {"--cross-attention": "csparsemax", "--fertility": "guided"},
-    "multihop": {"--cross-attention": "multihop"},  # Iida et al.'s second hop over the heads
+    "sparsemax": {"--cross_attention": "sparsemax"},  # Malaviya et al.: the source attention
+    "csoftmax": {"--cross_attention": "csoftmax", "--fertility": "guided"},
+    "csparsemax": {"--cross_attention": "csparsemax", "--fertility": "guided"},
+    "multihop": {"--cross_attention": "multihop"},  # Iida et al.'s second hop over the heads
 }
 RNN_SYSTEMS = {
     "lstm baseline 1x1": {},
-    "lstm multi-hop dependent 2x2": {"--heads": "2", "--hops": "2", "--hop-mode": "dependent"},
-    "lstm csparsemax 1x1": {"--attention-transform": "csparsemax", "--fertility": "guided"},
+    "lstm multi-hop dependent 2x2": {"--heads": "2", "--hops": "2", "--hop_mode": "dependent"},
+    "lstm csparsemax 1x1": {"--attention_transform": "csparsemax", "--fertility": "guided"},
 }
 SYSTEMS = {**{f"transformer {name}": flags for name, flags in TRANSFORMER_SYSTEMS.items()}, **RNN_SYSTEMS}
 assert set(TRANSFORMER_SYSTEMS) == set(ATTENTION_VARIANTS), "benchmark_quality: a registered variant has no system"
@@ -73,19 +73,20 @@ def folder_name(system: str) -> str:
 def train_and_evaluate(system: str, args, data: dict, argv: list[str]) -> dict:
     model_dir = Path(args.output_dir) / folder_name(system)
     architecture = "rnn" if system.startswith("lstm") else "transformer"
-    sizes = (["--d-model", str(args.d_model), "--ffn-dim", str(4 * args.d_model), "--heads", "4"]
+    sizes = (["--d_model", str(args.d_model), "--ffn_dim", str(4 * args.d_model), "--heads", "4"]
              if architecture == "transformer" else
-             ["--embedding-size", str(args.embedding_size), "--hidden-size", str(args.hidden_size)])
+             ["--embedding_size", str(args.embedding_size), "--hidden_size", str(args.hidden_size)])
     flags = [item for flag, value in SYSTEMS[system].items() for item in (flag, value)]
     train_metrics = train([
         "--architecture", architecture,
-        "--train-source", str(data["train_source"]), "--train-target", str(data["train_target"]),
-        "--valid-source", str(data["valid_source"]), "--valid-target", str(data["valid_target"]),
-        "--max-train-pairs", str(args.train_pairs), "--max-valid-pairs", "200",
-        "--output-dir", str(model_dir), "--vocab-size", str(args.vocab_size), *sizes,
-        "--dropout", str(args.dropout), "--label-smoothing", "0.1",
-        "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--learning-rate", str(args.learning_rate),
-        "--warmup-steps", str(args.warmup_steps), "--num-beams", "1", "--seed", str(args.seed), *flags,
+        "--train_source", str(data["train_source"]), "--train_target", str(data["train_target"]),
+        "--valid_source", str(data["valid_source"]), "--valid_target", str(data["valid_target"]),
+        "--max_train_pairs", str(args.train_pairs), "--max_valid_pairs", "200",
+        "--output_dir", str(model_dir), "--vocab_size", str(args.vocab_size), *sizes,
+        "--dropout", str(args.dropout), "--label_smoothing", "0.1",
+        "--num_train_epochs", str(args.epochs), "--per_device_train_batch_size", str(args.batch_size),
+        "--learning_rate", str(args.learning_rate),
+        "--warmup_steps", str(args.warmup_steps), "--seed", str(args.seed), *flags,
     ])
     evaluation = evaluate_model(
         model_dir, data["test_source"], data["test_target"], num_beams=args.num_beams, batch_size=32, device="cpu",

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_headattn.training import main as train, multi30k_paths, translate_and_score
+from hf_headattn.training import train, multi30k_paths, translate_and_score
 
 
 def main(argv=None):
@@ -39,15 +39,16 @@ def main(argv=None):
     for system, spec in systems.items():
         model_dir = output_dir / system
         train_metrics = train([
-            "--train-source", str(data["train.de"]), "--train-target", str(data["train.en"]),
-            "--valid-source", str(data["val.de"]), "--valid-target", str(data["val.en"]),
-            "--max-train-pairs", str(args.train_pairs), "--max-valid-pairs", "200",
-            "--output-dir", str(model_dir), "--vocab-size", "8000", "--d-model", str(args.d_model),
-            "--layers", str(args.layers), "--heads", str(args.heads), "--ffn-dim", str(args.ffn_dim),
-            "--dropout", str(args.dropout), "--label-smoothing", "0.1",
-            "--epochs", str(args.epochs), "--batch-size", "64", "--learning-rate", "1e-3", "--warmup-steps", "300",
-            "--num-beams", "1", "--seed", str(args.seed),
-            "--encoder-self-attention", spec, "--decoder-self-attention", spec, "--cross-attention", spec,
+            "--train_source", str(data["train.de"]), "--train_target", str(data["train.en"]),
+            "--valid_source", str(data["val.de"]), "--valid_target", str(data["val.en"]),
+            "--max_train_pairs", str(args.train_pairs), "--max_valid_pairs", "200",
+            "--output_dir", str(model_dir), "--vocab_size", "8000", "--d_model", str(args.d_model),
+            "--layers", str(args.layers), "--heads", str(args.heads), "--ffn_dim", str(args.ffn_dim),
+            "--dropout", str(args.dropout), "--label_smoothing", "0.1",
+            "--num_train_epochs", str(args.epochs), "--per_device_train_batch_size", "64", "--learning_rate", "1e-3",
+            "--warmup_steps", "300",
+            "--seed", str(args.seed),
+            "--encoder_self_attention", spec, "--decoder_self_attention", spec, "--cross_attention", spec,
         ])
         scores = translate_and_score(model_dir, data["test_2016_flickr.de"], data["test_2016_flickr.en"],
                                      num_beams=args.num_beams)

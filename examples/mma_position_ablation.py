@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_headattn.training import main as train, multi30k_paths, translate_and_score
+from hf_headattn.training import train, multi30k_paths, translate_and_score
 
 
 SYSTEMS = {
@@ -40,14 +40,15 @@ def main(argv=None):
     for system, (encoder_attention, position_embedding) in SYSTEMS.items():
         model_dir = output_dir / system.replace(", ", "-").replace(" ", "-")
         train([
-            "--train-source", str(data["train.de"]), "--train-target", str(data["train.en"]),
-            "--valid-source", str(data["val.de"]), "--valid-target", str(data["val.en"]),
-            "--max-train-pairs", str(args.train_pairs), "--max-valid-pairs", "200",
-            "--output-dir", str(model_dir), "--vocab-size", "8000", "--d-model", str(args.d_model),
-            "--layers", str(args.layers), "--heads", str(args.heads), "--ffn-dim", str(args.ffn_dim),
-            "--epochs", str(args.epochs), "--batch-size", "64", "--learning-rate", "1e-3", "--warmup-steps", "200",
-            "--num-beams", "1", "--seed", "1",
-            "--encoder-self-attention", encoder_attention, "--position-embedding", position_embedding,
+            "--train_source", str(data["train.de"]), "--train_target", str(data["train.en"]),
+            "--valid_source", str(data["val.de"]), "--valid_target", str(data["val.en"]),
+            "--max_train_pairs", str(args.train_pairs), "--max_valid_pairs", "200",
+            "--output_dir", str(model_dir), "--vocab_size", "8000", "--d_model", str(args.d_model),
+            "--layers", str(args.layers), "--heads", str(args.heads), "--ffn_dim", str(args.ffn_dim),
+            "--num_train_epochs", str(args.epochs), "--per_device_train_batch_size", "64", "--learning_rate", "1e-3",
+            "--warmup_steps", "200",
+            "--seed", "1",
+            "--encoder_self_attention", encoder_attention, "--position_embedding", position_embedding,
         ])
         scores = translate_and_score(model_dir, data["test_2016_flickr.de"], data["test_2016_flickr.en"],
                                      num_beams=args.num_beams)

@@ -18,14 +18,14 @@ from pathlib import Path
 import torch
 
 from hf_headattn.metrics import all_metrics
-from hf_headattn.training import main as train, multi30k_paths, read_parallel_files, translate_and_score
+from hf_headattn.training import train, multi30k_paths, read_parallel_files, translate_and_score
 
 
 SYSTEMS = {
     "baseline 1x1": [],
     "multi-head 2x1": ["--heads", "2"],
-    "multi-hop dependent 2x2": ["--heads", "2", "--hops", "2", "--hop-mode", "dependent"],
-    "csparsemax predicted 1x1": ["--attention-transform", "csparsemax", "--fertility", "predicted"],
+    "multi-hop dependent 2x2": ["--heads", "2", "--hops", "2", "--hop_mode", "dependent"],
+    "csparsemax predicted 1x1": ["--attention_transform", "csparsemax", "--fertility", "predicted"],
 }
 
 
@@ -56,14 +56,15 @@ def main(argv=None):
         model_dir = output_dir / system.replace(" ", "-")
         train_metrics = train([
             "--architecture", "rnn",
-            "--train-source", str(data["train.de"]), "--train-target", str(data["train.en"]),
-            "--valid-source", str(data["val.de"]), "--valid-target", str(data["val.en"]),
-            "--max-train-pairs", str(args.train_pairs), "--max-valid-pairs", "200",
-            "--output-dir", str(model_dir), "--vocab-size", "8000",
-            "--embedding-size", str(args.embedding_size), "--hidden-size", str(args.hidden_size),
-            "--dropout", str(args.dropout), "--label-smoothing", "0.1",
-            "--epochs", str(args.epochs), "--batch-size", "64", "--learning-rate", str(args.learning_rate),
-            "--warmup-steps", "300", "--num-beams", "1", "--seed", str(args.seed), *SYSTEMS[system],
+            "--train_source", str(data["train.de"]), "--train_target", str(data["train.en"]),
+            "--valid_source", str(data["val.de"]), "--valid_target", str(data["val.en"]),
+            "--max_train_pairs", str(args.train_pairs), "--max_valid_pairs", "200",
+            "--output_dir", str(model_dir), "--vocab_size", "8000",
+            "--embedding_size", str(args.embedding_size), "--hidden_size", str(args.hidden_size),
+            "--dropout", str(args.dropout), "--label_smoothing", "0.1",
+            "--num_train_epochs", str(args.epochs), "--per_device_train_batch_size", "64",
+            "--learning_rate", str(args.learning_rate),
+            "--warmup_steps", "300", "--seed", str(args.seed), *SYSTEMS[system],
         ])
         translated = translate_and_score(model_dir, data["test_2016_flickr.de"], data["test_2016_flickr.en"],
                                          num_beams=args.num_beams)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Train a HeadAttn translation model with Seq2SeqTrainer; see `--help` (or hf_headattn/training.py) for usage."""
+"""The training command (`hf-headattn-train`, `python -m hf_headattn.training`) as a script; see `--help`."""
 
 from hf_headattn.training import main
 

@@ -13,7 +13,7 @@ import sacrebleu
 from transformers import pipeline
 
 from .toy_corpus import write_toy_corpus
-from .training import main as train
+from .training import train
 
 
 def run(output_dir: str | Path, epochs: float = 5, cross_attention: str = "softmax") -> dict:
@@ -21,12 +21,12 @@ def run(output_dir: str | Path, epochs: float = 5, cross_attention: str = "softm
     data = write_toy_corpus(output_dir / "data", n_train=3000, n_valid=100, n_test=100, seed=0)
     model_dir = output_dir / "model"
     train([
-        "--train-source", str(data["train.src"]), "--train-target", str(data["train.tgt"]),
-        "--valid-source", str(data["valid.src"]), "--valid-target", str(data["valid.tgt"]),
-        "--output-dir", str(model_dir), "--vocab-size", "400", "--d-model", "128", "--layers", "2",
-        "--heads", "4", "--ffn-dim", "256", "--epochs", str(epochs), "--batch-size", "32", "--num-beams", "1",
-        "--warmup-steps", "100", "--learning-rate", "1e-3", "--logging-steps", "100",
-        "--cross-attention", cross_attention,
+        "--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
+        "--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"]),
+        "--output_dir", str(model_dir), "--overwrite_output_dir", "--vocab_size", "400", "--d_model", "128",
+        "--layers", "2", "--heads", "4", "--ffn_dim", "256", "--num_train_epochs", str(epochs),
+        "--per_device_train_batch_size", "32", "--warmup_steps", "100", "--learning_rate", "1e-3",
+        "--logging_steps", "100", "--cross_attention", cross_attention,
     ])
 
     # What a user without this package does: the folder carries its own code and pipeline.

@@ -1,62 +1,109 @@
-"""Training helpers around `Seq2SeqTrainer`: parallel data loading, tokenisation, BLEU/chrF metrics, and the
-training command behind `examples/train_translation.py` and the demo.
+"""The training command, in the shape of Transformers' `examples/pytorch/translation/run_translation.py`:
+`HfArgumentParser` over this package's model, data and run arguments and `Seq2SeqTrainingArguments`, so every
+Trainer flag works under Transformers' own name. Also the helpers around it: parallel data loading, tokenisation,
+BLEU/chrF, `HeadAttnSeq2SeqTrainer` (auxiliary-loss logging, `--max_tokens` batches) and fertility preparation.
+
+    hf-headattn-train --help            # or: python -m hf_headattn.training --help
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
 
 import argparse
+import dataclasses
 import json
+import logging
 import math
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import sacrebleu
-from datasets import Dataset, DatasetDict, load_dataset
 import torch
-from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
+import yaml
+from datasets import Dataset, DatasetDict, load_dataset
+from torch.utils.data import DataLoader
+from transformers import (
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    EarlyStoppingCallback,
+    HfArgumentParser,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker
 
+from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
+from .runtime.attention_registry import ATTENTION_VARIANTS
 from .runtime.configuration_headattn import HeadAttnConfig
 from .runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, HeadAttnRNNConfig
+from .runtime.fertility import FERTILITY_STRATEGIES
 from .runtime.modeling_headattn import HeadAttnForConditionalGeneration
 from .runtime.modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration
-from .tokenization import train_tokenizer
+from .tokenization import SUPPORTED_MODELS, train_tokenizer
 
 
-USAGE = """Train a HeadAttn translation model with Seq2SeqTrainer, evaluate BLEU/chrF, and save a folder that loads
-anywhere through `trust_remote_code` (model, tokenizer, code, pipeline).
-
-Parallel text files:
-    python examples/train_translation.py --train-source ../shared/data/multi30k/train.de \
-        --train-target ../shared/data/multi30k/train.en --valid-source ../shared/data/multi30k/val.de \
-        --valid-target ../shared/data/multi30k/val.en --output-dir runs/de-en
-A Hugging Face dataset (Hub name or local folder) with a `translation` column:
-    python examples/train_translation.py --dataset wmt16 --dataset-config de-en --source-lang de \
-        --target-lang en --output-dir runs/wmt16
-Two processes on CPU (accelerate launch --cpu --num_processes 2 silently runs one; torchrun really runs two):
-    torchrun --nproc_per_node 2 examples/train_translation.py ... --output-dir runs/ddp
-Attention variants per site, as JSON: --cross-attention '{"type": "running_sum", "layers": [-1]}'
-The LSTM encoder-decoder (Iida et al.; Malaviya et al.), e.g. 2 heads x 2 dependent hops with csparsemax:
-    python examples/train_translation.py ... --architecture rnn --heads 2 --hops 2 \
-        --attention-transform csparsemax --fertility predicted
-"""
+logger = logging.getLogger(__name__)
 
 
-def read_parallel_files(source_path: str | Path, target_path: str | Path, max_pairs: int | None = None) -> Dataset:
-    """Line-aligned source/target text files -> Dataset with `source` and `target` columns."""
+def read_parallel_files(source_path: str | Path, target_path: str | Path, max_pairs: int | None = None,
+                        skip_empty: bool = False) -> Dataset:
+    """Line-aligned source/target text files -> Dataset with `source` and `target` columns, written to the
+    `datasets` cache (memory-mapped, so a large corpus is not held in Python lists).
+
+    Lines end at "\\n" only (a trailing "\\r" is dropped): `str.splitlines` would also split at U+2028, U+0085,
+    form feeds and the like inside a sentence, shifting every later pair. With `skip_empty`, pairs whose source or
+    target is blank are dropped (and counted in the log); `max_pairs` keeps the first pairs after that."""
     source_path, target_path = Path(source_path), Path(target_path)
     for path in (source_path, target_path):
         if not path.is_file():
             raise FileNotFoundError(f"Parallel text file not found: {path}")
-    sources = source_path.read_text(encoding="utf-8").splitlines()
-    targets = target_path.read_text(encoding="utf-8").splitlines()
-    if len(sources) != len(targets):
+    source_lines, target_lines = _count_lines(source_path), _count_lines(target_path)
+    if source_lines != target_lines:
         raise ValueError(
-            f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}; parallel files must be "
+            f"{source_path} has {source_lines} lines but {target_path} has {target_lines}; parallel files must be "
             "line-aligned"
         )
+    if source_lines == 0:  # `datasets` cannot infer the columns of a dataset generated from nothing
+        return Dataset.from_dict({"source": [], "target": []})
+    # the files' size and modification time are part of the cache key, so an edited file is read again (no lists
+    # in gen_kwargs: `datasets` would take them for shards)
+    stamp = " ".join(f"{path.stat().st_size}:{path.stat().st_mtime_ns}" for path in (source_path, target_path))
+    dataset = Dataset.from_generator(_line_pairs, gen_kwargs={
+        "source_path": str(source_path.resolve()), "target_path": str(target_path.resolve()), "stamp": stamp})
+    if skip_empty:
+        kept = dataset.filter(lambda batch: [bool(source.strip() and target.strip())
+                                             for source, target in zip(batch["source"], batch["target"])],
+                              batched=True, desc="dropping empty lines")
+        if len(kept) < len(dataset):
+            logger.warning(f"{source_path} / {target_path}: skipped {len(dataset) - len(kept)} pairs with an empty "
+                           f"line, kept {len(kept)}")
+        dataset = kept
     if max_pairs is not None:
-        sources, targets = sources[:max_pairs], targets[:max_pairs]
-    return Dataset.from_dict({"source": sources, "target": targets})
+        dataset = dataset.select(range(min(max_pairs, len(dataset))))
+    return dataset
+
+
+def _count_lines(path: Path) -> int:
+    """Lines as `_line_pairs` reads them: "\\n"-terminated, plus a last line without one."""
+    lines, last = 0, b"\n"
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n")
+
+
+def _line_pairs(source_path: str, target_path: str, stamp: str):
+    # newline="\n": no universal-newline translation, lines end at "\n" only
+    with open(source_path, encoding="utf-8", newline="\n") as sources, \
+            open(target_path, encoding="utf-8", newline="\n") as targets:
+        for source, target in zip(sources, targets):
+            yield {"source": source.rstrip("\n").removesuffix("\r"), "target": target.rstrip("\n").removesuffix("\r")}
 
 
 MULTI30K_FILES = ("train.de", "train.en", "val.de", "val.en", "test_2016_flickr.de", "test_2016_flickr.en")
@@ -140,13 +187,15 @@ def translate_sentences(model, tokenizer, sources: list[str], num_beams: int = 4
     return hypotheses
 
 
-def tokenize_parallel(dataset: DatasetDict | Dataset, tokenizer, max_length: int = 128):
-    """Add `input_ids`, `attention_mask` and `labels`; sentences longer than `max_length` are truncated."""
+def tokenize_parallel(dataset: DatasetDict | Dataset, tokenizer, max_length: int = 128, num_proc: int | None = None):
+    """Add `input_ids`, `attention_mask` and `labels` (a batched `datasets.map`, cached on disk); sentences longer
+    than `max_length` are truncated."""
 
     def encode(batch):
         return tokenizer(batch["source"], text_target=batch["target"], max_length=max_length, truncation=True)
 
-    return dataset.map(encode, batched=True, remove_columns=["source", "target"])
+    return dataset.map(encode, batched=True, num_proc=num_proc, remove_columns=["source", "target"],
+                       desc="tokenising")
 
 
 def translation_metrics(tokenizer):
@@ -164,9 +213,12 @@ def translation_metrics(tokenizer):
     return compute
 
 
+
 class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` that also logs the parts of the loss the attention variants add: `aux_loss` and
-    `head_kl` (DHICM's KL(importances || uniform)), averaged over the micro-batches since the last log.
+    """`Seq2SeqTrainer` that logs the parts of the loss the attention variants add, `aux_loss` and `head_kl`
+    (DHICM's KL(importances || uniform)), and `real_token_ratio` (real over padded source + target tokens), each
+    averaged over the micro-batches since the last log; with `max_tokens`, it trains on token-budget batches
+    (`batching.TokenBudgetBatchSampler`) instead of batches of `per_device_train_batch_size` sentences.
 
     The model computes its own label-smoothed loss (`config.label_smoothing`) so that the auxiliary loss is part
     of it; Trainer's `label_smoothing_factor` would recompute the loss from the logits alone and drop that term,
@@ -174,7 +226,7 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
 
     LOGGED_PARTS = ("aux_loss", "head_kl")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, max_tokens: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         if self.args.label_smoothing_factor:
             raise ValueError(
@@ -182,21 +234,53 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
                 "logits and drop the attention variants' auxiliary loss; set the model's `config.label_smoothing` "
                 "instead and leave label_smoothing_factor at 0"
             )
+        self.max_tokens = max_tokens
         self._loss_parts: dict[str, list] = {}
+        self._real_tokens: list[torch.Tensor] = []  # per micro-batch since the last log, on the device
+        self._padded_tokens = 0
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.max_tokens is None:
+            return super().get_train_dataloader()
+        source_lengths, target_lengths = pair_lengths(self.train_dataset)
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=seed,
+                                          num_replicas=self.args.world_size)
+        self.callback_handler.pop_callback(TokenBudgetEpochCallback)  # one per train() call
+        self.add_callback(TokenBudgetEpochCallback(sampler, self.args.gradient_accumulation_steps))
+        dataset = self._remove_unused_columns(self.train_dataset, description="training")
+        dataloader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+            persistent_workers=self.args.dataloader_persistent_workers,
+            prefetch_factor=self.args.dataloader_prefetch_factor,
+            worker_init_fn=partial(seed_worker, num_workers=self.args.dataloader_num_workers,
+                                   rank=self.args.process_index),
+        )
+        # Accelerate moves batches to the device and, under several processes, deals the batches out to the ranks
+        return self.accelerator.prepare(dataloader)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
-        if model.training and isinstance(outputs, dict):
-            for name in self.LOGGED_PARTS:
-                if outputs.get(name) is not None:
-                    self._loss_parts.setdefault(name, []).append(outputs[name].detach())
+        if model.training:
+            if isinstance(outputs, dict):
+                for name in self.LOGGED_PARTS:
+                    if outputs.get(name) is not None:
+                        self._loss_parts.setdefault(name, []).append(outputs[name].detach())
+            self._real_tokens.append(inputs["attention_mask"].sum() + (inputs["labels"] != -100).sum())
+            self._padded_tokens += inputs["input_ids"].numel() + inputs["labels"].numel()
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._loss_parts:  # a training log, not an evaluation one
+        if "loss" in logs:  # a training log, not an evaluation one
             for name, values in self._loss_parts.items():
                 logs[name] = torch.stack(values).float().mean().item()
-            self._loss_parts = {}
+            if self._padded_tokens:
+                logs["real_token_ratio"] = round(torch.stack(self._real_tokens).sum().item() / self._padded_tokens, 4)
+            self._loss_parts, self._real_tokens, self._padded_tokens = {}, [], 0
         super().log(logs, start_time)
 
 
@@ -221,147 +305,476 @@ def prepare_fertility(model, tokenizer, sources: list[str], targets: list[str], 
                                   seed=seed)
 
 
+
+# ------------------------------------------------------------------------------------------------ the command
+
+EXAMPLES = """examples:
+  # a small model on 2,000 Multi30k pairs (see README for measured times), checkpoints every 500 steps
+  hf-headattn-train --train_source ../shared/data/multi30k/train.de --train_target ../shared/data/multi30k/train.en \\
+      --valid_source ../shared/data/multi30k/val.de --valid_target ../shared/data/multi30k/val.en \\
+      --max_train_pairs 2000 --num_train_epochs 2 --output_dir runs/de-en
+  # run it again after an interruption: it resumes from runs/de-en's last checkpoint (--overwrite_output_dir
+  # starts over); token-budget batches, DHICM cross-attention, BLEU/chrF of greedy output at every evaluation
+  hf-headattn-train ... --max_tokens 4000 --cross_attention dhicm --predict_with_generate --eval_steps 200
+  # attention variants as JSON; the LSTM family; arguments from a JSON or YAML file
+  hf-headattn-train ... --encoder_self_attention '{"type": "mma", "window": 1}' --position_embedding none
+  hf-headattn-train ... --architecture rnn --heads 2 --hops 2 --attention_transform csparsemax --fertility predicted
+  hf-headattn-train args.yaml
+  # a Hugging Face dataset with a `translation` column; two processes
+  hf-headattn-train --dataset wmt16 --dataset_config de-en --source_lang de --target_lang en --output_dir runs/wmt
+  torchrun --nproc_per_node 2 -m hf_headattn.training ... --output_dir runs/ddp
+"""
+
+VARIANTS = ", ".join(sorted(ATTENTION_VARIANTS))
+
+# Trainer's defaults are for fine-tuning; these fit training an NMT model from scratch. Flags and args files
+# override them.
+NMT_TRAINING_DEFAULTS = dict(
+    num_train_epochs=10,
+    per_device_train_batch_size=64,
+    per_device_eval_batch_size=64,
+    learning_rate=5e-4,
+    lr_scheduler_type="inverse_sqrt",
+    warmup_steps=200,
+    logging_steps=50,
+    eval_strategy="steps",
+    eval_steps=500,
+    save_strategy="steps",
+    save_steps=500,
+    save_total_limit=2,
+    dataloader_pin_memory=torch.cuda.is_available(),  # pinning without an accelerator only warns
+    use_cpu=not torch.cuda.is_available(),  # so that --bf16 trains on a CPU-only machine too
+)
+
+
+@dataclass
+class ModelArguments:
+    """The model the command builds (and the tokenizer it trains); flags marked (Transformer) or (LSTM) apply to
+    that --architecture only."""
+
+    _argument_group_name = "model"
+
+    architecture: str = field(default="transformer", metadata={
+        "choices": ["transformer", "rnn"],
+        "help": "Marian-style Transformer (HeadAttnConfig) or attentional LSTM (HeadAttnRNNConfig)"})
+    tokenizer: str | None = field(default=None, metadata={
+        "help": "an existing tokenizer folder; by default one is trained on the training text"})
+    vocab_size: int = field(default=8000, metadata={"help": "size of the tokenizer trained on the training text"})
+    tokenizer_model: str = field(default="bpe", metadata={"choices": list(SUPPORTED_MODELS),
+                                                          "help": "subword model of the trained tokenizer"})
+    layers: int | None = field(default=None, metadata={
+        "help": "encoder and decoder layers (None: 3 for the Transformer, 1 for the LSTM)"})
+    heads: int | None = field(default=None, metadata={
+        "help": "attention heads (None: 4 for the Transformer, 1 for the LSTM)"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
+    label_smoothing: float = field(default=0.1, metadata={
+        "help": "computed in the model's own loss (Trainer's --label_smoothing_factor would drop the auxiliary loss)"})
+    fertility: str = field(default="constant", metadata={
+        "choices": list(FERTILITY_STRATEGIES),
+        "help": "fertility bounds of csoftmax/csparsemax attention; guided and predicted align the training data "
+                "with eflomal first, predicted then trains a bi-LSTM tagger for --fertility_predictor_epochs"})
+    constant_fertility: float = field(default=2.0, metadata={"help": "every source token's fertility with "
+                                                                     "--fertility constant"})
+    fertility_predictor_epochs: int = field(default=5, metadata={"help": "training epochs of the --fertility "
+                                                                       "predicted tagger"})
+    d_model: int = field(default=256, metadata={"help": "(Transformer)"})
+    ffn_dim: int = field(default=1024, metadata={"help": "(Transformer)"})
+    position_embedding: str = field(default="sinusoidal", metadata={
+        "choices": ["sinusoidal", "none"], "help": "(Transformer)"})
+    encoder_self_attention: str = field(default="softmax", metadata={
+        "help": f"(Transformer) variant name or JSON spec, e.g. '{{\"type\": \"mma\", \"window\": 1}}'; variants: "
+                f"{VARIANTS}"})
+    decoder_self_attention: str = field(default="softmax", metadata={
+        "help": f"(Transformer) variant name or JSON spec; variants: {VARIANTS}"})
+    cross_attention: str = field(default="softmax", metadata={
+        "help": f"(Transformer) variant name or JSON spec, e.g. '{{\"type\": \"dhicm\", \"layers\": [-1]}}'; "
+                f"variants: {VARIANTS}"})
+    embedding_size: int = field(default=256, metadata={"help": "(LSTM)"})
+    hidden_size: int = field(default=512, metadata={"help": "(LSTM) decoder state and context size d"})
+    hops: int = field(default=1, metadata={"help": "(LSTM) K, counting the first hop (Iida et al.)"})
+    hop_mode: str = field(default="dependent", metadata={"choices": ["dependent", "independent"],
+                                                         "help": "(LSTM)"})
+    attention_score: str = field(default="general", metadata={"choices": list(ATTENTION_SCORES), "help": "(LSTM)"})
+    attention_transform: str = field(default="softmax", metadata={"choices": list(ATTENTION_TRANSFORMS),
+                                                                  "help": "(LSTM)"})
+    coverage_vector: bool = field(default=False, metadata={
+        "help": "(LSTM) Tu et al.'s coverage vector (Malaviya et al.)"})
+
+
+TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "position_embedding", "encoder_self_attention", "decoder_self_attention",
+                     "cross_attention")
+RNN_FLAGS = ("embedding_size", "hidden_size", "hops", "hop_mode", "attention_score", "attention_transform",
+             "coverage_vector")
+FERTILITY_FLAGS = ("fertility", "constant_fertility", "fertility_predictor_epochs")
+
+# config field -> the flag that sets it, to name the flag in the config's own error messages
+CONFIG_FIELD_FLAGS = {
+    "vocab_size": "vocab_size", "d_model": "d_model", "encoder_layers": "layers", "decoder_layers": "layers",
+    "encoder_attention_heads": "heads", "decoder_attention_heads": "heads", "num_heads": "heads",
+    "encoder_ffn_dim": "ffn_dim", "decoder_ffn_dim": "ffn_dim", "max_position_embeddings": "max_length",
+    "position_embedding": "position_embedding", "encoder_self_attention": "encoder_self_attention",
+    "decoder_self_attention": "decoder_self_attention", "cross_attention": "cross_attention",
+    "dropout": "dropout", "label_smoothing": "label_smoothing", "fertility": "fertility",
+    "constant_fertility": "constant_fertility", "embedding_size": "embedding_size", "hidden_size": "hidden_size",
+    "num_hops": "hops", "hop_mode": "hop_mode", "attention_score": "attention_score",
+    "attention_transform": "attention_transform",
+}
+
+
+@dataclass
+class DataArguments:
+    """Where the parallel text comes from and how it is batched: text files (--train_source/--train_target) or
+    a Hugging Face dataset (--dataset). Without validation data, the last 5% of the training pairs are held out."""
+
+    _argument_group_name = "data"
+
+    train_source: str | None = field(default=None, metadata={"help": "source side of the training text, one "
+                                                                      "sentence a line"})
+    train_target: str | None = field(default=None, metadata={"help": "target side, line-aligned with "
+                                                                      "--train_source"})
+    valid_source: str | None = field(default=None, metadata={"help": "source side of the validation text"})
+    valid_target: str | None = field(default=None, metadata={"help": "target side of the validation text"})
+    dataset: str | None = field(default=None, metadata={"help": "Hugging Face dataset name or local dataset folder "
+                                                                 "(instead of text files)"})
+    dataset_config: str | None = field(default=None, metadata={"help": "the --dataset's configuration"})
+    source_lang: str = field(default="de", metadata={"help": "source language key of a --dataset"})
+    target_lang: str = field(default="en", metadata={"help": "target language key of a --dataset"})
+    train_split: str = field(default="train", metadata={"help": "training split of a --dataset"})
+    valid_split: str = field(default="validation", metadata={"help": "validation split of a --dataset"})
+    max_train_pairs: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
+    max_valid_pairs: int | None = field(default=None, metadata={
+        "help": "use only the first N validation pairs (what each evaluation scores: loss, and BLEU/chrF with "
+                "--predict_with_generate)"})
+    max_length: int = field(default=128, metadata={"help": "longer sentences are truncated to this many tokens"})
+    max_tokens: int | None = field(default=None, metadata={
+        "help": "token-budget batches: length-bucketed batches of at most this many source + target tokens, padding "
+                "included (at least 2 x --max_length), instead of --per_device_train_batch_size sentences"})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenisation"})
+
+
+@dataclass
+class RunArguments:
+    """Checkpoints, resuming and stopping. Checkpoints go to --output_dir/checkpoint-N (--save_steps,
+    --save_total_limit); a run started on an --output_dir that holds checkpoints resumes from the last complete
+    one; the finished model, tokenizer and code land in --output_dir itself."""
+
+    _argument_group_name = "run"
+
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "start over in an --output_dir that holds checkpoints or a trained model (its checkpoints are "
+                "deleted) instead of resuming"})
+    keep_checkpoints: bool = field(default=False, metadata={
+        "help": "keep the checkpoint-N folders once training has finished (by default they are deleted: the "
+                "finished model is in --output_dir)"})
+    early_stopping_patience: int | None = field(default=None, metadata={
+        "help": "stop after this many evaluations without improvement of --metric_for_best_model (needs "
+                "--load_best_model_at_end)"})
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in --help, and the examples laid out as written."""
+
+
+def make_parser() -> HfArgumentParser:
+    parser = HfArgumentParser(
+        (ModelArguments, DataArguments, RunArguments, Seq2SeqTrainingArguments),
+        prog="hf-headattn-train",
+        usage="%(prog)s [flags below] | %(prog)s ARGUMENTS.json | %(prog)s ARGUMENTS.yaml",
+        description="Train a HeadAttn translation model with Seq2SeqTrainer and save a folder that loads anywhere "
+                    "through trust_remote_code (model, tokenizer, code, pipeline).",
+        epilog=EXAMPLES,
+        formatter_class=_HelpFormatter,
+    )
+    parser.set_defaults(**NMT_TRAINING_DEFAULTS)
+    # Trainer's flags land in argparse's default group; title it and list it after the package's own groups
+    trainer_group = parser._optionals
+    trainer_group.title = "Trainer (Seq2SeqTrainingArguments: every Transformers Trainer flag, NMT defaults)"
+    parser._action_groups.remove(trainer_group)
+    parser._action_groups.append(trainer_group)
+    return parser
+
+
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    data = parser.add_argument_group("data")
-    data.add_argument("--train-source", help="source side of the training text, one sentence a line")
-    data.add_argument("--train-target", help="target side of the training text, line-aligned with --train-source")
-    data.add_argument("--valid-source")
-    data.add_argument("--valid-target")
-    data.add_argument("--dataset", help="Hugging Face dataset name or local dataset folder (instead of text files)")
-    data.add_argument("--dataset-config", default=None)
-    data.add_argument("--source-lang", default="de")
-    data.add_argument("--target-lang", default="en")
-    data.add_argument("--train-split", default="train")
-    data.add_argument("--valid-split", default="validation")
-    data.add_argument("--max-train-pairs", type=int, default=None, help="use only the first N training pairs")
-    data.add_argument("--max-valid-pairs", type=int, default=None)
-    data.add_argument("--max-length", type=int, default=128, help="longer sentences are truncated to this many tokens")
-
-    model = parser.add_argument_group("model")
-    model.add_argument("--architecture", default="transformer", choices=["transformer", "rnn"],
-                       help="Marian-style Transformer (HeadAttnConfig) or attentional LSTM (HeadAttnRNNConfig)")
-    model.add_argument("--tokenizer", help="existing tokenizer folder; default: train one on the training text")
-    model.add_argument("--vocab-size", type=int, default=8000)
-    model.add_argument("--tokenizer-model", default="bpe", choices=["bpe", "unigram"])
-    model.add_argument("--layers", type=int, default=None,
-                       help="encoder and decoder layers (default: 3 for the Transformer, 1 for the LSTM)")
-    model.add_argument("--heads", type=int, default=None,
-                       help="attention heads (default: 4 for the Transformer, 1 for the LSTM)")
-    model.add_argument("--dropout", type=float, default=0.1)
-    model.add_argument("--label-smoothing", type=float, default=0.1, help="computed in the model's own loss")
-    model.add_argument("--fertility", default="constant", choices=["constant", "guided", "predicted"],
-                       help="fertility bounds of csoftmax/csparsemax attention (guided/predicted align the "
-                            "training data with eflomal first)")
-    model.add_argument("--constant-fertility", type=float, default=2.0)
-    model.add_argument("--fertility-predictor-epochs", type=int, default=5)
-    transformer = parser.add_argument_group("Transformer (--architecture transformer)")
-    transformer.add_argument("--d-model", type=int, default=256)
-    transformer.add_argument("--ffn-dim", type=int, default=1024)
-    transformer.add_argument("--position-embedding", default="sinusoidal", choices=["sinusoidal", "none"])
-    for site in ("encoder-self-attention", "decoder-self-attention", "cross-attention"):
-        transformer.add_argument(f"--{site}", default="softmax", help="variant name or JSON spec for this site")
-    rnn = parser.add_argument_group("LSTM (--architecture rnn)")
-    rnn.add_argument("--embedding-size", type=int, default=256)
-    rnn.add_argument("--hidden-size", type=int, default=512, help="decoder state and context size d")
-    rnn.add_argument("--hops", type=int, default=1, help="K, counting the first hop (Iida et al.)")
-    rnn.add_argument("--hop-mode", default="dependent", choices=["dependent", "independent"])
-    rnn.add_argument("--attention-score", default="general", choices=list(ATTENTION_SCORES))
-    rnn.add_argument("--attention-transform", default="softmax", choices=list(ATTENTION_TRANSFORMS))
-    rnn.add_argument("--coverage-vector", action="store_true", help="Tu et al.'s coverage vector (Malaviya et al.)")
-
-    train = parser.add_argument_group("training")
-    train.add_argument("--output-dir", required=True)
-    train.add_argument("--epochs", type=float, default=10)
-    train.add_argument("--max-steps", type=int, default=-1)
-    train.add_argument("--batch-size", type=int, default=64)
-    train.add_argument("--gradient-accumulation-steps", type=int, default=1)
-    train.add_argument("--learning-rate", type=float, default=5e-4)
-    train.add_argument("--warmup-steps", type=int, default=200)
-    train.add_argument("--num-beams", type=int, default=4, help="beam size for evaluation")
-    train.add_argument("--seed", type=int, default=42)
-    train.add_argument("--logging-steps", type=int, default=50)
-    args = parser.parse_args(argv)
-
-    uses_files = args.train_source is not None or args.train_target is not None
-    if uses_files == (args.dataset is not None):
-        parser.error("give either --train-source/--train-target (text files) or --dataset, not both or neither")
-    if uses_files and (args.train_source is None or args.train_target is None):
-        parser.error("--train-source and --train-target go together")
-    if (args.valid_source is None) != (args.valid_target is None):
-        parser.error("--valid-source and --valid-target go together")
-    return args
+    """Command line (or one JSON/YAML file of arguments) -> (ModelArguments, DataArguments, RunArguments,
+    Seq2SeqTrainingArguments), every flag and combination checked (`check_arguments`) before any data is read;
+    a bad one exits with a usage error that names the flag. `training_args.resume_from_checkpoint` is set to the
+    checkpoint the run resumes from."""
+    parser = make_parser()
+    argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
+    try:
+        if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+            arguments_file = Path(argv[0])
+            values = yaml.safe_load(arguments_file.read_text())  # JSON is YAML
+            if not isinstance(values, dict):
+                raise ValueError(f"{arguments_file} must hold a mapping of argument names to values")
+            parsed = parser.parse_dict({**NMT_TRAINING_DEFAULTS, **values})
+        else:
+            parsed = parser.parse_args_into_dataclasses(argv, look_for_args_file=False)
+        check_arguments(*parsed)
+    except (ValueError, OSError, yaml.YAMLError) as error:  # includes Trainer's own checks of its arguments
+        parser.error(str(error))
+    return parsed
 
 
-def attention_spec(value: str):
+def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
+                    training_args: Seq2SeqTrainingArguments) -> None:
+    """Raise ValueError, naming the flag, for anything the command would otherwise find out late or not at all."""
+    for arguments in (model_args, data_args):
+        for spec in dataclasses.fields(arguments):
+            choices, value = spec.metadata.get("choices"), getattr(arguments, spec.name)
+            if choices and value not in choices:
+                raise ValueError(f"--{spec.name} {value!r}: choose from {', '.join(map(str, choices))}")
+
+    # data
+    uses_files = data_args.train_source is not None or data_args.train_target is not None
+    if uses_files == (data_args.dataset is not None):
+        raise ValueError("give either --train_source/--train_target (text files) or --dataset, not both or neither")
+    if uses_files and (data_args.train_source is None or data_args.train_target is None):
+        raise ValueError("--train_source and --train_target go together")
+    if (data_args.valid_source is None) != (data_args.valid_target is None):
+        raise ValueError("--valid_source and --valid_target go together")
+    for name in ("train_source", "train_target", "valid_source", "valid_target"):
+        path = getattr(data_args, name)
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"--{name} {path}: no such file")
+    for name in ("max_train_pairs", "max_valid_pairs", "max_length", "max_tokens", "preprocessing_num_workers"):
+        value = getattr(data_args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be positive, got {value}")
+    if data_args.max_tokens is not None:
+        if data_args.max_tokens < 2 * data_args.max_length:
+            raise ValueError(f"--max_tokens {data_args.max_tokens} cannot hold a pair of --max_length "
+                             f"{data_args.max_length} sentences; give at least {2 * data_args.max_length}")
+        if training_args.train_sampling_strategy != "random":
+            raise ValueError(f"--max_tokens builds its own length-bucketed batches; drop --train_sampling_strategy "
+                             f"{training_args.train_sampling_strategy}")
+
+    # training
+    if training_args.max_steps == 0 or training_args.max_steps < -1:
+        raise ValueError(f"--max_steps must be positive (or -1: train for --num_train_epochs), got "
+                         f"{training_args.max_steps}")
+    if training_args.max_steps == -1 and not training_args.num_train_epochs > 0:
+        raise ValueError(f"--num_train_epochs must be positive, got {training_args.num_train_epochs}")
+    if training_args.label_smoothing_factor:
+        raise ValueError("--label_smoothing_factor makes Trainer recompute the loss from the logits and drop the "
+                         "attention variants' auxiliary loss; use --label_smoothing (the model's own) instead")
+    if run_args.early_stopping_patience is not None:
+        if run_args.early_stopping_patience < 1:
+            raise ValueError(f"--early_stopping_patience must be positive, got {run_args.early_stopping_patience}")
+        if not training_args.load_best_model_at_end:
+            raise ValueError("--early_stopping_patience needs --load_best_model_at_end (and --metric_for_best_model "
+                             "to watch something other than the validation loss)")
+
+    # model: flags of the other architecture, fertility without constrained attention, the config's own checks
+    defaults = ModelArguments()
+    foreign = RNN_FLAGS if model_args.architecture == "transformer" else TRANSFORMER_FLAGS
+    for name in foreign:
+        if getattr(model_args, name) != getattr(defaults, name):
+            raise ValueError(f"--{name} applies to --architecture {'rnn' if foreign is RNN_FLAGS else 'transformer'} "
+                             f"only, not to --architecture {model_args.architecture}")
+    config = build_config(model_args, data_args)
+    if not config.uses_fertility():
+        for name in FERTILITY_FLAGS:
+            if getattr(model_args, name) != getattr(defaults, name):
+                where = ("--cross_attention" if model_args.architecture == "transformer"
+                         else "--attention_transform")
+                raise ValueError(f"--{name} applies to constrained attention only (csoftmax or csparsemax at "
+                                 f"{where}); this model has none")
+    if (model_args.fertility_predictor_epochs != defaults.fertility_predictor_epochs
+            and model_args.fertility != "predicted"):
+        raise ValueError("--fertility_predictor_epochs applies to --fertility predicted only")
+    if model_args.tokenizer is not None and not Path(model_args.tokenizer).is_dir():
+        if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", model_args.tokenizer) or model_args.tokenizer.startswith("."):
+            raise ValueError(f"--tokenizer {model_args.tokenizer}: no such folder (nor a Hub repository id)")
+
+    training_args.resume_from_checkpoint = find_checkpoint(run_args, training_args)
+
+
+def find_checkpoint(run_args: RunArguments, training_args: Seq2SeqTrainingArguments) -> str | None:
+    """The checkpoint this run resumes from: --resume_from_checkpoint, else the last complete checkpoint in
+    --output_dir (none with --overwrite_output_dir). Refuses an --output_dir that already holds a finished model."""
+    if training_args.resume_from_checkpoint is not None:
+        if not (Path(training_args.resume_from_checkpoint) / "trainer_state.json").is_file():
+            raise ValueError(f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: not a checkpoint "
+                             "folder (it has no trainer_state.json)")
+        return training_args.resume_from_checkpoint
+    output_dir = Path(training_args.output_dir)
+    if run_args.overwrite_output_dir or not output_dir.is_dir():
+        return None
+    checkpoint = last_complete_checkpoint(output_dir)
+    if checkpoint is None and any((output_dir / name).exists() for name in ("config.json", "train_results.json")):
+        raise ValueError(f"--output_dir {output_dir} already holds a trained model and no checkpoint to resume "
+                         "from; add --overwrite_output_dir to train again there, or choose another --output_dir")
+    return checkpoint
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> str | None:
+    """The highest-numbered checkpoint-N folder that was written to the end (Trainer writes trainer_state.json
+    last, so a run killed while saving leaves a folder without it)."""
+    checkpoints = sorted(checkpoint_folders(output_dir), key=lambda path: int(path.name.split("-")[-1]), reverse=True)
+    for checkpoint in checkpoints:
+        if (checkpoint / "trainer_state.json").is_file():
+            return str(checkpoint)
+        logger.warning(f"{checkpoint} is incomplete (killed while saving?); not resuming from it")
+    return None
+
+
+def checkpoint_folders(output_dir: str | Path) -> list[Path]:
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    return [path for path in output_dir.iterdir()
+            if path.is_dir() and re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-\d+", path.name)]
+
+
+def attention_spec(flag: str, value: str):
     """A plain variant name, or a JSON dict / list of dicts."""
-    return json.loads(value) if value.lstrip().startswith(("{", "[")) else value
+    if not value.lstrip().startswith(("{", "[")):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--{flag} {value!r} is not valid JSON: {error}") from None
 
 
-def load_data(args):
-    if args.dataset is not None:
-        train = load_hub_translation_dataset(args.dataset, args.dataset_config, args.source_lang, args.target_lang,
-                                             args.train_split, args.max_train_pairs)
-        valid = load_hub_translation_dataset(args.dataset, args.dataset_config, args.source_lang, args.target_lang,
-                                             args.valid_split, args.max_valid_pairs)
-        return train, valid
-    train = read_parallel_files(args.train_source, args.train_target, args.max_train_pairs)
-    if args.valid_source is None:
+def build_config(model_args: ModelArguments, data_args: DataArguments, tokenizer=None):
+    """The config of the model the flags describe. Before the tokenizer exists (to check the flags), its size is
+    --vocab_size and its special tokens the trained tokenizer's (<pad>=0, </s>=1)."""
+    shared = dict(
+        vocab_size=len(tokenizer) if tokenizer is not None else model_args.vocab_size,
+        dropout=model_args.dropout,
+        label_smoothing=model_args.label_smoothing,
+        pad_token_id=tokenizer.pad_token_id if tokenizer is not None else 0,
+        eos_token_id=tokenizer.eos_token_id if tokenizer is not None else 1,
+        decoder_start_token_id=tokenizer.pad_token_id if tokenizer is not None else 0,
+        fertility=model_args.fertility,
+        constant_fertility=model_args.constant_fertility,
+    )
+    try:
+        if model_args.architecture == "rnn":
+            layers = model_args.layers if model_args.layers is not None else 1
+            return HeadAttnRNNConfig(
+                embedding_size=model_args.embedding_size,
+                hidden_size=model_args.hidden_size,
+                encoder_layers=layers,
+                decoder_layers=layers,
+                num_heads=model_args.heads if model_args.heads is not None else 1,
+                num_hops=model_args.hops,
+                hop_mode=model_args.hop_mode,
+                attention_score=model_args.attention_score,
+                attention_transform=model_args.attention_transform,
+                coverage_vector=model_args.coverage_vector,
+                **shared,
+            )
+        layers = model_args.layers if model_args.layers is not None else 3
+        heads = model_args.heads if model_args.heads is not None else 4
+        return HeadAttnConfig(
+            d_model=model_args.d_model,
+            encoder_layers=layers,
+            decoder_layers=layers,
+            encoder_attention_heads=heads,
+            decoder_attention_heads=heads,
+            encoder_ffn_dim=model_args.ffn_dim,
+            decoder_ffn_dim=model_args.ffn_dim,
+            position_embedding=model_args.position_embedding,
+            max_position_embeddings=max(512, data_args.max_length + 2),
+            encoder_self_attention=attention_spec("encoder_self_attention", model_args.encoder_self_attention),
+            decoder_self_attention=attention_spec("decoder_self_attention", model_args.decoder_self_attention),
+            cross_attention=attention_spec("cross_attention", model_args.cross_attention),
+            **shared,
+        )
+    except ValueError as error:
+        message = str(error)
+        if message.startswith("--"):  # attention_spec's, which names its flag already
+            raise
+        # the config quotes the field at fault in backticks, and names others (e.g. "divide d_model") plainly
+        fields = ([name for name in CONFIG_FIELD_FLAGS if f"`{name}`" in message]
+                  or [name for name in CONFIG_FIELD_FLAGS if re.search(rf"\b{name}\b", message)])
+        flags = list(dict.fromkeys(f"--{CONFIG_FIELD_FLAGS[name]}" for name in fields))
+        raise ValueError(f"{', '.join(flags) or 'model flags'}: {message}") from None
+
+
+def build_model(config):
+    """A freshly initialised model of the config's family."""
+    if isinstance(config, HeadAttnRNNConfig):
+        return HeadAttnRNNForConditionalGeneration(config)
+    return HeadAttnForConditionalGeneration(config)
+
+
+def check_checkpoint_config(config, checkpoint: str) -> None:
+    """Refuse to resume a checkpoint of another model than the flags describe."""
+    saved = type(config).from_pretrained(checkpoint).to_dict()
+    ignored = {"transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path", "auto_map",
+               "custom_pipelines", "use_cache"}  # Trainer turns the cache off while training
+    differences = [f"{key}: {saved.get(key)!r} there, {value!r} now" for key, value in config.to_dict().items()
+                   if key not in ignored and saved.get(key) != value]
+    if differences:
+        raise ValueError(f"{checkpoint} holds a different model than these flags describe ({'; '.join(differences)}); "
+                         "pass the flags it was trained with to resume, or --overwrite_output_dir to start over")
+
+
+def load_data(data_args: DataArguments) -> tuple[Dataset, Dataset]:
+    """Training and validation pairs (`source`, `target` columns)."""
+    if data_args.dataset is not None:
+        splits = []
+        for split, max_pairs in ((data_args.train_split, data_args.max_train_pairs),
+                                 (data_args.valid_split, data_args.max_valid_pairs)):
+            splits.append(load_hub_translation_dataset(data_args.dataset, data_args.dataset_config,
+                                                       data_args.source_lang, data_args.target_lang, split, max_pairs))
+        return tuple(splits)
+    train = read_parallel_files(data_args.train_source, data_args.train_target, data_args.max_train_pairs,
+                                skip_empty=True)
+    if data_args.valid_source is None:
         # hold out the last 5% (at least one pair) of the training text
         split = train.train_test_split(test_size=max(1, len(train) // 20), shuffle=False)
         return split["train"], split["test"]
-    return train, read_parallel_files(args.valid_source, args.valid_target, args.max_valid_pairs)
+    return train, read_parallel_files(data_args.valid_source, data_args.valid_target, data_args.max_valid_pairs,
+                                      skip_empty=True)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    set_seed(args.seed)
-    output_dir = Path(args.output_dir)
-    training_args = Seq2SeqTrainingArguments(
-        output_dir=str(output_dir / "checkpoints"),
-        num_train_epochs=args.epochs,
-        max_steps=args.max_steps,
-        per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=args.batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        learning_rate=args.learning_rate,
-        warmup_steps=args.warmup_steps,
-        lr_scheduler_type="inverse_sqrt",
-        weight_decay=0.0,
-        eval_strategy="epoch" if args.max_steps < 0 else "no",
-        save_strategy="no",
-        logging_steps=args.logging_steps,
-        predict_with_generate=True,
-        generation_num_beams=args.num_beams,
-        generation_max_length=args.max_length,
-        report_to="none",
-        seed=args.seed,
-        use_cpu=True if not _cuda_available() else False,
-    )
+def train(argv=None) -> dict:
+    """Run the training command (see `--help`) and return its metrics, which also go to train_results.json."""
+    model_args, data_args, run_args, training_args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logger.setLevel(logging.INFO if training_args.should_log else logging.WARNING)
+    output_dir, checkpoint = Path(training_args.output_dir), training_args.resume_from_checkpoint
+    if run_args.overwrite_output_dir and training_args.should_save:
+        for folder in checkpoint_folders(output_dir):
+            shutil.rmtree(folder)
+    if checkpoint is not None:
+        logger.info(f"resuming from {checkpoint} (--overwrite_output_dir starts over)")
+    set_seed(training_args.seed)
 
-    train_text, valid_text = load_data(args)
-    with training_args.main_process_first(desc="tokenizer"):
-        if args.tokenizer is not None:
-            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-        elif training_args.process_index == 0:
-            tokenizer = train_tokenizer(
-                texts=list(train_text["source"]) + list(train_text["target"]),
-                vocab_size=args.vocab_size,
-                model=args.tokenizer_model,
-                save_directory=output_dir / "tokenizer",
-                model_max_length=args.max_length,
-            )
-        else:
-            tokenizer = AutoTokenizer.from_pretrained(output_dir / "tokenizer")
+    # a tokenizer that exists already (given, or the checkpoint's) settles the model before any data is read
+    tokenizer, config = None, None
+    if model_args.tokenizer is not None or checkpoint is not None:
+        tokenizer = _load_tokenizer(model_args.tokenizer or checkpoint)
+        config = build_config(model_args, data_args, tokenizer)
+        if checkpoint is not None:
+            check_checkpoint_config(config, checkpoint)
+
+    train_text, valid_text = load_data(data_args)
+    if tokenizer is None:
+        with training_args.main_process_first(desc="tokenizer"):
+            if training_args.process_index == 0:
+                tokenizer = train_tokenizer(
+                    texts=_texts(train_text), vocab_size=model_args.vocab_size, model=model_args.tokenizer_model,
+                    save_directory=output_dir, model_max_length=data_args.max_length,
+                )
+            else:
+                tokenizer = AutoTokenizer.from_pretrained(output_dir)
+        config = build_config(model_args, data_args, tokenizer)
     with training_args.main_process_first(desc="tokenization"):
-        train_dataset = tokenize_parallel(train_text, tokenizer, args.max_length)
-        valid_dataset = tokenize_parallel(valid_text, tokenizer, args.max_length)
+        train_dataset = tokenize_parallel(train_text, tokenizer, data_args.max_length,
+                                          data_args.preprocessing_num_workers)
+        valid_dataset = tokenize_parallel(valid_text, tokenizer, data_args.max_length,
+                                          data_args.preprocessing_num_workers)
 
-    model = build_model(args, tokenizer)
-    prepare_fertility(model, tokenizer, train_text["source"], train_text["target"],
-                      predictor_epochs=args.fertility_predictor_epochs, seed=args.seed)
-    model.generation_config.max_length = args.max_length
-    model.generation_config.num_beams = args.num_beams
+    model = build_model(config)
+    if checkpoint is None:  # a checkpoint holds what this learns
+        prepare_fertility(model, tokenizer, train_text["source"], train_text["target"],
+                          predictor_epochs=model_args.fertility_predictor_epochs, seed=training_args.seed)
+    model.generation_config.max_length = data_args.max_length
 
     trainer = HeadAttnSeq2SeqTrainer(
         model=model,
@@ -370,72 +783,60 @@ def main(argv=None):
         eval_dataset=valid_dataset,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         processing_class=tokenizer,
-        compute_metrics=translation_metrics(tokenizer),
+        compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
+        callbacks=([EarlyStoppingCallback(run_args.early_stopping_patience)]
+                   if run_args.early_stopping_patience is not None else None),
+        max_tokens=data_args.max_tokens,
     )
-    metrics = dict(trainer.train().metrics)
-    metrics.update(trainer.evaluate(metric_key_prefix="valid"))
-    metrics["world_size"] = training_args.world_size
-    metrics["train_pairs"] = len(train_dataset)
-    metrics["parameters"] = sum(parameter.numel() for parameter in model.parameters())
+    metrics = dict(trainer.train(resume_from_checkpoint=checkpoint).metrics)
+    if training_args.eval_strategy != "no":
+        metrics.update(_final_evaluation(trainer))
+    metrics.update(world_size=training_args.world_size, train_pairs=len(train_dataset),
+                   parameters=sum(parameter.numel() for parameter in model.parameters()))
 
+    trainer.save_model(str(output_dir))  # model, config, code files and tokenizer
     if trainer.is_world_process_zero():
-        trainer.save_model(str(output_dir))  # model, config, code files and tokenizer
         (output_dir / "train_results.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
-        print(json.dumps(_jsonable(metrics), indent=2))
+        if not run_args.keep_checkpoints:
+            for folder in checkpoint_folders(output_dir):
+                shutil.rmtree(folder)
+        logger.info(json.dumps(_jsonable(metrics), indent=2))
     return metrics
 
 
-def build_model(args, tokenizer):
-    """A freshly initialised model of the architecture and sizes the command line names."""
-    shared = dict(
-        vocab_size=len(tokenizer),
-        dropout=args.dropout,
-        label_smoothing=args.label_smoothing,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.pad_token_id,
-        fertility=args.fertility,
-        constant_fertility=args.constant_fertility,
-    )
-    if args.architecture == "rnn":
-        layers = args.layers if args.layers is not None else 1
-        config = HeadAttnRNNConfig(
-            embedding_size=args.embedding_size,
-            hidden_size=args.hidden_size,
-            encoder_layers=layers,
-            decoder_layers=layers,
-            num_heads=args.heads if args.heads is not None else 1,
-            num_hops=args.hops,
-            hop_mode=args.hop_mode,
-            attention_score=args.attention_score,
-            attention_transform=args.attention_transform,
-            coverage_vector=args.coverage_vector,
-            **shared,
-        )
-        return HeadAttnRNNForConditionalGeneration(config)
-    layers = args.layers if args.layers is not None else 3
-    heads = args.heads if args.heads is not None else 4
-    config = HeadAttnConfig(
-        d_model=args.d_model,
-        encoder_layers=layers,
-        decoder_layers=layers,
-        encoder_attention_heads=heads,
-        decoder_attention_heads=heads,
-        encoder_ffn_dim=args.ffn_dim,
-        decoder_ffn_dim=args.ffn_dim,
-        position_embedding=args.position_embedding,
-        max_position_embeddings=max(512, args.max_length + 2),
-        encoder_self_attention=attention_spec(args.encoder_self_attention),
-        decoder_self_attention=attention_spec(args.decoder_self_attention),
-        cross_attention=attention_spec(args.cross_attention),
-        **shared,
-    )
-    return HeadAttnForConditionalGeneration(config)
+def _load_tokenizer(name_or_path: str):
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except OSError as error:
+        raise SystemExit(f"hf-headattn-train: error: cannot load the tokenizer {name_or_path}: {error}") from None
 
 
-def _cuda_available() -> bool:
-    return torch.cuda.is_available()
+def _texts(dataset: Dataset):
+    """Every source sentence, then every target sentence, read in slices (not all at once)."""
+    for column in ("source", "target"):
+        for batch in dataset.iter(batch_size=10_000):
+            yield from batch[column]
+
+
+def _final_evaluation(trainer: HeadAttnSeq2SeqTrainer) -> dict:
+    """The evaluation of the model being saved: the one training already ran at its last step (or, with
+    --load_best_model_at_end, at the best step), else a new one."""
+    state = trainer.state
+    best = trainer.args.load_best_model_at_end and state.best_global_step
+    step = state.best_global_step if best else state.global_step
+    for entry in reversed(state.log_history):
+        if entry.get("step") == step and "eval_loss" in entry:
+            return {key: value for key, value in entry.items() if key.startswith("eval_")}
+    return trainer.evaluate()
+
+
+def main(argv=None) -> None:
+    train(argv)
 
 
 def _jsonable(metrics: dict) -> dict:
     return {key: (None if isinstance(value, float) and math.isnan(value) else value) for key, value in metrics.items()}
+
+
+if __name__ == "__main__":
+    main()

@@ -7,7 +7,7 @@ import torch
 
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration
 from hf_headattn.toy_corpus import write_toy_corpus
-from hf_headattn.training import main as train
+from hf_headattn.training import train
 
 
 # Prepended to scripts run in a fresh interpreter: makes hf_headattn unimportable there, so that a saved folder
@@ -77,9 +77,9 @@ def source_batch(lengths=(7, 4, 9), seed: int = 1):
 # Tiny trained folders of both families, made with the training command
 N_TRAIN, N_TEST = 200, 12
 FAMILIES = {  # the training command's flags for a tiny model of each family
-    "transformer": ["--architecture", "transformer", "--d-model", "32", "--layers", "2", "--heads", "4",
-                    "--ffn-dim", "64"],
-    "rnn": ["--architecture", "rnn", "--embedding-size", "16", "--hidden-size", "32", "--heads", "2", "--hops", "2"],
+    "transformer": ["--architecture", "transformer", "--d_model", "32", "--layers", "2", "--heads", "4",
+                    "--ffn_dim", "64"],
+    "rnn": ["--architecture", "rnn", "--embedding_size", "16", "--hidden_size", "32", "--heads", "2", "--hops", "2"],
 }
 
 
@@ -90,14 +90,14 @@ def toy_data(directory: Path) -> dict[str, Path]:
 
 def train_tiny_model(data: dict[str, Path], output_dir: Path, family: str, *extra: str) -> Path:
     """A tiny model trained for 3 optimizer steps with the training command: a real saved folder (model,
-    tokenizer, code, pipeline, train_results.json, the training byproducts), in about a second. Outputs are at
+    tokenizer, code, pipeline, train_results.json, training_args.bin), in about a second. Outputs are at
     most 12 tokens long (the barely trained model rarely stops earlier), which keeps decoding cheap."""
     train([
         *FAMILIES[family], *extra,
-        "--train-source", str(data["train.src"]), "--train-target", str(data["train.tgt"]),
-        "--valid-source", str(data["valid.src"]), "--valid-target", str(data["valid.tgt"]),
-        "--output-dir", str(output_dir), "--max-steps", "3", "--vocab-size", "200", "--batch-size", "16",
-        "--num-beams", "1", "--warmup-steps", "1", "--max-length", "12", "--logging-steps", "1",
+        "--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
+        "--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"]),
+        "--output_dir", str(output_dir), "--max_steps", "3", "--vocab_size", "200",
+        "--per_device_train_batch_size", "16", "--warmup_steps", "1", "--max_length", "12", "--logging_steps", "1",
     ])
     return output_dir
 

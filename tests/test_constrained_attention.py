@@ -132,13 +132,14 @@ def test_training_command_learns_fertilities_from_eflomal_alignments(fertility, 
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from hf_headattn.toy_corpus import write_toy_corpus
-    from hf_headattn.training import main as train
+    from hf_headattn.training import train
 
     paths = write_toy_corpus(tmp_path / "data", n_train=300, n_valid=20, seed=4)
-    train(["--train-source", str(paths["train.src"]), "--train-target", str(paths["train.tgt"]),
-           "--output-dir", str(tmp_path / "model"), "--vocab-size", "150", "--d-model", "32", "--layers", "1",
-           "--heads", "2", "--ffn-dim", "64", "--max-steps", "3", "--batch-size", "16", "--num-beams", "1",
-           "--cross-attention", "csparsemax", "--fertility", fertility, "--fertility-predictor-epochs", "2"])
+    train(["--train_source", str(paths["train.src"]), "--train_target", str(paths["train.tgt"]),
+           "--output_dir", str(tmp_path / "model"), "--vocab_size", "150", "--d_model", "32", "--layers", "1",
+           "--heads", "2", "--ffn_dim", "64", "--max_steps", "3", "--per_device_train_batch_size", "16",
+           "--cross_attention", "csparsemax", "--fertility", fertility,
+           *(["--fertility_predictor_epochs", "2"] if fertility == "predicted" else [])])
     model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "model", trust_remote_code=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model", trust_remote_code=True)
     batch = tokenizer(["der hund sieht die katze ."], return_tensors="pt")

@@ -1,23 +1,35 @@
-"""The training command: data loading errors, Hugging Face datasets, the demo, and (slow) real-data and
-two-process runs."""
+"""The training command: argument parsing and fail-fast checks, data loading, Hugging Face datasets, the demo,
+and (slow) real-data and two-process runs."""
 
 import json
+import logging
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 from datasets import Dataset
 
-from hf_headattn import demo
+from hf_headattn import demo, training
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
-from hf_headattn.training import load_hub_translation_dataset, main as train, read_parallel_files, translate_and_score
+from hf_headattn.training import load_hub_translation_dataset, parse_args, read_parallel_files, train, translate_and_score
 
 from helpers import MULTI30K, REPO
 
 
-TINY_MODEL = ["--vocab-size", "300", "--d-model", "32", "--layers", "1", "--heads", "2", "--ffn-dim", "64",
-              "--batch-size", "16", "--num-beams", "1", "--warmup-steps", "5", "--max-length", "32"]
+TINY_MODEL = ["--vocab_size", "300", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64",
+              "--per_device_train_batch_size", "16", "--warmup_steps", "5", "--max_length", "32"]
+
+
+@pytest.fixture(scope="module")
+def toy_files(tmp_path_factory):
+    return write_toy_corpus(tmp_path_factory.mktemp("data"), n_train=60, n_valid=5, seed=0)
+
+
+def file_flags(data) -> list[str]:
+    return ["--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
+            "--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"])]
 
 
 def test_missing_and_misaligned_files_raise_clear_errors(tmp_path):
@@ -29,10 +41,123 @@ def test_missing_and_misaligned_files_raise_clear_errors(tmp_path):
         read_parallel_files(tmp_path / "a.de", tmp_path / "a.en")
 
 
-def test_cli_rejects_ambiguous_data_arguments(capsys):
+def test_lines_end_at_newline_only_and_empty_pairs_are_skipped_and_counted(tmp_path, caplog):
+    # str.splitlines() would also split at U+2028, U+0085, form feed and \x1c-\x1e, shifting every later pair
+    sources = ["ein\u2028hund", "zwei\x0ckatzen", "", "drei\x1cvögel\x85", "vier\r", "fünf"]
+    targets = ["a\u2029dog", "two cats", "empty source", "three\x1ebirds", "four", "  "]
+    (tmp_path / "a.de").write_bytes("\n".join(sources).encode())  # no final newline; "vier\r\n" is a CRLF line
+    (tmp_path / "a.en").write_bytes(("\r\n".join(targets) + "\r\n").encode())
+    assert list(read_parallel_files(tmp_path / "a.de", tmp_path / "a.en")["source"]) == [
+        "ein\u2028hund", "zwei\x0ckatzen", "", "drei\x1cvögel\x85", "vier", "fünf"]
+    with caplog.at_level(logging.WARNING, logger="hf_headattn.training"):
+        kept = read_parallel_files(tmp_path / "a.de", tmp_path / "a.en", skip_empty=True)
+    assert list(zip(kept["source"], kept["target"])) == [
+        ("ein\u2028hund", "a\u2029dog"), ("zwei\x0ckatzen", "two cats"), ("drei\x1cvögel\x85", "three\x1ebirds"),
+        ("vier", "four")]
+    assert "skipped 2 pairs with an empty line, kept 4" in caplog.text
+
+
+def test_flags_parse_under_underscore_and_dash_names_and_from_json_or_yaml_files(toy_files, tmp_path, capsys):
+    underscore = parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path / "a"), "--cross_attention", "dhicm",
+                             "--max_tokens", "512", "--bf16", "--save_steps", "7"])
+    dash = parse_args(["--train-source", str(toy_files["train.src"]), "--train-target", str(toy_files["train.tgt"]),
+                       "--output-dir", str(tmp_path / "a"), "--cross-attention", "dhicm", "--max-tokens", "512",
+                       "--bf16", "--save-steps", "7"])
+    for parsed in (underscore, dash):
+        model_args, data_args, run_args, training_args = parsed
+        assert model_args.cross_attention == "dhicm" and data_args.max_tokens == 512
+        assert training_args.bf16 and training_args.save_steps == 7
+        # the NMT defaults, where Trainer's are for fine-tuning
+        assert training_args.per_device_train_batch_size == 64 and training_args.save_total_limit == 2
+        assert training_args.lr_scheduler_type == "inverse_sqrt" and training_args.eval_strategy == "steps"
+        assert training_args.resume_from_checkpoint is None
+
+    values = {"train_source": str(toy_files["train.src"]), "train_target": str(toy_files["train.tgt"]),
+              "output_dir": str(tmp_path / "b"), "architecture": "rnn", "hops": 2, "max_steps": 9}
+    (tmp_path / "args.json").write_text(json.dumps(values))
+    (tmp_path / "args.yaml").write_text("".join(f"{key}: {value}\n" for key, value in values.items()))
+    for name in ("args.json", "args.yaml"):
+        model_args, _, _, training_args = parse_args([str(tmp_path / name)])
+        assert (model_args.architecture, model_args.hops, training_args.max_steps) == ("rnn", 2, 9)
+        assert training_args.per_device_train_batch_size == 64
+    # argparse checks choices on the command line; an arguments file gets the same check
+    (tmp_path / "bad.yaml").write_text(f"train_source: {toy_files['train.src']}\ntrain_target: {toy_files['train.tgt']}\n"
+                                       "fertility: sometimes\n")
     with pytest.raises(SystemExit):
-        train(["--output-dir", "x"])
-    assert "give either --train-source/--train-target (text files) or --dataset" in capsys.readouterr().err
+        parse_args([str(tmp_path / "bad.yaml")])
+    assert "error: --fertility 'sometimes': choose from constant, guided, predicted" in capsys.readouterr().err
+
+
+FAIL_FAST = {  # flags -> the error, which names the flag
+    "rnn with a Transformer site": (["--architecture", "rnn", "--cross_attention", "dhicm"],
+                                    "--cross_attention applies to --architecture transformer only"),
+    "hops with the Transformer": (["--hops", "3"], "--hops applies to --architecture rnn only"),
+    "fertility without constrained attention": (["--fertility", "guided"],
+                                                "--fertility applies to constrained attention only"),
+    "fertility with an LSTM softmax": (["--architecture", "rnn", "--fertility", "predicted"],
+                                       "--fertility applies to constrained attention only"),
+    "predictor epochs without predicted fertility": (
+        ["--cross_attention", "csparsemax", "--fertility", "guided", "--fertility_predictor_epochs", "2"],
+        "--fertility_predictor_epochs applies to --fertility predicted only"),
+    "bad JSON": (["--cross_attention", '{"type": "dhicm",'], "--cross_attention '{\"type\": \"dhicm\",' is not valid JSON"),
+    "unknown variant": (["--encoder_self_attention", "fancy"],
+                        "--encoder_self_attention: Unknown attention variant 'fancy'"),
+    "variant at the wrong site": (["--decoder_self_attention", "multihop"],
+                                  "--decoder_self_attention: Attention variant 'multihop' cannot be used"),
+    "heads that do not divide d_model": (["--heads", "3"],
+                                         "--heads: `encoder_attention_heads`=3 does not divide d_model=256"),
+    "odd LSTM size": (["--architecture", "rnn", "--hidden_size", "33"], "--hidden_size: `hidden_size` must be even"),
+    "bad choice": (["--fertility", "sometimes"], "argument --fertility: invalid choice: 'sometimes'"),
+    "zero epochs": (["--num_train_epochs", "0"], "--num_train_epochs must be positive, got 0.0"),
+    "zero steps": (["--max_steps", "0"], "--max_steps must be positive (or -1: train for --num_train_epochs)"),
+    "missing tokenizer": (["--tokenizer", "/nonexistent"], "--tokenizer /nonexistent: no such folder"),
+    "missing text file": (["--valid_source", "/nowhere.de", "--valid_target", "/nowhere.en"],
+                          "--valid_source /nowhere.de: no such file"),
+    "budget below a pair": (["--max_tokens", "100"], "--max_tokens 100 cannot hold a pair of --max_length 128"),
+    "Trainer's label smoothing": (["--label_smoothing_factor", "0.1"], "--label_smoothing_factor makes Trainer"),
+    "early stopping alone": (["--early_stopping_patience", "2"], "--early_stopping_patience needs"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAIL_FAST))
+def test_bad_flags_fail_before_any_data_is_read(case, toy_files, tmp_path, monkeypatch, capsys):
+    flags, message = FAIL_FAST[case]
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the command read data or trained a tokenizer before rejecting the flags")
+
+    monkeypatch.setattr(training, "load_data", must_not_run)
+    monkeypatch.setattr(training, "train_tokenizer", must_not_run)
+    with pytest.raises(SystemExit) as exit_info:
+        train(["--train_source", str(toy_files["train.src"]), "--train_target", str(toy_files["train.tgt"]),
+               "--output_dir", str(tmp_path), *flags])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"hf-headattn-train: error: {message}" in error, error
+
+
+def test_ambiguous_data_arguments_and_a_finished_output_dir_are_refused(toy_files, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        train(["--output_dir", str(tmp_path)])
+    assert "give either --train_source/--train_target (text files) or --dataset" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        train([*file_flags(toy_files), "--output_dir", str(tmp_path)])
+    assert "already holds a trained model and no checkpoint to resume from; add --overwrite_output_dir" in (
+        capsys.readouterr().err)
+    assert parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path), "--overwrite_output_dir"])
+
+
+def test_help_lists_the_package_flags_first_with_defaults_and_variant_names():
+    done = subprocess.run([sys.executable, "-m", "hf_headattn.training", "--help"], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    groups = [text.index(title) for title in (" model:", " data:", " run:", " Trainer (", " examples:")]
+    assert groups == sorted(groups)
+    assert "variants: csoftmax, csparsemax, dhicm, mma, multihop, running_sum, softmax, sparsemax" in text
+    assert "(default: 8000)" in text and "The batch size per device for training. (default: 64)" in text
+    assert "--max_tokens MAX_TOKENS, --max-tokens MAX_TOKENS" in text
 
 
 def test_local_hf_dataset_with_translation_column(tmp_path):
@@ -46,9 +171,9 @@ def test_local_hf_dataset_with_translation_column(tmp_path):
     with pytest.raises(ValueError, match=r"has languages \['de', 'en'\]; asked for 'fr' -> 'en'"):
         load_hub_translation_dataset(str(tmp_path / "dataset"), None, "fr", "en", "train")
 
-    metrics = train(["--dataset", str(tmp_path / "dataset"), "--output-dir", str(tmp_path / "run"),
-                     "--max-steps", "3", *TINY_MODEL])
-    assert metrics["train_pairs"] == 120 and "valid_bleu" in metrics and "valid_chrf" in metrics
+    metrics = train(["--dataset", str(tmp_path / "dataset"), "--output_dir", str(tmp_path / "run"),
+                     "--max_steps", "3", "--predict_with_generate", "--generation_num_beams", "1", *TINY_MODEL])
+    assert metrics["train_pairs"] == 120 and "eval_bleu" in metrics and "eval_chrf" in metrics
     assert (tmp_path / "run" / "model.safetensors").exists()
 
 
@@ -60,22 +185,25 @@ def test_demo_trains_reloads_through_remote_code_and_translates(tmp_path):
     scores = translate_and_score(tmp_path / "model", tmp_path / "data" / "test.src", tmp_path / "data" / "test.tgt",
                                  num_beams=4)
     assert scores["sentences"] == 100 and scores["bleu"] > 90
+    # model, tokenizer and code once, no checkpoints left behind
+    assert not list((tmp_path / "model").glob("checkpoint-*")) and not (tmp_path / "model" / "tokenizer").exists()
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K}")
 def test_train_on_2000_multi30k_pairs_end_to_end(tmp_path):
     metrics = train([
-        "--train-source", str(MULTI30K / "train.de"), "--train-target", str(MULTI30K / "train.en"),
-        "--valid-source", str(MULTI30K / "val.de"), "--valid-target", str(MULTI30K / "val.en"),
-        "--max-train-pairs", "2000", "--max-valid-pairs", "100", "--output-dir", str(tmp_path),
-        "--vocab-size", "2000", "--d-model", "64", "--layers", "2", "--heads", "4", "--ffn-dim", "128",
-        "--epochs", "2", "--batch-size", "32", "--num-beams", "2", "--warmup-steps", "50",
-        "--cross-attention", '{"type": "running_sum", "layers": [-1]}',
+        "--train_source", str(MULTI30K / "train.de"), "--train_target", str(MULTI30K / "train.en"),
+        "--valid_source", str(MULTI30K / "val.de"), "--valid_target", str(MULTI30K / "val.en"),
+        "--max_train_pairs", "2000", "--max_valid_pairs", "100", "--output_dir", str(tmp_path),
+        "--vocab_size", "2000", "--d_model", "64", "--layers", "2", "--heads", "4", "--ffn_dim", "128",
+        "--num_train_epochs", "2", "--per_device_train_batch_size", "32", "--warmup_steps", "50",
+        "--predict_with_generate", "--generation_num_beams", "2",
+        "--cross_attention", '{"type": "running_sum", "layers": [-1]}',
     ])
-    assert metrics["train_pairs"] == 2000 and metrics["valid_bleu"] >= 0 and metrics["valid_chrf"] > 0
+    assert metrics["train_pairs"] == 2000 and metrics["eval_bleu"] >= 0 and metrics["eval_chrf"] > 0
     results = json.loads((tmp_path / "train_results.json").read_text())
-    assert results["valid_bleu"] == metrics["valid_bleu"]
+    assert results["eval_bleu"] == metrics["eval_bleu"]
     from transformers import pipeline
 
     translator = pipeline("translation", model=str(tmp_path), trust_remote_code=True)
@@ -89,10 +217,8 @@ def test_torchrun_really_runs_two_processes(tmp_path):
     data = write_toy_corpus(tmp_path / "data", n_train=400, n_valid=20, seed=0)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
-        ["torchrun", "--nproc_per_node", "2", str(REPO / "examples" / "train_translation.py"),
-         "--train-source", str(data["train.src"]), "--train-target", str(data["train.tgt"]),
-         "--valid-source", str(data["valid.src"]), "--valid-target", str(data["valid.tgt"]),
-         "--output-dir", str(tmp_path / "run"), "--max-steps", "6", *TINY_MODEL],
+        ["torchrun", "--nproc_per_node", "2", "-m", "hf_headattn.training", *file_flags(data),
+         "--output_dir", str(tmp_path / "run"), "--max_steps", "6", *TINY_MODEL],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]

@@ -1,0 +1,83 @@
+"""Killed and resumed: a training run stopped with SIGKILL after a checkpoint, then started again with the same
+command, ends with the weights and optimizer state of a run that was never interrupted, bit for bit."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import toy_data
+
+
+STEPS = 48  # 4 steps an epoch with sentence batches of 16: the runs cross many epoch boundaries
+
+BATCHING = {
+    "sentence batches": ["--per_device_train_batch_size", "16"],
+    "max_tokens": ["--max_tokens", "160"],
+}
+
+
+def command(data, output_dir, batching: list[str]) -> list[str]:
+    return [
+        sys.executable, "-m", "hf_headattn.training",
+        "--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
+        "--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"]),
+        "--max_train_pairs", "64", "--output_dir", str(output_dir), "--vocab_size", "150", "--d_model", "32",
+        "--layers", "1", "--heads", "4", "--ffn_dim", "64", "--max_length", "24", "--dropout", "0.1",
+        "--cross_attention", "dhicm",  # an auxiliary loss (-0.1 KL of the head importances)
+        "--max_steps", str(STEPS), "--save_steps", "3", "--save_total_limit", "3", "--keep_checkpoints",
+        "--eval_strategy", "no", "--logging_steps", "4", "--warmup_steps", "4", "--seed", "7", *batching,
+    ]
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def run_to_the_end(data, output_dir, batching):
+    done = subprocess.run(command(data, output_dir, batching), env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr
+
+
+def kill_after_checkpoint(data, output_dir, batching, step: int):
+    """Start the run and SIGKILL it once checkpoint-`step` is complete (mid-epoch: 4 steps an epoch)."""
+    process = subprocess.Popen(command(data, output_dir, batching), env=ENV, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    marker = output_dir / f"checkpoint-{step}" / "trainer_state.json"
+    deadline = time.monotonic() + 600
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL, "the run ended before it could be killed"
+    assert not (output_dir / "train_results.json").exists()
+
+
+def assert_same_state(straight, resumed):
+    final = f"checkpoint-{STEPS}"
+    for name in ("model.safetensors", f"{final}/model.safetensors"):
+        expected, got = load_file(straight / name), load_file(resumed / name)
+        assert expected.keys() == got.keys()
+        for key in expected:
+            assert torch.equal(expected[key], got[key]), f"{name}: {key} differs"
+    expected = torch.load(straight / final / "optimizer.pt", weights_only=True)
+    got = torch.load(resumed / final / "optimizer.pt", weights_only=True)
+    assert expected["param_groups"] == got["param_groups"]
+    for index, state in expected["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, got["state"][index][key]), f"optimizer state {index}.{key} differs"
+
+
+@pytest.mark.parametrize("batching", sorted(BATCHING))
+def test_a_killed_run_resumes_to_the_same_weights_and_optimizer_state(batching, tmp_path):
+    data = toy_data(tmp_path / "data")
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_to_the_end(data, straight, BATCHING[batching])
+    kill_after_checkpoint(data, resumed, BATCHING[batching], step=6)
+    log = run_to_the_end(data, resumed, BATCHING[batching])  # the same command again
+    assert f"resuming from {resumed}/checkpoint-" in log
+    assert_same_state(straight, resumed)
