@@ -80,4 +80,5 @@ def test_a_killed_run_resumes_to_the_same_weights_and_optimizer_state(batching, 
     kill_after_checkpoint(data, resumed, BATCHING[batching], step=6)
     log = run_to_the_end(data, resumed, BATCHING[batching])  # the same command again
     assert f"resuming from {resumed}/checkpoint-" in log
+    assert "'real_token_ratio'" in log  # logged with the loss
     assert_same_state(straight, resumed)

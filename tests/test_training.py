@@ -160,6 +160,23 @@ def test_help_lists_the_package_flags_first_with_defaults_and_variant_names():
     assert "--max_tokens MAX_TOKENS, --max-tokens MAX_TOKENS" in text
 
 
+@pytest.mark.parametrize("eval_steps", [3, 500])
+def test_validation_is_evaluated_once_at_the_end(eval_steps, toy_files, tmp_path, monkeypatch):
+    """The final metrics reuse an evaluation training ran at its last step (eval_steps 3 of 3) instead of
+    evaluating again, and evaluate once where training did not (eval_steps 500)."""
+    calls = []
+    evaluate = training.HeadAttnSeq2SeqTrainer.evaluate
+
+    def counted(self, *args, **kwargs):
+        calls.append(self.state.global_step)
+        return evaluate(self, *args, **kwargs)
+
+    monkeypatch.setattr(training.HeadAttnSeq2SeqTrainer, "evaluate", counted)
+    metrics = train([*file_flags(toy_files), "--output_dir", str(tmp_path), "--max_steps", "3",
+                     "--eval_steps", str(eval_steps), *TINY_MODEL])
+    assert calls == [3] and metrics["eval_loss"] > 0
+
+
 def test_local_hf_dataset_with_translation_column(tmp_path):
     pairs = make_toy_corpus(120, seed=3)
     rows = [{"de": source, "en": target} for source, target in pairs]
