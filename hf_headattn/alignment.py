@@ -27,10 +27,11 @@ transformers.
 from __future__ import annotations
 
 import inspect
+import io
 import os
 import tempfile
 import warnings
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import torch
 from torch.nn import functional as F
@@ -42,6 +43,7 @@ from .runtime.fertility import FertilityPredictor
 __all__ = [
     "SYMMETRIZATIONS",
     "align_corpus",
+    "alignment_priors",
     "corpus_token_fertilities",
     "fertilities_from_alignments",
     "grow_diag_final_and",
@@ -163,13 +165,14 @@ def _check_links(links: Sequence[tuple[int, int]], source_length: int, target_le
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _eflomal_lines(sentences: Sequence[Sequence[Hashable]], side: str) -> list[str]:
+def _eflomal_lines(sentences: Sequence[Sequence[Hashable]], side: str, index: dict | None = None) -> list[str]:
     """One line per sentence, every token replaced by a number that is unique to its type on this side.
 
     eflomal splits lines on whitespace and lowercases words; numbering the types first makes any hashable token
-    (subword strings with spaces or capitals, token ids) safe and keeps distinct tokens distinct.
+    (subword strings with spaces or capitals, token ids) safe and keeps distinct tokens distinct. `index` (token ->
+    number, extended in place) carries one numbering over several runs, as priors from an earlier run need.
     """
-    index: dict[Hashable, int] = {}
+    index = {} if index is None else index
     lines = []
     for k, sentence in enumerate(sentences):
         if isinstance(sentence, (str, bytes)):
@@ -200,6 +203,7 @@ def align_corpus(
     seed: int | None = None,
     symmetrization: str = "grow-diag-final-and",
     quiet: bool = True,
+    priors: Mapping | None = None,
     **aligner_options,
 ) -> list[Links]:
     """Word-align a tokenized parallel corpus with eflomal and symmetrize the two directions.
@@ -216,6 +220,8 @@ def align_corpus(
             one; otherwise a non-None seed only triggers a warning that the run is not reproducible.
         symmetrization: ``"grow-diag-final-and"`` (default), ``"intersection"`` or ``"union"``.
         quiet: Silence eflomal's progress messages.
+        priors: What :func:`alignment_priors` learned from another corpus: eflomal then aligns this one as if
+            trained on that corpus too (its ``--priors``), at the cost of aligning this corpus alone.
         **aligner_options: Passed to ``eflomal.Aligner``, e.g. ``model`` (1 = IBM1, 2 = HMM, 3 = HMM + fertility,
             the default), ``n_samplers``, ``rel_iterations``, ``n_iterations``, ``null_prior``. The prefix/suffix
             stemming options are rejected: tokens reach eflomal as numbers.
@@ -241,8 +247,9 @@ def align_corpus(
     if len(source_tokens) == 0:
         return []
 
-    source_lines = _eflomal_lines(source_tokens, "source")
-    target_lines = _eflomal_lines(target_tokens, "target")
+    numbers = ({}, {}) if priors is None else (dict(priors["source_numbers"]), dict(priors["target_numbers"]))
+    source_lines = _eflomal_lines(source_tokens, "source", numbers[0])
+    target_lines = _eflomal_lines(target_tokens, "target", numbers[1])
     too_long = sum(
         1
         for source, target in zip(source_tokens, target_tokens)
@@ -256,6 +263,8 @@ def align_corpus(
         )
 
     align_kwargs = {"quiet": quiet}
+    if priors is not None:
+        align_kwargs["priors_input"] = io.StringIO(priors["priors"])
     if seed is not None:
         if "seed" in inspect.signature(eflomal.Aligner.align).parameters:
             align_kwargs["seed"] = seed
@@ -266,20 +275,58 @@ def align_corpus(
                 stacklevel=2,
             )
 
-    aligner = eflomal.Aligner(**aligner_options)
+    forward, reverse = _run_eflomal(eflomal.Aligner(**aligner_options), source_lines, target_lines, align_kwargs)
+    return [
+        symmetrize(fwd, rev, len(source), len(target), method=symmetrization)
+        for fwd, rev, source, target in zip(forward, reverse, source_tokens, target_tokens)
+    ]
+
+
+def _run_eflomal(aligner, source_lines: list[str], target_lines: list[str], align_kwargs: dict):
+    """One eflomal run: (forward links, reverse links) per sentence pair."""
     with tempfile.TemporaryDirectory(prefix="hf_headattn_align_") as directory:
         forward_path = os.path.join(directory, "forward.links")
         reverse_path = os.path.join(directory, "reverse.links")
         aligner.align(
             source_lines, target_lines, links_filename_fwd=forward_path, links_filename_rev=reverse_path, **align_kwargs
         )
-        forward = _read_links(forward_path, len(source_lines), "forward")
-        reverse = _read_links(reverse_path, len(source_lines), "reverse")
+        return _read_links(forward_path, len(source_lines), "forward"), _read_links(reverse_path, len(source_lines),
+                                                                                      "reverse")
 
-    return [
-        symmetrize(fwd, rev, len(source), len(target), method=symmetrization)
-        for fwd, rev, source, target in zip(forward, reverse, source_tokens, target_tokens)
-    ]
+
+def _pharaoh_lines(alignments: list[Links]) -> list[str]:
+    return [" ".join(f"{i}-{j}" for i, j in links) for links in alignments]
+
+
+def alignment_priors(source_tokens: list[list[str]], target_tokens: list[list[str]], *, quiet: bool = True,
+                     **aligner_options) -> dict:
+    """Align a corpus with eflomal once and keep what it learned, for :func:`align_corpus` (``priors=``) to align
+    other pairs as if trained on this corpus too: eflomal's priors (lexical translation, HMM jump and fertility
+    counts of this run's alignments, as ``eflomal-makepriors`` computes them) over the numbered tokens, and the
+    numbering itself. JSON-serialisable (token strings only), so that it can be cached.
+
+    Returns:
+        ``{"pairs": number of sentence pairs, "source_numbers": {token: number}, "target_numbers": {...},
+        "priors": the priors file's text}``.
+    """
+    try:
+        import eflomal
+    except ImportError as error:
+        raise ImportError("alignment_priors needs the eflomal word aligner: `pip install eflomal`") from error
+
+    if len(source_tokens) != len(target_tokens):
+        raise ValueError(
+            f"The corpus sides differ in length: {len(source_tokens)} source and {len(target_tokens)} target sentences"
+        )
+    source_numbers, target_numbers = {}, {}
+    source_lines = _eflomal_lines(source_tokens, "source", source_numbers)
+    target_lines = _eflomal_lines(target_tokens, "target", target_numbers)
+    forward, reverse = _run_eflomal(eflomal.Aligner(**aligner_options), source_lines, target_lines, {"quiet": quiet})
+    counts = eflomal.calculate_priors(source_lines, target_lines, _pharaoh_lines(forward), _pharaoh_lines(reverse))
+    text = io.StringIO()
+    eflomal.write_priors(text, *counts)
+    return {"pairs": len(source_lines), "source_numbers": source_numbers, "target_numbers": target_numbers,
+            "priors": text.getvalue()}
 
 
 # ---------------------------------------------------------------------------------------------------------------

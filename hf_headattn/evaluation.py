@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .metrics import DEFAULT_LENGTH_BUCKETS, all_metrics
+from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, all_metrics
 from .training import read_parallel_files, translate_sentences
 
 
@@ -105,6 +105,8 @@ def evaluate_model(
     buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
     tokenize: str = "13a",
     test_name: str | None = None,
+    drop_runs: int = DROP_ALIGNMENT_RUNS,
+    drop_cache_dir: str | Path | None = None,
 ) -> dict:
     """Translate a test set with a saved model folder and score it; write the hypotheses and the metrics JSON.
 
@@ -115,7 +117,12 @@ def evaluate_model(
         num_beams, batch_size: Beam size and sentences per ``generate`` call.
         device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         train_source, train_target: The aligner's training corpus (both or neither). DROP is computed only with
-            it (eflomal on these pairs plus the test pairs; see :func:`hf_headattn.metrics.align_for_drop`).
+            it: eflomal trained on these pairs (once per corpus, then read from the cache), `drop_runs` alignments
+            of the test pairs pooled, their spread in the JSON (``metric_settings.drop_alignment``); see
+            :func:`hf_headattn.metrics.drop_alignment_runs`. The same test set, hypotheses and corpus give the same
+            DROP on every call (the alignments are cached too).
+        drop_runs, drop_cache_dir: eflomal runs pooled into DROP, and the cache folder (default
+            :func:`hf_headattn.metrics.default_cache_dir`).
         output_dir: Where ``<test>.<decoding>.hyp<reference suffix>`` and ``<test>.<decoding>.metrics.json`` are
             written (created); ``<decoding>`` is :func:`decoding_name` (``greedy``, ``beam4``, ``beam4-maxlen64``),
             so greedy and beam runs of one test set can share a folder.
@@ -142,6 +149,7 @@ def evaluate_model(
     _check_model_dir(model_dir)
     _check_positive_int("num_beams", num_beams)
     _check_positive_int("batch_size", batch_size)
+    _check_positive_int("drop_runs", drop_runs)
     if max_length is not None:
         _check_positive_int("max_length", max_length)
     if tokenize not in TOKENIZE_CHOICES:
@@ -177,6 +185,7 @@ def evaluate_model(
         train_targets=list(train["target"]) if train is not None else None,
         buckets=buckets,
         tokenize=tokenize,
+        **({"runs": drop_runs, "cache_dir": drop_cache_dir} if train is not None else {}),
     )
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -215,6 +224,7 @@ def evaluate_model(
             **_sacrebleu_signatures(),
             "rep_drop_tokenize": tokenize,
             "drop_aligner_training_pairs": len(train) if train is not None else None,
+            "drop_alignment": metrics.get("drop_alignment"),
             "length_buckets": list(buckets),
         },
         "examples": [
@@ -246,6 +256,11 @@ def main(argv=None) -> dict:
                         metavar="N", help="source-length bucket boundaries of BLEU by length (default: %(default)s)")
     parser.add_argument("--tokenize", default="13a", choices=TOKENIZE_CHOICES, help="word tokenisation of REP/DROP")
     parser.add_argument("--test-name", default=None, help="default: the source file name without its suffix")
+    parser.add_argument("--drop-runs", type=int, default=DROP_ALIGNMENT_RUNS,
+                        help="eflomal alignment runs pooled into DROP; their spread goes into the JSON")
+    parser.add_argument("--drop-cache-dir", default=None,
+                        help="cache of DROP's trained aligner and alignments (default: $HF_HEADATTN_CACHE/drop or "
+                             "~/.cache/hf_headattn/drop)")
     args = parser.parse_args(argv)
     if (args.train_source is None) != (args.train_target is None):
         parser.error("--train-source and --train-target go together")
@@ -255,9 +270,14 @@ def main(argv=None) -> dict:
         num_beams=args.num_beams, batch_size=args.batch_size, device=args.device,
         train_source=args.train_source, train_target=args.train_target, output_dir=args.output_dir,
         max_length=args.max_length, buckets=args.length_buckets, tokenize=args.tokenize, test_name=args.test_name,
+        drop_runs=args.drop_runs, drop_cache_dir=args.drop_cache_dir,
     )
     scores = ", ".join(f"{name.upper()} {results[name]:.2f}" for name in ("bleu", "chrf", "ter", "rep", "drop")
                        if results[name] is not None)
+    drop_alignment = results["metric_settings"]["drop_alignment"]
+    if drop_alignment:
+        scores += (f" (DROP pooled over {drop_alignment['runs']} eflomal alignments, std {drop_alignment['drop_std']:.2f}; "
+                   f"aligner {drop_alignment['aligner']}, alignments {drop_alignment['alignments']})")
     print(f"{results['test_set']['name']} ({results['test_set']['sentences']} sentences): {scores}")
     print(f"hypotheses: {results['files']['hypotheses']}\nmetrics:    {results['files']['metrics']}")
     return results

@@ -7,6 +7,8 @@ All functions take plain lists of strings, one per sentence, and a single refere
 * :func:`rep_score`: the REP-score of Malaviya et al. (2018, Sec. 5), counting repeated n-grams of the output.
 * :func:`drop_score`: the DROP-score of the same paper, the percentage of source words that are aligned to the
   reference but not to the output; the alignments come from eflomal (:func:`hf_headattn.alignment.align_corpus`).
+  eflomal samples (it cannot be seeded), so DROP pools several alignment runs and reports their spread, and the
+  aligner's training and the alignments are cached: the same inputs give the same score (:func:`align_for_drop`).
 * :func:`bleu_by_length`: corpus BLEU per source-length bucket (Cui et al., 2019, Mixed Multi-Head
   Self-Attention, Fig. 2; Iida et al., 2019, A Multi-Hop Attention for RNN based NMT, Table 3).
 * :func:`all_metrics`: all of the above in one dict.
@@ -32,6 +34,10 @@ This module is tooling: it is not copied into saved checkpoints.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import statistics
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +50,10 @@ __all__ = [
     "DEFAULT_LENGTH_BUCKETS",
     "METRIC_MODULES",
     "METRIC_MODULES_DIR",
+    "DROP_ALIGNMENT_RUNS",
     "align_for_drop",
+    "default_cache_dir",
+    "drop_alignment_runs",
     "all_metrics",
     "bleu_by_length",
     "corpus_scores",
@@ -60,6 +69,11 @@ __all__ = [
 ]
 
 DEFAULT_LENGTH_BUCKETS = (10, 20, 30, 40, 50)
+
+# eflomal draws its random state from /dev/urandom, and one run's DROP can move by a few points on a test set of
+# 1,000 sentences (33.54 vs 33.87 and 29.21 vs 26.08 on two calls): DROP pools this many runs and reports the spread.
+DROP_ALIGNMENT_RUNS = 5
+_DROP_CACHE_VERSION = 1  # bump when what is cached, or how, changes
 
 METRIC_MODULES_DIR = Path(__file__).resolve().with_name("evaluate_modules")
 METRIC_MODULES = ("rep", "drop", "bleu_by_length")
@@ -295,7 +309,37 @@ def drop_counts(
     return dropped, aligned
 
 
-def align_for_drop(
+def default_cache_dir() -> Path:
+    """Where DROP keeps its trained aligners and alignments: ``$HF_HEADATTN_CACHE/drop``, by default
+    ``~/.cache/hf_headattn/drop``. Entries are named by a hash of everything they depend on, so a stale entry is
+    never read; delete the folder to reclaim the space."""
+    root = os.environ.get("HF_HEADATTN_CACHE") or Path.home() / ".cache" / "hf_headattn"
+    return Path(root) / "drop"
+
+
+def _digest(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+
+
+def _cached(path: Path | None, compute):
+    """(the JSON value stored at `path`, True), or (compute(), False) after storing it there (atomically, so that a
+    concurrent or interrupted run never leaves half a file); no cache if `path` is None."""
+    if path is not None and path.is_file():
+        return json.loads(path.read_text(encoding="utf-8")), True
+    value = compute()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
+        os.replace(temporary, path)
+    return value, False
+
+
+# Options of align_corpus itself; the others are eflomal's (they shape the aligner trained on the corpus too).
+_ALIGN_CORPUS_OPTIONS = ("seed", "symmetrization", "quiet")
+
+
+def drop_alignment_runs(
     sources: Sequence[str],
     hypotheses: Sequence[str],
     references: Sequence[str],
@@ -303,35 +347,52 @@ def align_for_drop(
     train_sources: Sequence[str] | None = None,
     train_targets: Sequence[str] | None = None,
     tokenize: str | Tokenizer = "whitespace",
+    runs: int = DROP_ALIGNMENT_RUNS,
+    cache: bool = True,
+    cache_dir: str | Path | None = None,
     **align_options,
-) -> tuple[list[Links], list[Links]]:
-    """Word-align the test sources to their references and to the hypotheses with eflomal.
+) -> tuple[list[tuple[list[Links], list[Links]]], dict]:
+    """`runs` independent eflomal alignments of the test sources to their references and to the hypotheses.
 
-    The aligner is run once, on the concatenation::
+    The aligner is trained once on the training corpus (:func:`hf_headattn.alignment.alignment_priors`: eflomal
+    on the corpus, keeping its learned counts as priors), then each run aligns the test pairs::
 
-        (train_sources, train_targets)  +  (sources, references)  +  (sources, hypotheses)
+        (sources, references)  +  (sources, hypotheses)
 
-    and the links of the last two portions are read out: the unsupervised aligner thus learns its translation
-    tables from the training corpus and the test pairs together. The authors trained fast_align on the training
-    corpus and force-aligned the test pairs with the trained parameters (``force_align.py``, grow-diag-final-and);
-    eflomal has no such forced mode, so aligning the concatenation is the eflomal equivalent. Both directions are
-    symmetrized with grow-diag-final-and, like ``force_align.py`` (``symmetrization=`` changes it). Without a
-    training corpus only the test pairs are aligned, with a warning: a few hundred sentences give poor alignments.
+    with those priors, i.e. as if trained on the corpus too, and the links of the two portions are read out. The
+    authors trained fast_align on the training corpus and force-aligned the test pairs with the trained parameters
+    (``force_align.py``); eflomal's priors are its way of aligning new pairs with what a corpus taught it. Both
+    directions are symmetrized with grow-diag-final-and, like ``force_align.py`` (``symmetrization=`` changes it).
+    Without a training corpus only the test pairs are aligned, with a warning: a few hundred sentences give poor
+    alignments.
+
+    eflomal's Gibbs sampler cannot be seeded, so runs differ: :func:`drop_details` pools them and reports their
+    spread. Both steps are cached under `cache_dir` (default :func:`default_cache_dir`) in JSON files named by a
+    hash of their inputs (the tokenized corpus, the test pairs, `runs`, the options): the aligner of a training
+    corpus is trained once and reused for every later call on that corpus (the minutes a large corpus takes), and a
+    call with the same inputs reads the same alignments back, so it gives the same score.
 
     Args:
         sources, hypotheses, references: The test set, one string per sentence.
         train_sources, train_targets: The training corpus of the aligner (both or neither).
         tokenize: Word tokenisation of every side (module docstring).
-        **align_options: Passed to :func:`hf_headattn.alignment.align_corpus` (``seed``, ``symmetrization``,
-            eflomal options such as ``model`` or ``n_iterations``).
+        runs: Independent alignment runs.
+        cache: Read and write the cache (False: align afresh, store nothing).
+        cache_dir: The cache folder.
+        **align_options: ``seed``, ``symmetrization``, ``quiet`` for :func:`hf_headattn.alignment.align_corpus`;
+            the rest are eflomal options (``model``, ``n_iterations``, ...), used for training and aligning.
 
     Returns:
-        ``(reference_alignments, hypothesis_alignments)``, per test sentence the ``(source word, target word)``
-        links.
+        ``(per run (reference_alignments, hypothesis_alignments), how)``: the alignments per test sentence as
+        ``(source word, target word)`` links, and ``how`` = ``{"runs", "aligner" ("trained", "cached" or None
+        without a training corpus), "aligner_training_pairs", "alignments" ("aligned" or "cached"),
+        "cache_dir"}``.
     """
     sources, hypotheses, references = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
     if (train_sources is None) != (train_targets is None):
         raise ValueError("Pass both train_sources and train_targets (the aligner's training corpus), or neither")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"`runs` (eflomal alignment runs) must be a positive integer, got {runs!r}")
     if train_sources is None:
         warnings.warn(
             "No training corpus for the DROP aligner: eflomal is trained on the test pairs alone, which gives "
@@ -346,15 +407,64 @@ def align_for_drop(
             f"Mismatched training corpus: {len(train_sources)} train_sources and {len(train_targets)} train_targets"
         )
 
-    from .alignment import align_corpus
+    from .alignment import align_corpus, alignment_priors
 
     split = _get_tokenizer(tokenize)
-    source_words = [split(s) for s in sources]
-    corpus_sources = [split(s) for s in train_sources] + source_words + source_words
-    corpus_targets = [split(t) for t in train_targets] + [split(r) for r in references] + [split(h) for h in hypotheses]
-    links = align_corpus(corpus_sources, corpus_targets, **align_options)
-    start, n = len(train_sources), len(sources)
-    return links[start : start + n], links[start + n : start + 2 * n]
+    source_words, reference_words = [split(s) for s in sources], [split(r) for r in references]
+    hypothesis_words = [split(h) for h in hypotheses]
+    directory = None if not cache else Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    eflomal_options = {k: v for k, v in align_options.items() if k not in _ALIGN_CORPUS_OPTIONS}
+
+    priors = aligner_key = aligner = None
+    if train_sources:
+        train_source_words, train_target_words = [split(s) for s in train_sources], [split(t) for t in train_targets]
+        aligner_key = _digest("aligner", _DROP_CACHE_VERSION, train_source_words, train_target_words, eflomal_options)
+        priors, was_cached = _cached(
+            directory / f"aligner-{aligner_key}.json" if directory else None,
+            lambda: alignment_priors(train_source_words, train_target_words, quiet=align_options.get("quiet", True),
+                                     **eflomal_options),
+        )
+        aligner = "cached" if was_cached else "trained"
+
+    def align() -> list:
+        n = len(sources)
+        alignments = []
+        for _ in range(runs):
+            links = align_corpus(source_words + source_words, reference_words + hypothesis_words, priors=priors,
+                                 **align_options)
+            alignments.append([links[:n], links[n:]])
+        return alignments
+
+    key = _digest("alignments", _DROP_CACHE_VERSION, aligner_key, source_words, reference_words, hypothesis_words,
+                  runs, align_options)
+    alignments, was_cached = _cached(directory / f"alignments-{key}.json" if directory else None, align)
+    as_links = [([[tuple(link) for link in sentence] for sentence in side] for side in run) for run in alignments]
+    how = {"runs": runs, "aligner": aligner, "aligner_training_pairs": len(train_sources),
+           "alignments": "cached" if was_cached else "aligned", "cache_dir": str(directory) if directory else None}
+    return [tuple(run) for run in as_links], how
+
+
+def align_for_drop(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    *,
+    train_sources: Sequence[str] | None = None,
+    train_targets: Sequence[str] | None = None,
+    tokenize: str | Tokenizer = "whitespace",
+    **options,
+) -> tuple[list[Links], list[Links]]:
+    """One eflomal alignment of the test sources to their references and to the hypotheses:
+    :func:`drop_alignment_runs` with ``runs=1`` (same arguments; ``cache``, ``cache_dir`` and aligner options go
+    through ``options``).
+
+    Returns:
+        ``(reference_alignments, hypothesis_alignments)``, per test sentence the ``(source word, target word)``
+        links.
+    """
+    runs, _ = drop_alignment_runs(sources, hypotheses, references, train_sources=train_sources,
+                                  train_targets=train_targets, tokenize=tokenize, **{"runs": 1, **options})
+    return runs[0]
 
 
 def drop_score(
@@ -385,13 +495,15 @@ def drop_score(
     Args:
         sources, hypotheses, references: The test set, one string per sentence.
         train_sources, train_targets: The aligner's training corpus; the alignments are computed with
-            :func:`align_for_drop` (eflomal on training corpus + test pairs; see there).
+            :func:`drop_alignment_runs` (eflomal trained on the corpus, then several runs over the test pairs,
+            cached; see there), and the score pools the runs (:func:`drop_details`).
         alignments: Precomputed alignments instead: ``(reference_alignments, hypothesis_alignments)`` or a mapping
             with those two keys, each a list with, per sentence, a list of ``(source word index, target word
             index)`` links or a Pharaoh string ``"0-0 1-2"`` (indices into the ``tokenize`` words). Links out of
             range raise ValueError.
         tokenize: Word tokenisation (module docstring).
-        **align_options: Passed to :func:`hf_headattn.alignment.align_corpus` when aligning.
+        **align_options: Passed to :func:`drop_alignment_runs` when aligning (``runs``, ``cache``, ``cache_dir``,
+            ``symmetrization``, eflomal options).
 
     Raises:
         ValueError: for mismatched or empty lists, malformed or out-of-range alignments, or both
@@ -420,17 +532,24 @@ def drop_details(
     tokenize: str | Tokenizer = "whitespace",
     **align_options,
 ) -> dict:
-    """:func:`drop_score` (same arguments) with its counts and alignments.
+    """:func:`drop_score` (same arguments) with its counts, alignments and, when it aligned, the spread of the runs.
+
+    With the aligner, DROP pools the :func:`drop_alignment_runs` (``runs``, default :data:`DROP_ALIGNMENT_RUNS`):
+    ``100 * sum over runs of dropped / sum over runs of reference-aligned``, the average over the runs' alignments
+    (each run's reference-aligned count is close to the others').
 
     Returns:
         ``{"drop": DROP, "dropped_words": sum_k |R_k - H_k|, "reference_aligned_words": sum_k |R_k|,
-        "reference_alignments": [...], "hypothesis_alignments": [...]}``, the alignments as lists of
-        ``(source word, target word)`` links per sentence.
+        "reference_alignments": [...], "hypothesis_alignments": [...], "drop_runs": [DROP of each run],
+        "drop_std": their sample standard deviation (0.0 for one run), "alignment": how they were obtained (see
+        :func:`drop_alignment_runs`; None for precomputed alignments)}``: the counts are means over the runs, the
+        alignments those of the first run, as lists of ``(source word, target word)`` links per sentence.
     """
     sources, hypotheses, references = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
     split = _get_tokenizer(tokenize)
+    how = None
     if alignments is None:
-        reference_alignments, hypothesis_alignments = align_for_drop(
+        runs, how = drop_alignment_runs(
             sources,
             hypotheses,
             references,
@@ -460,24 +579,36 @@ def drop_details(
                 raise TypeError(f"{what} must be a list with one entry per sentence")
             if len(value) != len(sources):
                 raise ValueError(f"{what} has {len(value)} entries for {len(sources)} sentences")
+        runs = [(reference_alignments, hypothesis_alignments)]
     source_lengths = [len(split(s)) for s in sources]
-    reference_links = _check_alignments(
-        reference_alignments, "reference_alignments", source_lengths, [len(split(r)) for r in references]
-    )
-    hypothesis_links = _check_alignments(
-        hypothesis_alignments, "hypothesis_alignments", source_lengths, [len(split(h)) for h in hypotheses]
-    )
-    dropped, aligned = drop_counts(reference_links, hypothesis_links)
+    reference_lengths, hypothesis_lengths = [len(split(r)) for r in references], [len(split(h)) for h in hypotheses]
+    checked, counts = [], []
+    for reference_alignments, hypothesis_alignments in runs:
+        reference_links = _check_alignments(reference_alignments, "reference_alignments", source_lengths,
+                                            reference_lengths)
+        hypothesis_links = _check_alignments(hypothesis_alignments, "hypothesis_alignments", source_lengths,
+                                             hypothesis_lengths)
+        checked.append((reference_links, hypothesis_links))
+        counts.append(drop_counts(reference_links, hypothesis_links))
+    dropped, aligned = sum(d for d, _ in counts), sum(a for _, a in counts)
     if aligned == 0:
         warnings.warn(
             "No source word is aligned to its reference: DROP is 0.0 (nothing could be dropped)", stacklevel=3
         )
+    per_run = [100.0 * d / a if a else 0.0 for d, a in counts]
+    if len(runs) == 1:  # the counts stay integers
+        dropped_words, aligned_words = dropped, aligned
+    else:
+        dropped_words, aligned_words = dropped / len(runs), aligned / len(runs)
     return {
         "drop": 100.0 * dropped / aligned if aligned else 0.0,
-        "dropped_words": dropped,
-        "reference_aligned_words": aligned,
-        "reference_alignments": reference_links,
-        "hypothesis_alignments": hypothesis_links,
+        "dropped_words": dropped_words,
+        "reference_aligned_words": aligned_words,
+        "reference_alignments": checked[0][0],
+        "hypothesis_alignments": checked[0][1],
+        "drop_runs": per_run,
+        "drop_std": statistics.stdev(per_run) if len(per_run) > 1 else 0.0,
+        "alignment": how,
     }
 
 
@@ -580,7 +711,10 @@ def all_metrics(
     """All metrics in one dict: ``bleu``, ``chrf``, ``ter``, ``rep``, ``drop`` and ``bleu_by_length``.
 
     ``drop`` is only computed, and only present, when the aligner's training corpus (``train_sources`` and
-    ``train_targets``) or precomputed ``alignments`` are given (see :func:`drop_score`). ``rep`` is None when the
+    ``train_targets``) or precomputed ``alignments`` are given (see :func:`drop_score`); then ``drop_alignment``
+    says how it was aligned: ``drop_runs`` (DROP of each alignment run), ``drop_std`` and what
+    :func:`drop_alignment_runs` reports (``runs``, aligner trained or read from the cache, ...; only the first two
+    for precomputed alignments). ``rep`` is None when the
     references contain no word. ``tokenize`` applies to REP and DROP; ``buckets`` to :func:`bleu_by_length`.
     """
     sources, hypotheses, references = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
@@ -588,7 +722,7 @@ def all_metrics(
     split = _get_tokenizer(tokenize)
     result["rep"] = rep_score(hypotheses, references, tokenize=split) if any(split(r) for r in references) else None
     if alignments is not None or train_sources is not None or train_targets is not None:
-        result["drop"] = drop_score(
+        details = drop_details(
             sources,
             hypotheses,
             references,
@@ -598,6 +732,9 @@ def all_metrics(
             tokenize=split,
             **align_options,
         )
+        result["drop"] = details["drop"]
+        result["drop_alignment"] = {"drop_runs": details["drop_runs"], "drop_std": details["drop_std"],
+                                    **(details["alignment"] or {})}
     result["bleu_by_length"] = bleu_by_length(sources, hypotheses, references, buckets=buckets)
     return result
 

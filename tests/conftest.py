@@ -1,10 +1,13 @@
 import os
+import tempfile
 
 import pytest
 import torch
 
 # Tests must never reach the Hugging Face Hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Nor write DROP's aligner cache into the home folder: one fresh cache per test session.
+os.environ.setdefault("HF_HEADATTN_CACHE", tempfile.mkdtemp(prefix="hf_headattn_test_cache_"))
 
 
 @pytest.fixture(scope="session", autouse=True)

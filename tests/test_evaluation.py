@@ -68,11 +68,24 @@ def test_evaluation_writes_hypotheses_and_all_metrics(family, models, data, tmp_
 def test_drop_is_measured_with_the_aligners_training_corpus(models, data, tmp_path):
     results = evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], num_beams=1, batch_size=16,
                              device="auto", train_source=data["train.src"], train_target=data["train.tgt"],
-                             output_dir=tmp_path, test_name="toy-test")
+                             output_dir=tmp_path, test_name="toy-test", drop_runs=2,
+                             drop_cache_dir=tmp_path / "cache")
     assert isinstance(results["drop"], float) and 0.0 <= results["drop"] <= 100.0
     assert results["metric_settings"]["drop_aligner_training_pairs"] == N_TRAIN
     assert results["test_set"]["name"] == "toy-test" and (tmp_path / "toy-test.greedy.metrics.json").is_file()
     assert list(results["bleu_by_length"]) == ["<10", "10-19", "20-29", "30-39", "40-49", ">=50"]
+    how = results["metric_settings"]["drop_alignment"]
+    assert how["runs"] == 2 and len(how["drop_runs"]) == 2 and how["drop_std"] >= 0.0
+    assert (how["aligner"], how["alignments"], how["cache_dir"]) == ("trained", "aligned", str(tmp_path / "cache"))
+
+    # The same call again: the same DROP, from the cached aligner and alignments (no eflomal run).
+    again = evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], num_beams=1, batch_size=16,
+                           device="auto", train_source=data["train.src"], train_target=data["train.tgt"],
+                           output_dir=tmp_path, test_name="toy-test", drop_runs=2, drop_cache_dir=tmp_path / "cache")
+    assert again["drop"] == results["drop"]
+    again_how = again["metric_settings"]["drop_alignment"]
+    assert again_how["drop_runs"] == how["drop_runs"] and (again_how["aligner"], again_how["alignments"]) == (
+        "cached", "cached")
 
 
 def test_example_script_runs_the_command(models, data, tmp_path, monkeypatch, capsys):

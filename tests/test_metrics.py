@@ -340,7 +340,7 @@ def test_evaluate_drop_module(modules):
         references=REFERENCES,
         alignments=(REFERENCE_ALIGNMENTS, HYPOTHESIS_ALIGNMENTS),
     )
-    assert result == {"drop": pytest.approx(50.0), "dropped_words": 2, "reference_aligned_words": 4}
+    assert result == {"drop": pytest.approx(50.0), "dropped_words": 2, "reference_aligned_words": 4, "drop_std": 0.0}
 
 
 def test_evaluate_bleu_by_length_module(modules):
@@ -353,3 +353,90 @@ def test_evaluate_bleu_by_length_module(modules):
     }
     default = metric.compute(sources=sources, predictions=HYPS, references=REFS)["bleu_by_length"]
     assert default == bleu_by_length(sources, HYPS, REFS)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DROP is repeatable: pooled alignment runs, the trained aligner and the alignments cached (issue 17, item 6)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def eflomal_runs(monkeypatch):
+    """Counts the eflomal runs (training the aligner on the corpus, or aligning test pairs)."""
+    from hf_headattn import alignment
+
+    calls = []
+    run = alignment._run_eflomal
+
+    def counted(aligner, source_lines, target_lines, align_kwargs):
+        calls.append("test pairs" if "priors_input" in align_kwargs else "corpus")
+        return run(aligner, source_lines, target_lines, align_kwargs)
+
+    monkeypatch.setattr(alignment, "_run_eflomal", counted)
+    return calls
+
+
+def _drop_case():
+    from hf_headattn.toy_corpus import make_toy_corpus
+
+    pairs = make_toy_corpus(330, seed=5)
+    train, test = pairs[:300], pairs[300:]
+    references = [t for _, t in test]
+    dropped = [" ".join(w for i, w in enumerate(t.split()) if i != 1) for t in references]
+    return dict(train_sources=[s for s, _ in train], train_targets=[t for _, t in train]), [s for s, _ in test], \
+        references, dropped
+
+
+def test_drop_twice_gives_the_same_number_and_reuses_the_aligner(eflomal_runs, tmp_path):
+    corpus, sources, references, hypotheses = _drop_case()
+    first = drop_details(sources, hypotheses, references, **corpus, runs=3, cache_dir=tmp_path)
+    assert eflomal_runs == ["corpus"] + ["test pairs"] * 3  # trained once, three alignment runs
+    assert first["alignment"] == {"runs": 3, "aligner": "trained", "aligner_training_pairs": 300,
+                                  "alignments": "aligned", "cache_dir": str(tmp_path)}
+    assert len(first["drop_runs"]) == 3 and first["drop_std"] >= 0.0
+    assert min(first["drop_runs"]) <= first["drop"] <= max(first["drop_runs"])
+    assert 3.0 < first["drop"] < 40.0
+
+    second = drop_details(sources, hypotheses, references, **corpus, runs=3, cache_dir=tmp_path)
+    assert second["drop"] == first["drop"] and second["drop_runs"] == first["drop_runs"]
+    assert eflomal_runs == ["corpus"] + ["test pairs"] * 3  # nothing ran again
+    assert second["alignment"]["aligner"] == "cached" and second["alignment"]["alignments"] == "cached"
+
+    # Another system's hypotheses: the aligner trained on the corpus is reused, only the test pairs are aligned.
+    other = drop_details(sources, references, references, **corpus, runs=3, cache_dir=tmp_path)
+    assert eflomal_runs == ["corpus"] + ["test pairs"] * 6
+    assert other["alignment"]["aligner"] == "cached" and other["alignment"]["alignments"] == "aligned"
+    assert other["drop"] < first["drop"]
+    # drop_score and all_metrics read the same cache
+    assert drop_score(sources, hypotheses, references, **corpus, runs=3, cache_dir=tmp_path) == first["drop"]
+    everything = all_metrics(sources, hypotheses, references, **corpus, runs=3, cache_dir=tmp_path)
+    assert everything["drop"] == first["drop"] and everything["drop_alignment"]["drop_runs"] == first["drop_runs"]
+    assert eflomal_runs == ["corpus"] + ["test pairs"] * 6
+
+
+def test_drop_cache_is_keyed_by_content(eflomal_runs, tmp_path):
+    corpus, sources, references, hypotheses = _drop_case()
+    drop_details(sources, hypotheses, references, **corpus, runs=1, cache_dir=tmp_path)
+    changed = dict(corpus, train_targets=[*corpus["train_targets"][:-1], "a different last sentence ."])
+    details = drop_details(sources, hypotheses, references, **changed, runs=1, cache_dir=tmp_path)
+    assert details["alignment"]["aligner"] == "trained"  # another corpus: another aligner
+    assert eflomal_runs == ["corpus", "test pairs"] * 2
+    # Other options or another number of runs: aligned afresh (the eflomal options retrain the aligner too).
+    drop_details(sources, hypotheses, references, **corpus, runs=2, cache_dir=tmp_path)
+    assert eflomal_runs[4:] == ["test pairs"] * 2
+    drop_details(sources, hypotheses, references, **corpus, runs=1, cache_dir=tmp_path, model=2)
+    assert eflomal_runs[6:] == ["corpus", "test pairs"]
+    assert sorted(path.name.split("-")[0] for path in tmp_path.iterdir()) == ["aligner"] * 3 + ["alignments"] * 4
+
+
+def test_drop_without_cache_aligns_every_time(eflomal_runs, tmp_path, monkeypatch):
+    corpus, sources, references, hypotheses = _drop_case()
+    monkeypatch.setenv("HF_HEADATTN_CACHE", str(tmp_path / "default"))
+    details = drop_details(sources, hypotheses, references, **corpus, runs=1, cache=False)
+    drop_details(sources, hypotheses, references, **corpus, runs=1, cache=False)
+    assert eflomal_runs == ["corpus", "test pairs"] * 2 and details["alignment"]["cache_dir"] is None
+    assert not (tmp_path / "default").exists()
+    drop_details(sources, hypotheses, references, **corpus, runs=1)  # the default folder, under HF_HEADATTN_CACHE
+    assert len(list((tmp_path / "default" / "drop").iterdir())) == 2
+    with pytest.raises(ValueError, match=r"`runs` \(eflomal alignment runs\) must be a positive integer, got 0"):
+        drop_details(sources, hypotheses, references, **corpus, runs=0)

@@ -26,9 +26,10 @@ drop_score.py. With R_k (H_k) the set of source words of sentence k aligned to a
 
     DROP = 100 * sum_k |R_k - H_k| / sum_k |R_k|.
 
-Alignments: eflomal, symmetrized with grow-diag-final-and, trained on the aligner's training corpus
-(train_sources, train_targets) with the test (source, reference) and (source, hypothesis) pairs appended; or
-precomputed alignments. Words are whitespace-split. Lower is better.
+Alignments: eflomal, symmetrized with grow-diag-final-and, trained once on the aligner's training corpus
+(train_sources, train_targets; cached), then several runs (runs=, default 5) over the test (source, reference)
+and (source, hypothesis) pairs with what it learned, pooled, their alignments cached (the same inputs give the same
+score); or precomputed alignments. Words are whitespace-split. Lower is better.
 """
 
 _KWARGS_DESCRIPTION = """
@@ -40,11 +41,13 @@ Args:
     alignments: precomputed (reference_alignments, hypothesis_alignments), per sentence a list of
         (source word index, target word index) links or a "0-0 1-2" string; replaces the aligner.
     tokenize: "whitespace" (default), "13a" or a callable str -> list[str].
-    Further keyword arguments (seed, symmetrization, eflomal options) go to hf_headattn.alignment.align_corpus.
+    Further keyword arguments (runs, cache, cache_dir, symmetrization, eflomal options) go to
+    hf_headattn.metrics.drop_alignment_runs.
 Returns:
     drop: the DROP-score in percent (lower is better),
     dropped_words: sum_k |R_k - H_k|,
-    reference_aligned_words: sum_k |R_k|.
+    reference_aligned_words: sum_k |R_k| (means over the runs),
+    drop_std: the standard deviation of the runs' DROP.
 Examples:
     >>> drop = evaluate.load("path/to/hf_headattn/evaluate_modules/drop")
     >>> drop.compute(sources=["a b"], predictions=["x"], references=["x y"],
@@ -92,4 +95,4 @@ class Drop(evaluate.Metric):
             tokenize=tokenize,
             **align_options,
         )
-        return {key: details[key] for key in ("drop", "dropped_words", "reference_aligned_words")}
+        return {key: details[key] for key in ("drop", "dropped_words", "reference_aligned_words", "drop_std")}
