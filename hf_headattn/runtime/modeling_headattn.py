@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
@@ -34,6 +33,7 @@ from .configuration_headattn import HeadAttnConfig
 from .fertility import SourceFertility
 from .pipeline_headattn import TranslationPipeline  # noqa: F401  (config.custom_pipelines names it; imported, it travels)
 from .remote_code import check_code_travels
+from .transformers_compat import drop_cache_position, init
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
@@ -442,6 +442,15 @@ class HeadAttnPreTrainedModel(PreTrainedModel):
         elif isinstance(module, HeadAttnForConditionalGeneration):
             init.zeros_(module.final_logits_bias)
 
+    def _tie_weights(self) -> None:
+        """Transformers 4.x ties only the output projection to the input embeddings and then calls this hook, so it
+        ties every pair of `_tied_weights_keys` (5.x does that itself and never calls it)."""
+        for target, source in (getattr(self, "_tied_weights_keys", None) or {}).items():
+            if target == "lm_head.weight" and not self.config.tie_word_embeddings:
+                continue
+            module_name, _, parameter_name = target.rpartition(".")
+            setattr(self.get_submodule(module_name), parameter_name, self.get_parameter(source))
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save weights, config and code, so that the folder loads through
         `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)` and
@@ -458,6 +467,8 @@ class HeadAttnPreTrainedModel(PreTrainedModel):
         original heads. The projections shrink, `config.pruned_heads` records the removal, and the pruned model
         saves and loads (also through remote code) like any other."""
         config = self.config
+        if heads_to_prune is config.pruned_heads:
+            return  # Transformers 4.x's init_weights re-applies the config's record, which construction already did
         proposed = {name: list(heads) for name, heads in config.pruned_heads.items()}
         for name, heads in heads_to_prune.items():
             already = sorted(set(heads) & set(proposed.get(name, ())))
@@ -917,6 +928,9 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             head_importances=outputs.head_importances,
         )
         return output.to_tuple() if return_dict is False else output
+
+    def prepare_inputs_for_generation(self, *args, **kwargs):
+        return drop_cache_position(super().prepare_inputs_for_generation(*args, **kwargs))
 
     def generate(self, inputs=None, *args, output_head_importances: bool = False, **kwargs):
         """`GenerationMixin.generate`; with `output_head_importances=True` it returns a

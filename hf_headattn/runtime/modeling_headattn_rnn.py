@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import initialization as init
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.generation.utils import GenerateBeamEncoderDecoderOutput
@@ -29,6 +28,7 @@ from .configuration_headattn_rnn import HeadAttnRNNConfig
 from .fertility import SourceFertility
 from .modeling_headattn import seq2seq_loss, shift_tokens_right
 from .remote_code import check_code_travels
+from .transformers_compat import drop_cache_position, init
 from .rnn_packing import run_packed_lstm, run_packed_lstm_layers
 from .sparse_attention import csoftmax, csparsemax, sparsemax
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
@@ -516,6 +516,9 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def prepare_inputs_for_generation(self, *args, **kwargs):
+        return drop_cache_position(super().prepare_inputs_for_generation(*args, **kwargs))
 
     def generate(self, inputs=None, *args, coverage_penalty: float = 0.0, coverage_epsilon: float = 0.1, **kwargs):
         """`GenerationMixin.generate`, plus Wu et al.'s coverage penalty as Malaviya et al. used it: with
