@@ -2,7 +2,8 @@
 it: in a clean environment (torch and one Transformers release, see transformers_envs.py), each saved system loads
 from a local folder and from a Hub repo id (served by an offline Hub cache), gives the greedy and beam-5 ids, logits
 and pipeline output this package gives, fine-tunes for 5 Trainer steps with a checkpoint, saves itself again, and
-the saved folder and the checkpoint reload in a fresh process with identical outputs.
+pushes itself to the Hub (HTTP mocked: the upload lands in a folder), and the saved folder, the checkpoint and the
+upload reload in a fresh process with identical outputs.
 
 Slow: the first run builds one environment per release (about a minute each; reused afterwards).
 """
@@ -97,6 +98,32 @@ USER_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
         tokenizer.save_pretrained(final)
         return final, os.path.join(work, "checkpoint-5")
 
+    def push(model, tokenizer, repo_id, remote):
+        # push_to_hub with the HTTP layer replaced: what would be uploaded lands in the folder `remote`
+        import shutil
+        import huggingface_hub
+        import transformers.utils.hub
+
+        def create_repo(repo_id, **kwargs):
+            return huggingface_hub.RepoUrl(f"https://huggingface.co/{repo_id}")
+
+        def create_commit(repo_id, operations, **kwargs):
+            for operation in operations:
+                target = os.path.join(remote, operation.path_in_repo)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copyfile(operation.path_or_fileobj, target)
+            return huggingface_hub.CommitInfo(commit_url=f"https://huggingface.co/{repo_id}/commit/1", oid="1" * 40,
+                                              commit_message="", commit_description="")
+
+        huggingface_hub.HfApi.create_repo = lambda self, repo_id, **kwargs: create_repo(repo_id, **kwargs)
+        huggingface_hub.HfApi.create_commit = lambda self, repo_id, operations, **kwargs: create_commit(
+            repo_id, operations, **kwargs)
+        transformers.utils.hub.create_repo = create_repo  # 4.x calls the module-level functions
+        transformers.utils.hub.create_commit = create_commit
+        model.push_to_hub(repo_id, token="hf_fake")
+        tokenizer.push_to_hub(repo_id, token="hf_fake")
+        return remote
+
     results = {}
     for name, sources in job["systems"].items():
         if job["reload"]:
@@ -107,8 +134,9 @@ USER_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
         final, checkpoint = fine_tune(model, tokenizer, os.path.join(job["work"], name))
         model.eval()
         trained = outputs(final)[0]
+        pushed = push(model, tokenizer, f"someone/{name}-finetuned", os.path.join(job["work"], name, "pushed"))
         results[name] = {"folder": from_folder, "hub": from_hub, "trained": trained,
-                         "saved": {"final": final, "checkpoint": checkpoint}}
+                         "saved": {"final": final, "checkpoint": checkpoint, "pushed": pushed}}
     print()
     print("RESULT" + json.dumps(results))
     """
@@ -207,5 +235,6 @@ def test_hub_lifecycle_in_a_clean_environment(release, saved_systems, tmp_path):
             first[name]["trained"]["logits"] != system["expected"]["logits"], f"{where}: 5 steps changed nothing"
         _assert_same(fresh[name]["final"], first[name]["trained"], f"{where}, saved after fine-tuning, fresh process")
         _assert_same(fresh[name]["checkpoint"], first[name]["trained"], f"{where}, Trainer checkpoint, fresh process")
+        _assert_same(fresh[name]["pushed"], first[name]["trained"], f"{where}, pushed to the (mocked) Hub, fresh process")
         saved = Path(first[name]["saved"]["final"])
         assert not any(path.name.startswith("hf_headattn") for path in saved.iterdir())
