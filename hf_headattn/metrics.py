@@ -111,14 +111,23 @@ def _check_parallel(**named) -> list[list[str]]:
     return list(checked.values())
 
 
+def _named(name: str, tokenizer: Tokenizer) -> Tokenizer:
+    """Mark a built-in tokenisation with its name: DROP's cache then keys the training corpus by its raw text and
+    this name, without tokenizing it (seconds for a large corpus), and `_get_tokenizer` passes it on unwrapped."""
+    tokenizer.tokenizer_name = name
+    return tokenizer
+
+
 def _get_tokenizer(tokenize: str | Tokenizer | None) -> Tokenizer:
+    if callable(tokenize) and getattr(tokenize, "tokenizer_name", None):
+        return tokenize
     if tokenize is None or tokenize == "whitespace":
-        return str.split
+        return _named("whitespace", lambda text: text.split())
     if tokenize == "13a":
         from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
         tokenizer_13a = Tokenizer13a()
-        return lambda text: tokenizer_13a(text).split()
+        return _named("13a", lambda text: tokenizer_13a(text).split())
     if callable(tokenize):
         def checked(text: str) -> list[str]:
             words = tokenize(text)
@@ -415,18 +424,26 @@ def drop_alignment_runs(
     directory = None if not cache else Path(cache_dir) if cache_dir is not None else default_cache_dir()
     eflomal_options = {k: v for k, v in align_options.items() if k not in _ALIGN_CORPUS_OPTIONS}
 
-    priors = aligner_key = aligner = None
+    aligner_key = aligner = None
     if train_sources:
-        train_source_words, train_target_words = [split(s) for s in train_sources], [split(t) for t in train_targets]
-        aligner_key = _digest("aligner", _DROP_CACHE_VERSION, train_source_words, train_target_words, eflomal_options)
-        priors, was_cached = _cached(
-            directory / f"aligner-{aligner_key}.json" if directory else None,
-            lambda: alignment_priors(train_source_words, train_target_words, quiet=align_options.get("quiet", True),
-                                     **eflomal_options),
-        )
-        aligner = "cached" if was_cached else "trained"
+        # A built-in tokenisation is keyed by its name and the raw corpus, so that a cache hit tokenizes nothing.
+        name = getattr(split, "tokenizer_name", None)
+        corpus = (train_sources, train_targets) if name else ([split(s) for s in train_sources],
+                                                              [split(t) for t in train_targets])
+        aligner_key = _digest("aligner", _DROP_CACHE_VERSION, name, *corpus, eflomal_options)
+        aligner = "cached"  # what cached alignments were made with, unless align() trains it now
+
+    def train_aligner() -> dict:
+        return alignment_priors([split(s) for s in train_sources], [split(t) for t in train_targets],
+                                quiet=align_options.get("quiet", True), **eflomal_options)
 
     def align() -> list:
+        nonlocal aligner
+        priors = None
+        if aligner_key is not None:  # loaded only here: cached alignments need no aligner
+            priors, was_cached = _cached(directory / f"aligner-{aligner_key}.json" if directory else None,
+                                         train_aligner)
+            aligner = "cached" if was_cached else "trained"
         n = len(sources)
         alignments = []
         for _ in range(runs):
