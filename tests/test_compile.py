@@ -82,6 +82,9 @@ def constrained_case(rows, n, dtype, seed):
 def test_compiled_csparsemax_equals_eager(dtype, monkeypatch):
     monkeypatch.setattr(sparse_attention, "_SORT_BELOW", 0)  # the passes even for this small input
     z, u, mask = constrained_case(300, 40, dtype, seed=0)
+    # Rows that come out NaN, as through torch.softmax: a NaN score, a +inf score, a NaN bound (on allowed keys).
+    z[5, 3], z[17, 0], u[23, 2] = float("nan"), float("inf"), float("nan")
+    mask[5, 3] = mask[17, 0] = mask[23, 2] = True
     grad = torch.randn(z.shape, dtype=dtype, generator=torch.Generator().manual_seed(1))
     results = []
     for compiled in (False, True):
@@ -89,7 +92,11 @@ def test_compiled_csparsemax_equals_eager(dtype, monkeypatch):
         alpha = csparsemax(zz, uu, mask=mask, compiled=compiled)
         results.append((alpha.detach(), *torch.autograd.grad(alpha, [zz, uu], grad)))
     for got, want in zip(results[1], results[0]):
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-12 if dtype == torch.float64 else 1e-6)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12 if dtype == torch.float64 else 1e-6, equal_nan=True)
+    alpha, grad_z, _ = results[1]
+    nan_rows = [5, 17, 23]  # NaN everywhere, but keys under mask=False get no gradient (as through masked_fill)
+    assert alpha[nan_rows].isnan().all() and grad_z[nan_rows][mask[nan_rows]].isnan().all()
+    assert not alpha[[0, 1, 2, 3, 4, 6]].isnan().any()
 
 
 def test_compiled_csparsemax_gradcheck(monkeypatch):
