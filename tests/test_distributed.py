@@ -1,5 +1,5 @@
-"""Slow: the training command under two processes (torchrun; accelerate launch with a config file) gives the loss
-curve of one process with the same global batch, --max_tokens batches split across two ranks, and short
+"""Slow: the training command under two processes (torchrun; accelerate launch with a config file; FSDP through
+Trainer's --fsdp, gloo) gives the loss curve of one process with the same global batch, --max_tokens batches split across two ranks, and short
 --bf16 and --torch_compile runs of the variants."""
 
 import json
@@ -83,6 +83,15 @@ def test_accelerate_launch_with_a_config_file_runs_two_processes(data, one_proce
                      flags(data, output_dir, "--per_device_train_batch_size", "8"), output_dir)
     assert results["world_size"] == 2
     assert losses(output_dir) == pytest.approx(one_process_curve, rel=1e-4)
+
+
+def test_fsdp_on_two_cpu_processes_follows_the_one_process_loss_curve(data, one_process_curve, tmp_path):
+    fsdp = ["--fsdp", "full_shard auto_wrap",
+            "--fsdp_config", '{"transformer_layer_cls_to_wrap": ["HeadAttnEncoderLayer", "HeadAttnDecoderLayer"]}']
+    results = launch(["torchrun", "--nproc_per_node", "2"],
+                     flags(data, tmp_path, "--per_device_train_batch_size", "8", *fsdp), tmp_path)
+    assert results["world_size"] == 2
+    assert losses(tmp_path) == pytest.approx(one_process_curve, rel=1e-4)
 
 
 def test_max_tokens_batches_train_on_two_ranks(data, tmp_path):
