@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 from datasets import Dataset
@@ -148,6 +149,23 @@ def test_ambiguous_data_arguments_and_a_finished_output_dir_are_refused(toy_file
     assert parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path), "--overwrite_output_dir"])
 
 
+def test_resume_picks_the_last_complete_checkpoint_of_the_same_model(toy_files, tmp_path):
+    model_args, data_args, _, _ = parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path), *TINY_MODEL])
+    for step in (3, 6, 9):
+        training.build_config(model_args, data_args).save_pretrained(tmp_path / f"checkpoint-{step}")
+        if step < 9:  # checkpoint-9 was being written when the run was killed: no trainer_state.json yet
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    assert training.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")
+    _, _, _, training_args = parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path), *TINY_MODEL])
+    assert training_args.resume_from_checkpoint == str(tmp_path / "checkpoint-6")
+
+    training.check_checkpoint_config(training.build_config(model_args, data_args), str(tmp_path / "checkpoint-6"))
+    model_args.d_model = 64
+    with pytest.raises(ValueError, match=r"checkpoint-6 holds a different model than these flags describe "
+                                         r"\(d_model: 32 there, 64 now\)"):
+        training.check_checkpoint_config(training.build_config(model_args, data_args), str(tmp_path / "checkpoint-6"))
+
+
 def test_help_lists_the_package_flags_first_with_defaults_and_variant_names():
     done = subprocess.run([sys.executable, "-m", "hf_headattn.training", "--help"], capture_output=True, text=True,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
@@ -175,6 +193,14 @@ def test_validation_is_evaluated_once_at_the_end(eval_steps, toy_files, tmp_path
     metrics = train([*file_flags(toy_files), "--output_dir", str(tmp_path), "--max_steps", "3",
                      "--eval_steps", str(eval_steps), *TINY_MODEL])
     assert calls == [3] and metrics["eval_loss"] > 0
+
+
+def test_training_emits_no_python_warnings(toy_files, tmp_path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        train([*file_flags(toy_files), "--output_dir", str(tmp_path), "--max_steps", "2", "--max_tokens", "200",
+               "--cross_attention", "dhicm", *TINY_MODEL])
+    assert not [str(warning.message) for warning in caught]
 
 
 def test_local_hf_dataset_with_translation_column(tmp_path):
