@@ -400,10 +400,16 @@ def _csparsemax_fixed_passes(z: torch.Tensor, us: torch.Tensor, passes: int):
     f = sum u >= 1 (every key capped; feasible rows) and f = 0. Rows with no free key are met mostly in the first
     passes (t = max - 1 lies below the caps of the top keys), so only the first `_JUMP_PASSES` evaluations find the
     jump targets, two more reductions; later, such a row steps as if one key were free, t <- t + f(t) - 1.
-    z: scores (-inf on masked keys), us: bounds. Returns (alpha, active, capped, |A|, settled); infeasible rows and
-    rows left with an empty A are not settled."""
+    z: scores (-inf on masked keys), us: bounds. Returns (alpha, active, capped, |A|, settled, nonfinite); infeasible
+    rows and rows left with an empty A are not settled; the rows that come out NaN (`_nonfinite_rows`, found from the
+    row max and bound sum the passes need anyway, [rows, 1] bool `nonfinite`) are solved as a finite row, then set to
+    NaN, and count as settled."""
     big = torch.finfo(z.dtype).max
-    zs = z - _row_max(z)
+    row_max, u_sum = z.amax(dim=-1, keepdim=True), us.sum(dim=-1, keepdim=True)
+    nonfinite = ~(row_max < float("inf")) | u_sum.isnan()
+    # NaN rows become finite rows (scores 0, bounds 1) for the passes; fused into the passes' loops
+    zs = torch.where(nonfinite, 0.0, z - torch.nan_to_num(row_max, neginf=0.0))
+    us = torch.where(nonfinite, 1.0, us)
     moving = us > 0
     t = torch.full_like(zs[:, :1], -1.0)
     lo = torch.where(moving, zs - us, big).amin(dim=-1, keepdim=True)
@@ -427,8 +433,9 @@ def _csparsemax_fixed_passes(z: torch.Tensor, us: torch.Tensor, passes: int):
     active = (x > 0).to(z.dtype) - capped
     alpha = torch.minimum(x.clamp(min=0), us)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
     n_active = n_positive - n_capped
-    feasible = us.sum(dim=-1, keepdim=True) >= 1
-    return alpha, active, capped, n_active, settled & feasible & (n_active > 0)
+    feasible = u_sum >= 1
+    alpha = torch.where(nonfinite, float("nan"), alpha)
+    return alpha, active, capped, n_active, (settled & feasible & (n_active > 0)) | nonfinite, nonfinite
 
 
 @functools.cache
@@ -490,19 +497,25 @@ def _csoftmax_solve(z: torch.Tensor, us: torch.Tensor):
 
 
 def _csparsemax_solve(z: torch.Tensor, us: torch.Tensor, compiled: bool = False):
-    """z: scores (-inf on masked keys), us: bounds. Returns (alpha, active, capped, |active|)."""
+    """z: scores (-inf on masked keys), us: bounds (the caller's, may be overwritten). Returns (alpha, active, capped,
+    |active|, the rows that come out NaN as `_nonfinite_rows` finds them); alpha is NaN on those rows."""
     if not compiled or z.numel() < _SORT_BELOW:
-        return _csparsemax_eager_solve(z, us)
+        z, us, nonfinite = _finite_rows_for_solver(z, us)
+        alpha, active, capped, n_active = _csparsemax_eager_solve(z, us)
+        return alpha, active, capped, n_active, _fill_nonfinite(nonfinite, alpha)
     try:
-        alpha, active, capped, n_active, settled = _compiled(_csparsemax_fixed_passes)(z, us, _COMPILED_PASSES)
+        # (The compiled passes find the NaN rows themselves, from the reductions they do anyway.)
+        alpha, active, capped, n_active, settled, nonfinite = _compiled(_csparsemax_fixed_passes)(
+            z, us, _COMPILED_PASSES)
     except torch._dynamo.exc.BackendCompilerFailed as error:
         raise RuntimeError(
             "csparsemax(compiled=True): torch.compile could not compile the solver (on CPU it needs a working C++ "
             "compiler; the cause is below). Leave compiled=False for the eager solver, same results."
         ) from error
     # Rows the fixed passes leave (e.g. flat scores, where many keys share the support) go on with the eager
-    # solver: sorted if few, else more passes.
-    return _solve_unsettled(_csparsemax_eager_solve, z, us, settled, (alpha, active, capped, n_active))
+    # solver: sorted if few, else more passes. NaN rows count as settled.
+    solution = _solve_unsettled(_csparsemax_eager_solve, z, us, settled, (alpha, active, capped, n_active))
+    return (*solution, _true_rows(nonfinite) if bool(nonfinite.any()) else None)
 
 
 def _csparsemax_eager_solve(z: torch.Tensor, us: torch.Tensor):
@@ -647,9 +660,7 @@ class ConstrainedSparsemaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor | None, compiled: bool) -> torch.Tensor:
-        zs, us, nonfinite = _finite_rows_for_solver(_rows(z), _bounds(u, keep))
-        alpha, active, capped, n_active = _csparsemax_solve(zs, us, compiled)
-        ctx.nonfinite = _fill_nonfinite(nonfinite, alpha)
+        alpha, active, capped, n_active, ctx.nonfinite = _csparsemax_solve(_rows(z), _bounds(u, keep), compiled)
         ctx.save_for_backward(active, capped, n_active)
         ctx.compiled = compiled
         return alpha.view(z.shape)
