@@ -6,7 +6,8 @@ r"""Evaluate a saved translation model on a test set: hypotheses file + JSON of 
         --output-dir runs/de-en/eval [--num-beams 4] [--batch-size 32] [--device auto]
 
 Any saved folder of either model family works: it is loaded through its own code
-(``AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)``), exactly as a user of the
+(``AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)``, via :mod:`hf_headattn.loading`: only
+local folders are accepted, so no Hub repository's code runs), exactly as a user of the
 uploaded model would load it. The metrics are those of :mod:`hf_headattn.metrics` (``all_metrics``): BLEU, chrF,
 TER, REP, DROP (only with the aligner's training corpus, ``--train-source/--train-target``) and BLEU by source
 length. The JSON also records what was evaluated and how (model type, parameters, decoding settings, test set,
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from .loading import load_model_and_tokenizer
 from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, all_metrics
 from .training import read_parallel_files, translate_sentences
 
@@ -143,8 +145,6 @@ def evaluate_model(
         ValueError: mismatched line counts, an empty test set, only one of train_source/train_target, a bad
             device or setting.
     """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
     model_dir, source_path, reference_path = Path(model_dir), Path(source_path), Path(reference_path)
     _check_model_dir(model_dir)
     _check_positive_int("num_beams", num_beams)
@@ -163,8 +163,8 @@ def evaluate_model(
         raise ValueError(f"The test set is empty: {source_path} has no lines")
     train = read_parallel_files(train_source, train_target) if train_source is not None else None
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True).to(torch_device).eval()
+    model, tokenizer = load_model_and_tokenizer(model_dir)  # a local folder (checked above): its code may run
+    model.to(torch_device)
     if max_length is not None:
         model.generation_config.max_length = max_length
 
