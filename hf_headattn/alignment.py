@@ -318,6 +318,9 @@ def alignment_priors(source_tokens: list[list[str]], target_tokens: list[list[st
         raise ValueError(
             f"The corpus sides differ in length: {len(source_tokens)} source and {len(target_tokens)} target sentences"
         )
+    if not all(isinstance(token, str) for side in (source_tokens, target_tokens) for sentence in side
+               for token in sentence):
+        raise TypeError("alignment_priors takes string tokens (its numbering must survive a JSON round trip)")
     source_numbers, target_numbers = {}, {}
     source_lines = _eflomal_lines(source_tokens, "source", source_numbers)
     target_lines = _eflomal_lines(target_tokens, "target", target_numbers)

@@ -327,7 +327,9 @@ def default_cache_dir() -> Path:
 
 
 def _digest(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, ensure_ascii=False, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+    # (default=repr: an option value JSON cannot hold still keys the entry by its repr)
+    text = json.dumps(parts, ensure_ascii=False, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def _cached(path: Path | None, compute):
