@@ -31,6 +31,7 @@ from transformers import (
     DataCollatorForSeq2Seq,
     EarlyStoppingCallback,
     HfArgumentParser,
+    ProgressCallback,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     set_seed,
@@ -214,6 +215,17 @@ def translation_metrics(tokenizer):
 
 
 
+class NumericProgressCallback(ProgressCallback):
+    """Trainer's progress bar, writing each log as `loss 2.31 | grad_norm 0.8 | ...` rather than a dict of numbers
+    formatted as quoted strings."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None:
+            shown = [f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+                     for key, value in logs.items() if key != "total_flos"]
+            self.training_bar.write(" | ".join(shown))
+
+
 class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` that logs the parts of the loss the attention variants add, `aux_loss` and `head_kl`
     (DHICM's KL(importances || uniform)), and `real_token_ratio` (real over padded source + target tokens), each
@@ -234,6 +246,8 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
                 "logits and drop the attention variants' auxiliary loss; set the model's `config.label_smoothing` "
                 "instead and leave label_smoothing_factor at 0"
             )
+        if self.pop_callback(ProgressCallback) is not None:
+            self.add_callback(NumericProgressCallback)
         self.max_tokens = max_tokens
         self._loss_parts: dict[str, list] = {}
         self._real_tokens: list[torch.Tensor] = []  # per micro-batch since the last log, on the device
