@@ -1,6 +1,8 @@
 """The few places where the Transformers releases the runtime supports (4.57 and 5.x) differ, each behind one
 name, so the rest of the runtime is written once against Transformers 5."""
 
+import copy
+
 import torch
 
 
@@ -29,13 +31,20 @@ def validate_base_architecture(base) -> None:
 def prepare_pipeline_generate_kwargs(pipeline, generate_kwargs: dict) -> dict:
     """The `generate` keyword arguments of one pipeline call: Transformers >= 5.20 merges them with the
     pipeline's defaults in `_prepare_generate_kwargs`; before, pipelines passed their generation config unless
-    the call brought its own."""
+    the call brought its own. Here the call's generation parameters go into a copy of that config, since 5.x
+    deprecates passing a config together with generation parameters."""
     prepare = getattr(pipeline, "_prepare_generate_kwargs", None)
     if prepare is not None:
         return prepare(generate_kwargs)
     if "generation_config" in generate_kwargs:
         return generate_kwargs
-    return {**generate_kwargs, "generation_config": pipeline.generation_config}
+    generation_config = copy.deepcopy(pipeline.generation_config)
+    model_kwargs = generation_config.update(**generate_kwargs)  # returns what is not a generation parameter
+    if "max_length" in generate_kwargs and "max_new_tokens" not in generate_kwargs:
+        generation_config.max_new_tokens = None  # the call's max_length, not the pipeline's default, bounds it
+    elif generation_config.max_new_tokens is not None:
+        generation_config.max_length = None  # max_new_tokens bounds it; a leftover max_length only makes generate warn
+    return {**model_kwargs, "generation_config": generation_config}
 
 
 def drop_cache_position(model_inputs: dict) -> dict:
