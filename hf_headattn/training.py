@@ -146,7 +146,8 @@ def load_hub_translation_dataset(
     missing = [lang for lang in (source_lang, target_lang) if lang not in dataset.column_names]
     if missing:
         raise ValueError(
-            f"Dataset {name!r} has neither a 'translation' column nor columns {missing}; columns: {dataset.column_names}"
+            f"Dataset {name!r} has neither a 'translation' column nor columns {missing}; columns: "
+            f"{dataset.column_names}"
         )
     return dataset.map(
         lambda row: {"source": row[source_lang], "target": row[target_lang]}, remove_columns=dataset.column_names

@@ -1,6 +1,6 @@
 """Slow: the training command under two processes (torchrun; accelerate launch with a config file; FSDP through
-Trainer's --fsdp, gloo) gives the loss curve of one process with the same global batch, --max_tokens batches split across two ranks, and short
---bf16 and --torch_compile runs of the variants."""
+Trainer's --fsdp, gloo) gives the loss curve of one process with the same global batch; --max_tokens batches split
+across two ranks; short --bf16 and --torch_compile runs of the variants."""
 
 import json
 import os

@@ -14,9 +14,10 @@ from datasets import Dataset
 
 from hf_headattn import demo, training
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
-from hf_headattn.training import load_hub_translation_dataset, parse_args, read_parallel_files, train, translate_and_score
+from hf_headattn.training import (load_hub_translation_dataset, parse_args, read_parallel_files, train,
+                                  translate_and_score)
 
-from helpers import MULTI30K, REPO
+from helpers import MULTI30K
 
 
 TINY_MODEL = ["--vocab_size", "300", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64",
@@ -82,8 +83,8 @@ def test_flags_parse_under_underscore_and_dash_names_and_from_json_or_yaml_files
         assert (model_args.architecture, model_args.hops, training_args.max_steps) == ("rnn", 2, 9)
         assert training_args.per_device_train_batch_size == 64
     # argparse checks choices on the command line; an arguments file gets the same check
-    (tmp_path / "bad.yaml").write_text(f"train_source: {toy_files['train.src']}\ntrain_target: {toy_files['train.tgt']}\n"
-                                       "fertility: sometimes\n")
+    (tmp_path / "bad.yaml").write_text(
+        f"train_source: {toy_files['train.src']}\ntrain_target: {toy_files['train.tgt']}\nfertility: sometimes\n")
     with pytest.raises(SystemExit):
         parse_args([str(tmp_path / "bad.yaml")])
     assert "error: --fertility 'sometimes': choose from constant, guided, predicted" in capsys.readouterr().err
@@ -100,7 +101,8 @@ FAIL_FAST = {  # flags -> the error, which names the flag
     "predictor epochs without predicted fertility": (
         ["--cross_attention", "csparsemax", "--fertility", "guided", "--fertility_predictor_epochs", "2"],
         "--fertility_predictor_epochs applies to --fertility predicted only"),
-    "bad JSON": (["--cross_attention", '{"type": "dhicm",'], "--cross_attention '{\"type\": \"dhicm\",' is not valid JSON"),
+    "bad JSON": (["--cross_attention", '{"type": "dhicm",'],
+                 "--cross_attention '{\"type\": \"dhicm\",' is not valid JSON"),
     "unknown variant": (["--encoder_self_attention", "fancy"],
                         "--encoder_self_attention: Unknown attention variant 'fancy'"),
     "variant at the wrong site": (["--decoder_self_attention", "multihop"],
