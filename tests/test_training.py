@@ -197,6 +197,14 @@ def test_validation_is_evaluated_once_at_the_end(eval_steps, toy_files, tmp_path
     assert calls == [3] and metrics["eval_loss"] > 0
 
 
+def test_early_stopping_ends_training_when_the_validation_loss_stops_improving(toy_files, tmp_path):
+    # learning rate 0: the second evaluation is no better than the first, and patience 1 stops there
+    train([*file_flags(toy_files), "--output_dir", str(tmp_path), "--max_steps", "10", "--learning_rate", "0",
+           "--eval_steps", "1", "--save_steps", "1", "--load_best_model_at_end", "--early_stopping_patience", "1",
+           "--keep_checkpoints", *TINY_MODEL])
+    assert training.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+
+
 def test_training_emits_no_python_warnings(toy_files, tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
