@@ -402,14 +402,14 @@ def _csparsemax_fixed_passes(z: torch.Tensor, us: torch.Tensor, passes: int):
     jump targets, two more reductions; later, such a row steps as if one key were free, t <- t + f(t) - 1.
     z: scores (-inf on masked keys), us: bounds. Returns (alpha, active, capped, |A|, settled, nonfinite); infeasible
     rows and rows left with an empty A are not settled; the rows that come out NaN (`_nonfinite_rows`, found from the
-    row max and bound sum the passes need anyway, [rows, 1] bool `nonfinite`) are solved as a finite row, then set to
-    NaN, and count as settled."""
+    row max and bound sum the passes need anyway, [rows, 1] bool `nonfinite`) are set to NaN and count as
+    settled."""
     big = torch.finfo(z.dtype).max
     row_max, u_sum = z.amax(dim=-1, keepdim=True), us.sum(dim=-1, keepdim=True)
     nonfinite = ~(row_max < float("inf")) | u_sum.isnan()
-    # NaN rows become finite rows (scores 0, bounds 1) for the passes; fused into the passes' loops
-    zs = torch.where(nonfinite, 0.0, z - torch.nan_to_num(row_max, neginf=0.0))
-    us = torch.where(nonfinite, 1.0, us)
+    # The NaN rows go through the passes as they are: branch-free row-wise arithmetic on them makes NaN or junk in
+    # those rows alone, which the end overwrites (cheaper than cleaning the inputs first, which costs a pass).
+    zs = z - torch.nan_to_num(row_max, neginf=0.0)
     moving = us > 0
     t = torch.full_like(zs[:, :1], -1.0)
     lo = torch.where(moving, zs - us, big).amin(dim=-1, keepdim=True)
