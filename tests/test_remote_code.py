@@ -79,7 +79,9 @@ def saved_model(request, tokenizer, tmp_path_factory):
 
 def _run_fresh(folder, tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
+    # one thread, as this process runs (conftest.one_thread): the same summation order, so the logits match to
+    # rounding rather than to the spread of a differently split matrix product
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), OMP_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS_SCRIPT, str(folder), json.dumps(SENTENCES), json.dumps(GENERATION)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,

@@ -64,6 +64,19 @@ class AttentionMask:
         return self._derived[key]
 
 
+def unrolled_length(length: int, loop: str) -> int:
+    """`length`, the number of positions a Python loop runs over (`loop` names it in the error). torch.export unrolls
+    such loops, so it needs their length static: refuse a symbolic one (a dynamic dimension) with a clear error
+    rather than torch.export's guard failure."""
+    if isinstance(length, torch.SymInt) and torch.compiler.is_exporting():
+        raise RuntimeError(
+            f"torch.export cannot export {loop} with a dynamic length: each position depends on the previous ones, "
+            "so the positions run in a loop that the exported program unrolls. Export with that length static "
+            "(dynamic batch, and dynamic lengths elsewhere, are fine)."
+        )
+    return length
+
+
 def to_additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     zero = torch.zeros((), dtype=dtype, device=allowed.device)
     return torch.where(allowed, zero, torch.finfo(dtype).min)
@@ -141,7 +154,9 @@ class AttentionVariant(nn.Module):
         if asked for, the weights. Uses SDPA unless the config asks for eager or weights are wanted, and SDPA's
         causal kernel when the mask is exactly the causal triangle."""
         use_sdpa = self.config._attn_implementation != "eager" and not output_attentions
-        use_causal_kernel = use_sdpa and attention_mask.is_causal and query.shape[-2] == key.shape[-2]
+        # a Python bool: under torch.export with a dynamic length, the comparison of lengths is a symbolic bool,
+        # which SDPA's `is_causal` does not take
+        use_causal_kernel = bool(use_sdpa and attention_mask.is_causal and query.shape[-2] == key.shape[-2])
         return dot_product_attention(
             query,
             key,

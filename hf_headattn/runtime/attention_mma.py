@@ -95,9 +95,10 @@ class MixedMultiHeadAttention(AttentionVariant):
                 allowed = allowed & attention_mask.allowed
             return to_additive(allowed, query.dtype)
 
-        # Built once per forward pass and shared by every MMA layer with the same heads and window.
-        additive = attention_mask.derived(("mma", self.head_kinds, self.window, num_queries, num_keys, query.dtype),
-                                          combined_mask)
+        # Built once per forward pass and shared by every MMA layer with the same heads and window. (The lengths are
+        # the same for every layer that shares `attention_mask`, so they are not part of the key; under torch.export
+        # they may be symbolic, which cannot be hashed.)
+        additive = attention_mask.derived(("mma", self.head_kinds, self.window, query.dtype), combined_mask)
         output, weights = dot_product_attention(
             query,
             key,

@@ -8,7 +8,14 @@ auxiliary-loss path."""
 
 import torch
 
-from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant, check_number
+from .attention_base import (
+    CROSS_ATTENTION,
+    AttentionMask,
+    AttentionResult,
+    AttentionVariant,
+    check_number,
+    unrolled_length,
+)
 
 
 class RunningSumAttention(AttentionVariant):
@@ -45,7 +52,7 @@ class RunningSumAttention(AttentionVariant):
         # The scores of step t depend on the attention of steps < t, so this loop over target positions is
         # inherent to the math; generation with a cache runs it once per step.
         step_weights, step_coverages = [], []
-        for t in range(num_queries):
+        for t in range(unrolled_length(num_queries, "running_sum attention's loop over target positions")):
             weights_t = torch.softmax(scores[:, :, t] - self.penalty * coverage, dim=-1)
             coverage = coverage + weights_t
             step_weights.append(weights_t)

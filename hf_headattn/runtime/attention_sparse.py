@@ -14,7 +14,14 @@ import math
 import torch
 from torch import nn
 
-from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant, check_number
+from .attention_base import (
+    CROSS_ATTENTION,
+    AttentionMask,
+    AttentionResult,
+    AttentionVariant,
+    check_number,
+    unrolled_length,
+)
 from .sparse_attention import csoftmax, csparsemax, sparsemax
 
 
@@ -121,7 +128,7 @@ class ConstrainedAttention(AttentionVariant):
         # beta_t depends on every earlier step's attention, so this loop over target positions is inherent to the
         # math (Eq. 5); it is vectorised over batch, heads and source tokens, and runs once per generation step.
         step_weights = []
-        for t in range(num_queries):
+        for t in range(unrolled_length(num_queries, f"{self.name} attention's loop over target positions (Eq. 5)")):
             weights_t = constrained_attention_step(
                 self.transform, scores[:, :, t], fertility, cumulative, exhaustion=self.exhaustion,
                 sink_scores=sink_scores[:, :, t] if self.sink else None, allowed=allowed,

@@ -159,7 +159,7 @@ def source_fertility(
             raise ValueError(f"guided_table must be a 1-D [vocab_size] tensor, got shape {tuple(guided_table.shape)}")
         if guided_table.numel() == 0:
             raise ValueError("guided_table is empty; it needs one fertility per token id")
-        if input_ids.numel() > 0:
+        if input_ids.numel() > 0 and not torch.compiler.is_exporting():  # (data-dependent: not in an exported graph)
             real_ids = input_ids[mask]
             if real_ids.numel() > 0 and (int(real_ids.min()) < 0 or int(real_ids.max()) >= guided_table.numel()):
                 raise ValueError(

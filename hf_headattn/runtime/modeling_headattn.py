@@ -622,6 +622,14 @@ class HeadAttnDecoder(HeadAttnStack):
         else:
             past_key_values = None
         past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if torch.is_tensor(past_len):
+            raise NotImplementedError(
+                "The decoder needs a cache that grows with the decoded positions (DynamicCache, the default): a static "
+                "cache (cache_implementation='static', or the StaticCache of transformers.integrations.executorch's "
+                "Seq2SeqLMExportableModule) holds unfilled slots and reports its length as a tensor, which the "
+                "decoder's positions and masks do not handle. torch.export and export_for_generation work with the "
+                "default cache."
+            )
 
         hidden_states = self._add_positions(inputs_embeds, past_len)
 

@@ -34,7 +34,7 @@ from .sparse_attention import csoftmax, csparsemax, sparsemax
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
-from .attention_base import AttentionVariant  # noqa: F401
+from .attention_base import unrolled_length
 from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
 from .attention_mma import MixedMultiHeadAttention  # noqa: F401
 from .attention_registry import ATTENTION_VARIANTS  # noqa: F401
@@ -290,7 +290,7 @@ class HeadAttnRNNDecoder(nn.Module):
         # inherent to the model, and vectorised over the batch.
         outputs, step_weights, step_head_weights = [], [], []
         layer_states = [[] for _ in self.layers]  # per layer, its hidden state at every step
-        for t in range(input_ids.shape[1]):
+        for t in range(unrolled_length(input_ids.shape[1], "the LSTM decoder's loop over target positions")):
             layer_input = torch.cat([embeddings[:, t], input_feed], dim=-1)
             for i, layer in enumerate(self.layers):
                 hidden[i], cell[i] = layer(layer_input, (hidden[i], cell[i]))

@@ -5,6 +5,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .attention_base import unrolled_length
+
 
 def run_packed_lstm(
     lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor
@@ -15,6 +17,9 @@ def run_packed_lstm(
     and the final states (h_n, c_n), [layers * directions, batch, hidden], after each sentence's last real token
     (for the backward direction: after its first). A sentence without real tokens gets zero outputs; its final
     states are those of one padding step and should not be used."""
+    if torch.compiler.is_exporting():
+        layer_outputs, final_states = _run_masked(lstm, inputs, mask)
+        return layer_outputs[-1], final_states
     return _run_packed(lstm, inputs, mask)
 
 
@@ -24,6 +29,8 @@ def run_packed_lstm_layers(
     """`run_packed_lstm` one layer at a time: returns every layer's outputs [batch, length, directions * hidden]
     (zeros at padding) and the same final states. Each layer's outputs are the tensor the next layer reads (through
     the LSTM's inter-layer dropout), so gradients reach them; the numbers are those of the fused multi-layer run."""
+    if torch.compiler.is_exporting():
+        return _run_masked(lstm, inputs, mask)
     layer_outputs, hidden, cell = [], [], []
     layer_input = inputs
     for layer in range(lstm.num_layers):
@@ -66,3 +73,34 @@ def _run_packed(run, inputs: torch.Tensor, mask: torch.Tensor):
     outputs = torch.empty_like(compact_outputs)
     outputs.scatter_(1, order[:, :, None].expand_as(compact_outputs), compact_outputs)
     return outputs.masked_fill(~mask[:, :, None], 0.0), final_states
+
+
+def _run_masked(lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor):
+    """`run_packed_lstm_layers` for torch.export, which cannot pack: the lengths, hence the packed shapes, depend on
+    the data. Each direction of each layer runs `torch.lstm_cell` over the positions (backwards for the reverse
+    direction), and a padding position leaves the state as it was and outputs zeros, so each direction reads a
+    sentence's real tokens in order from a zero state: the numbers of packing, up to rounding. (A sentence without
+    real tokens keeps zero final states.) The exported program unrolls the loop: the source length must be static."""
+    batch, length = mask.shape
+    length = unrolled_length(length, "an LSTM's loop over source positions (the LSTM encoder's or the PREDICTED fertility tagger's)")
+    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh") if lstm.bias else ("weight_ih", "weight_hh")
+    real = mask[:, :, None]
+    layer_outputs, hidden, cell = [], [], []
+    layer_input = inputs
+    for layer in range(lstm.num_layers):
+        if layer:  # nn.LSTM's dropout on the outputs of every layer but the last
+            layer_input = nn.functional.dropout(layer_outputs[-1], p=lstm.dropout, training=lstm.training)
+        direction_outputs = []
+        for suffix in ("", "_reverse")[: 2 if lstm.bidirectional else 1]:
+            weights = [getattr(lstm, f"{name}_l{layer}{suffix}") for name in names]
+            h = c = layer_input.new_zeros(batch, lstm.hidden_size)
+            outputs = [None] * length
+            for t in (range(length) if not suffix else reversed(range(length))):
+                h_t, c_t = torch.lstm_cell(layer_input[:, t], (h, c), *weights)
+                h, c = torch.where(real[:, t], h_t, h), torch.where(real[:, t], c_t, c)
+                outputs[t] = torch.where(real[:, t], h_t, 0.0)
+            direction_outputs.append(torch.stack(outputs, dim=1))
+            hidden.append(h)
+            cell.append(c)
+        layer_outputs.append(torch.cat(direction_outputs, dim=-1))
+    return layer_outputs, (torch.stack(hidden), torch.stack(cell))

@@ -170,13 +170,14 @@ def _shifted_scores(z: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return (torch.nan_to_num(z, neginf=0.0) - _row_max(z)) * keep
 
 
-def _csoftmax_sort(z: torch.Tensor, us: torch.Tensor):
+def _csoftmax_sort(z: torch.Tensor, us: torch.Tensor, log_domain: bool | None = None):
     """Constrained softmax by sorting (Martins & Kreutzer, 2017): the solution is alpha_j = min(u_j, g exp(z_j))
     for the g > 0 with F(g) = sum_j min(u_j, g exp(z_j)) = 1. F is increasing and piecewise linear in g with
     breakpoints at the ratios rho_j = u_j / exp(z_j); key j is capped iff rho_j < g. Sort the ratios (in log space)
     ascending, evaluate F at every breakpoint with a cumulative sum of the bounds and a reverse cumulative sum of
     exp(z), take the first breakpoint with F >= 1: the keys before it are capped, and g = (1 - sum_capped u) /
-    sum_free exp(z). Infeasible rows (sum u < 1): alpha = u. Returns (alpha, capped)."""
+    sum_free exp(z). Infeasible rows (sum u < 1): alpha = u. `log_domain` (None: decided from the scores) picks
+    how the tail sums of exp(z) are taken, see below. Returns (alpha, capped)."""
     n = z.shape[-1]
     keep = (z != float("-inf")).to(z.dtype)
     zs = _shifted_scores(z, keep)
@@ -186,7 +187,9 @@ def _csoftmax_sort(z: torch.Tensor, us: torch.Tensor):
     z_sorted = zs.gather(-1, order)
     # log sum_{i > k} exp(z_(i)): in the linear domain (no cancellation: a reverse cumulative sum) unless some
     # allowed key's exp(z - max) would underflow, then with logcumsumexp.
-    if bool((zs >= (-80.0 if z.dtype != torch.float64 else -700.0)).all()):
+    if log_domain is None:
+        log_domain = not bool((zs >= (-80.0 if z.dtype != torch.float64 else -700.0)).all())
+    if not log_domain:
         e_sorted = torch.exp(z_sorted) * keep.gather(-1, order)
         log_tail = torch.log(e_sorted.flip(-1).cumsum(dim=-1).flip(-1))
     else:
@@ -675,6 +678,35 @@ class ConstrainedSparsemaxFunction(torch.autograd.Function):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# torch.export: the eager solvers branch on the data (which rows settled, which rows are NaN, which solver an input's
+# size calls for), which an exported graph cannot hold. Exported, every input is sorted, branch-free.
+
+
+def _solve_for_export(transform: str, z: torch.Tensor, u: torch.Tensor | None, keep: torch.Tensor | None):
+    """The forward pass of `transform` ("sparsemax", "csoftmax", "csparsemax") as the sort-based solvers alone, for
+    every input size: no host sync, no shape that depends on the data, and rows that come out NaN (see the module
+    docstring) chosen by `torch.where` rather than by row indices. Same solution as eager, up to rounding. Inputs as
+    the autograd Functions take them, solved at their own shape (the solvers work along the last dim; flattening to
+    rows would make torch.export guard on symbolic lengths); no written-out backward (autograd differentiates the
+    sort if asked)."""
+    nonfinite = ~(z.amax(dim=-1, keepdim=True) < float("inf"))
+    if transform == "sparsemax":
+        zs = z.masked_fill(nonfinite, 0.0)
+        zs = zs - _row_max(zs)
+        return (zs - _sparsemax_sort(zs)).clamp(min=0).masked_fill(nonfinite, float("nan"))  # Eq. 3
+    us = u.clamp(min=0, max=_NON_BINDING_BOUND)  # as `_bounds`
+    if keep is not None:
+        us = us.masked_fill(keep == 0, 0.0)
+    nonfinite = nonfinite | _row_sum(us).isnan()
+    zs, us = z.masked_fill(nonfinite, 0.0), us.masked_fill(nonfinite, 1.0)
+    if transform == "csoftmax":
+        alpha = _csoftmax_sort(zs, us, log_domain=True)[0]  # Eq. 4; logcumsumexp is exact in either case
+    else:
+        alpha = _csparsemax_sort(zs, us)[0]  # Eq. 6
+    return alpha.masked_fill(nonfinite, float("nan"))
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Public functions.
 
 
@@ -701,8 +733,9 @@ def _prepare(z: torch.Tensor, u, dim: int, mask):
     keep = None
     if u is not None:
         u = _last(u.to(compute_dtype).expand(shape), dim)
-        # keys masked by their score (amin is -inf), or a NaN somewhere (amin is NaN): build keep
-        if z.numel() and not bool(z.amin() > float("-inf")):
+        # keys masked by their score (amin is -inf), or a NaN somewhere (amin is NaN): build keep (always when
+        # exporting: torch.export cannot branch on the data)
+        if z.numel() and (torch.compiler.is_exporting() or not bool(z.amin() > float("-inf"))):
             keep = (z != float("-inf")).to(compute_dtype)
     if mask is not None:
         mask_keep = mask.to(compute_dtype)  # at the mask's own shape, broadcast below
@@ -733,6 +766,8 @@ def sparsemax(z: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None) 
     zc, _, _, dim = _prepare(z, None, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0, dim).to(out_dtype)
+    if torch.compiler.is_exporting():
+        return _back(_solve_for_export("sparsemax", zc, None, None), dim).to(out_dtype)
     return _back(SparsemaxFunction.apply(zc), dim).to(out_dtype)
 
 
@@ -751,6 +786,8 @@ def csoftmax(z: torch.Tensor, u, dim: int = -1, mask: torch.Tensor | None = None
     zc, uc, keep, dim = _prepare(z, u, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0 + uc * 0, dim).to(out_dtype)
+    if torch.compiler.is_exporting():
+        return _back(_solve_for_export("csoftmax", zc, uc, keep), dim).to(out_dtype)
     return _back(ConstrainedSoftmaxFunction.apply(zc, uc, keep), dim).to(out_dtype)
 
 
@@ -778,4 +815,6 @@ def csparsemax(
     zc, uc, keep, dim = _prepare(z, u, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0 + uc * 0, dim).to(out_dtype)
+    if torch.compiler.is_exporting():
+        return _back(_solve_for_export("csparsemax", zc, uc, keep), dim).to(out_dtype)
     return _back(ConstrainedSparsemaxFunction.apply(zc, uc, keep, compiled), dim).to(out_dtype)
