@@ -1,5 +1,7 @@
 """The translation pipeline: inputs, generation kwargs, outputs, and clear errors."""
 
+import warnings
+
 import pytest
 from transformers import pipeline
 
@@ -31,7 +33,10 @@ def test_string_and_list_inputs(translator):
 def test_generation_kwargs_pass_through(translator):
     short = translator("der hund schläft .", max_new_tokens=2, do_sample=False)
     longer = translator("der hund schläft .", max_new_tokens=8, do_sample=False, no_repeat_ngram_size=1)
-    assert len(translator.tokenizer(short[0]["translation_text"], add_special_tokens=False).input_ids) <= 2
+    batch = translator.tokenizer(["der hund schläft ."], return_tensors="pt")
+    two_tokens = translator.model.generate(**batch, max_new_tokens=2, do_sample=False)
+    assert two_tokens.shape[1] <= 3  # the start token and at most two more
+    assert short[0]["translation_text"] == translator.tokenizer.decode(two_tokens[0], skip_special_tokens=True)
     assert short[0]["translation_text"] != longer[0]["translation_text"]
     several = translator(["der hund schläft .", "die katze lacht ."], num_beams=3, num_return_sequences=3,
                          max_new_tokens=4)
@@ -59,3 +64,36 @@ def test_pipeline_factory_loads_a_saved_folder(tokenizer, tmp_path):
     translator = pipeline("translation", model=str(tmp_path), trust_remote_code=True)
     direct = TranslationPipeline(model=model, tokenizer=tokenizer)
     assert translator("die frau lacht .", max_new_tokens=5) == direct("die frau lacht .", max_new_tokens=5)
+
+
+def test_empty_and_blank_inputs_translate_to_empty_text_in_place(translator):
+    kwargs = dict(max_new_tokens=5)
+    assert translator("", **kwargs) == [{"translation_text": ""}]
+    assert translator("   \n\t", **kwargs) == [{"translation_text": ""}]
+    assert translator([""], **kwargs) == [{"translation_text": ""}]
+    alone = translator("der hund schläft .", **kwargs)[0]
+    assert translator(["", "der hund schläft .", " "], **kwargs) == [{"translation_text": ""}, alone,
+                                                                       {"translation_text": ""}]
+    several = translator(["", "der hund schläft ."], num_beams=3, num_return_sequences=3, **kwargs)
+    assert several[0] == [{"translation_text": ""}] * 3 and len(several[1]) == 3
+    assert translator([], **kwargs) == []
+
+
+@pytest.mark.parametrize("bad, message", [
+    (None, "got NoneType"), (3, "got int"), (["ok .", None], "got NoneType at position 1"),
+    ([b"bytes"], "got bytes at position 0"), ({"text": "a"}, "got dict"),
+])
+def test_none_and_non_strings_are_refused(translator, bad, message):
+    with pytest.raises(TypeError, match=f"takes a string or a list of strings, {message}"):
+        translator(bad)
+
+
+def test_truncation_is_reported_once(tokenizer):
+    translator = TranslationPipeline(model=random_model(tiny_config(vocab_size=len(tokenizer))), tokenizer=tokenizer)
+    long_sentence = "der hund sieht die katze und die frau lacht . " * 3
+    with pytest.warns(UserWarning, match=r"Input of \d+ tokens truncated to 5 \(truncation=True\)"):
+        translator(long_sentence, truncation=True, max_input_length=5, max_new_tokens=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        translator(long_sentence, truncation=True, max_input_length=5, max_new_tokens=3)  # reported already
+        translator("der hund .", truncation=True, max_input_length=50, max_new_tokens=3)

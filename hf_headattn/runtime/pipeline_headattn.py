@@ -3,8 +3,11 @@
 `pipeline("translation", model=folder_or_repo, trust_remote_code=True)` finds this class through the
 config's `custom_pipelines`; it takes a string or a list of strings, passes generation keyword arguments to
 `generate`, and returns `[{"translation_text": ...}]` (one dict per input; a list of dicts per input when
-`num_return_sequences > 1`).
+`num_return_sequences > 1`). Empty or whitespace-only inputs translate to `""` without reaching the model (a model
+would invent text for them); inputs cut by `truncation=True` are reported once per pipeline.
 """
+
+import warnings
 
 from transformers import GenerationConfig, Pipeline
 
@@ -45,16 +48,39 @@ class TranslationPipeline(Pipeline):
 
     def __call__(self, inputs, **kwargs):
         if isinstance(inputs, str):
-            return super().__call__(inputs, **kwargs)
-        if not isinstance(inputs, (list, tuple)) or not all(isinstance(text, str) for text in inputs):
+            return super().__call__(inputs, **kwargs) if inputs.strip() else self._empty(kwargs)
+        if not isinstance(inputs, (list, tuple)):
             raise TypeError(f"The translation pipeline takes a string or a list of strings, got {type(inputs).__name__}")
-        results = super().__call__(list(inputs), **kwargs)
+        for position, text in enumerate(inputs):
+            if not isinstance(text, str):
+                raise TypeError(f"The translation pipeline takes a string or a list of strings, got "
+                                f"{type(text).__name__} at position {position}")
+        texts = [text for text in inputs if text.strip()]
+        translations = iter(super().__call__(texts, **kwargs) if texts else [])
+        results = [next(translations) if text.strip() else self._empty(kwargs) for text in inputs]
         return [result[0] if len(result) == 1 else result for result in results]
+
+    def _empty(self, kwargs: dict) -> list[dict]:
+        """An empty input's translation: `""`, once per requested sequence."""
+        # the call's setting, else the pipeline's (Transformers >= 5.20 keeps it in `_generate_kwargs`, older
+        # releases in `generation_config`), else the model's
+        pipeline_config = getattr(self, "generation_config", self.model.generation_config)
+        sequences = (kwargs.get("num_return_sequences")
+                     or getattr(self, "_generate_kwargs", {}).get("num_return_sequences")
+                     or pipeline_config.num_return_sequences or 1)
+        return [{"translation_text": ""} for _ in range(sequences)]
 
     def preprocess(self, text: str, truncation: bool = False, max_length: int | None = None):
         # no token_type_ids: Transformers 4.x's fast tokenizers return them by default, and the model takes none
-        return self.tokenizer(text, return_tensors="pt", truncation=truncation, max_length=max_length,
-                              return_token_type_ids=False)
+        encoded = self.tokenizer(text, return_tensors="pt", truncation=truncation, max_length=max_length,
+                                 return_token_type_ids=False)
+        if truncation and not getattr(self, "_warned_truncation", False):
+            full_length = len(self.tokenizer(text)["input_ids"])
+            if full_length > encoded["input_ids"].shape[1]:
+                self._warned_truncation = True
+                warnings.warn(f"Input of {full_length} tokens truncated to {encoded['input_ids'].shape[1]} "
+                              "(truncation=True); later truncations by this pipeline are not reported", stacklevel=2)
+        return encoded
 
     def _forward(self, model_inputs, **generate_kwargs):
         generate_kwargs = prepare_pipeline_generate_kwargs(self, generate_kwargs)
