@@ -24,7 +24,7 @@ import numpy as np
 import sacrebleu
 import torch
 import yaml
-from datasets import Dataset, DatasetDict, load_dataset
+from datasets import Dataset, DatasetDict, IterableDataset, load_dataset
 from torch.utils.data import DataLoader
 from transformers import (
     AutoTokenizer,
@@ -127,31 +127,31 @@ def load_hub_translation_dataset(
     target_lang: str,
     split: str,
     max_pairs: int | None = None,
-) -> Dataset:
+    streaming: bool = False,
+) -> Dataset | IterableDataset:
     """A Hugging Face dataset (Hub name or local folder) whose rows hold a `translation` dict keyed by language,
-    or one column per language, -> Dataset with `source` and `target` columns."""
-    dataset = load_dataset(name, config_name, split=split)
+    or one column per language, -> Dataset with `source` and `target` columns (an IterableDataset read as a
+    stream with `streaming`)."""
+    dataset = load_dataset(name, config_name, split=split, streaming=streaming)
     if max_pairs is not None:
-        dataset = dataset.select(range(min(max_pairs, len(dataset))))
-    if "translation" in dataset.column_names:
-        languages = set(dataset[0]["translation"])
+        dataset = dataset.take(max_pairs) if streaming else dataset.select(range(min(max_pairs, len(dataset))))
+    first = next(iter(dataset))
+    columns = list(first)  # a stream may not know its columns before it is read
+    if "translation" in columns:
+        languages = set(first["translation"])
         if not {source_lang, target_lang} <= languages:
             raise ValueError(
                 f"Dataset {name!r} has languages {sorted(languages)}; asked for {source_lang!r} -> {target_lang!r}"
             )
         return dataset.map(
             lambda row: {"source": row["translation"][source_lang], "target": row["translation"][target_lang]},
-            remove_columns=dataset.column_names,
+            remove_columns=columns,
         )
-    missing = [lang for lang in (source_lang, target_lang) if lang not in dataset.column_names]
+    missing = [lang for lang in (source_lang, target_lang) if lang not in columns]
     if missing:
-        raise ValueError(
-            f"Dataset {name!r} has neither a 'translation' column nor columns {missing}; columns: "
-            f"{dataset.column_names}"
-        )
-    return dataset.map(
-        lambda row: {"source": row[source_lang], "target": row[target_lang]}, remove_columns=dataset.column_names
-    )
+        raise ValueError(f"Dataset {name!r} has neither a 'translation' column nor columns {missing}; "
+                         f"columns: {columns}")
+    return dataset.map(lambda row: {"source": row[source_lang], "target": row[target_lang]}, remove_columns=columns)
 
 
 def score_translations(hypotheses: list[str], references: list[str]) -> dict:
@@ -189,13 +189,16 @@ def translate_sentences(model, tokenizer, sources: list[str], num_beams: int = 4
     return hypotheses
 
 
-def tokenize_parallel(dataset: DatasetDict | Dataset, tokenizer, max_length: int = 128, num_proc: int | None = None):
-    """Add `input_ids`, `attention_mask` and `labels` (a batched `datasets.map`, cached on disk); sentences longer
-    than `max_length` are truncated."""
+def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenizer, max_length: int = 128,
+                      num_proc: int | None = None):
+    """Add `input_ids`, `attention_mask` and `labels` (a batched `datasets.map`, cached on disk; on the fly for a
+    stream); sentences longer than `max_length` are truncated."""
 
     def encode(batch):
         return tokenizer(batch["source"], text_target=batch["target"], max_length=max_length, truncation=True)
 
+    if isinstance(dataset, IterableDataset):
+        return dataset.map(encode, batched=True, remove_columns=["source", "target"])
     return dataset.map(encode, batched=True, num_proc=num_proc, remove_columns=["source", "target"],
                        desc="tokenising")
 
@@ -466,6 +469,10 @@ class DataArguments:
         "help": "token-budget batches: length-bucketed batches of at most this many source + target tokens, padding "
                 "included (at least 2 x --max_length), instead of --per_device_train_batch_size sentences"})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenisation"})
+    streaming: bool = field(default=False, metadata={
+        "help": "read the training split of --dataset as a stream (nothing downloaded or cached whole; tokenised on "
+                "the fly); needs --max_steps and --tokenizer. Validation pairs (--max_valid_pairs, 1,000 by default) "
+                "are read into memory"})
 
 
 @dataclass
@@ -557,6 +564,14 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
         value = getattr(data_args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be positive, got {value}")
+    if data_args.streaming:
+        needed = {"--dataset": data_args.dataset is not None, "--max_steps": training_args.max_steps > 0,
+                  "--tokenizer": model_args.tokenizer is not None}
+        refused = {"--max_tokens": data_args.max_tokens is not None,
+                   "--fertility guided/predicted": model_args.fertility != "constant"}
+        if not all(needed.values()) or any(refused.values()):
+            raise ValueError(f"--streaming needs {', '.join(needed)} (a stream has no length and is not read twice) "
+                             f"and excludes {' and '.join(refused)} (they read the whole corpus first)")
     if data_args.max_tokens is not None:
         if data_args.max_tokens < 2 * data_args.max_length:
             raise ValueError(f"--max_tokens {data_args.max_tokens} cannot hold a pair of --max_length "
@@ -732,12 +747,18 @@ def check_checkpoint_config(config, checkpoint: str) -> None:
 def load_data(data_args: DataArguments) -> tuple[Dataset, Dataset]:
     """Training and validation pairs (`source`, `target` columns)."""
     if data_args.dataset is not None:
-        splits = []
-        for split, max_pairs in ((data_args.train_split, data_args.max_train_pairs),
-                                 (data_args.valid_split, data_args.max_valid_pairs)):
-            splits.append(load_hub_translation_dataset(data_args.dataset, data_args.dataset_config,
-                                                       data_args.source_lang, data_args.target_lang, split, max_pairs))
-        return tuple(splits)
+        max_valid_pairs = data_args.max_valid_pairs
+        if data_args.streaming and max_valid_pairs is None:
+            max_valid_pairs = 1000
+        train, valid = (
+            load_hub_translation_dataset(data_args.dataset, data_args.dataset_config, data_args.source_lang,
+                                         data_args.target_lang, split, max_pairs, data_args.streaming)
+            for split, max_pairs in ((data_args.train_split, data_args.max_train_pairs),
+                                     (data_args.valid_split, max_valid_pairs))
+        )
+        if data_args.streaming:  # evaluated again and again: read it once
+            valid = Dataset.from_list(list(valid))
+        return train, valid
     train = read_parallel_files(data_args.train_source, data_args.train_target, data_args.max_train_pairs,
                                 skip_empty=True)
     if data_args.valid_source is None:
@@ -807,7 +828,8 @@ def train(argv=None) -> dict:
     metrics = dict(trainer.train(resume_from_checkpoint=checkpoint).metrics)
     if training_args.eval_strategy != "no":
         metrics.update(_final_evaluation(trainer))
-    metrics.update(world_size=training_args.world_size, train_pairs=len(train_dataset),
+    metrics.update(world_size=training_args.world_size,
+                   train_pairs=None if data_args.streaming else len(train_dataset),
                    parameters=sum(parameter.numel() for parameter in model.parameters()))
 
     trainer.save_model(str(output_dir))  # model, config, code files and tokenizer

@@ -13,6 +13,7 @@ import pytest
 from datasets import Dataset
 
 from hf_headattn import demo, training
+from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
 from hf_headattn.training import (load_hub_translation_dataset, parse_args, read_parallel_files, train,
                                   translate_and_score)
@@ -227,6 +228,22 @@ def test_local_hf_dataset_with_translation_column(tmp_path):
     metrics = train(["--dataset", str(tmp_path / "dataset"), "--output_dir", str(tmp_path / "run"),
                      "--max_steps", "3", "--predict_with_generate", "--generation_num_beams", "1", *TINY_MODEL])
     assert metrics["train_pairs"] == 120 and "eval_bleu" in metrics and "eval_chrf" in metrics
+    assert (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_a_streamed_dataset_trains_with_a_given_tokenizer(tmp_path, capsys):
+    pairs = make_toy_corpus(120, seed=3)
+    rows = [{"de": source, "en": target} for source, target in pairs]
+    Dataset.from_dict({"translation": rows}).to_json(tmp_path / "dataset" / "train.jsonl")
+    Dataset.from_dict({"translation": rows[:10]}).to_json(tmp_path / "dataset" / "validation.jsonl")
+    train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=300, save_directory=tmp_path / "tok")
+    streamed = ["--dataset", str(tmp_path / "dataset"), "--streaming", "--output_dir", str(tmp_path / "run"),
+                *TINY_MODEL]
+    with pytest.raises(SystemExit):
+        train([*streamed, "--max_steps", "3"])
+    assert "--streaming needs --dataset, --max_steps, --tokenizer" in capsys.readouterr().err
+    metrics = train([*streamed, "--max_steps", "3", "--tokenizer", str(tmp_path / "tok")])
+    assert metrics["train_pairs"] is None and metrics["eval_loss"] > 0
     assert (tmp_path / "run" / "model.safetensors").exists()
 
 
