@@ -165,8 +165,9 @@ def test_rnn_export_with_a_dynamic_length_names_the_loop():
 def check_export_for_generation(variant, dynamic):
     """Transformers' exporter splits generation into a prefill and a decode step (the cache, variant states
     included, as program inputs); each program gives eager's logits, also the decode step fed another batch's cache
-    (so the state is an input, not a constant of the graph)."""
-    model = random_model(tiny_config(**TRANSFORMER_VARIANTS[variant]))
+    (so the state is an input, not a constant of the graph). `generate` runs the encoder before the prefill, so the
+    programs hold the decoder."""
+    model = variant if isinstance(variant, torch.nn.Module) else random_model(tiny_config(**TRANSFORMER_VARIANTS[variant]))
     input_ids, attention_mask = source_batch()
     exported = DynamoExporter().export_for_generation(
         model, {"input_ids": input_ids, "attention_mask": attention_mask}, DynamoConfig(dynamic=dynamic))
@@ -188,9 +189,16 @@ def test_softmax_model_exports_for_generation(dynamic):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("variant", [name for name in TRANSFORMER_VARIANTS if name != "softmax"])
-def test_every_variant_exports_for_generation(variant):
-    check_export_for_generation(variant, dynamic=False)
+def test_every_variant_exports_for_generation(variant, dynamic):
+    check_export_for_generation(variant, dynamic)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["2x2-dependent", "csparsemax-guided"])
+def test_rnn_model_exports_for_generation(name):
+    check_export_for_generation(random_rnn_model(rnn_config(**RNN_CONFIGS[name])), dynamic=False)
 
 
 def test_executorch_static_cache_wrapper_is_refused_with_the_reason():
