@@ -16,7 +16,10 @@ def run_packed_lstm(
     Returns the outputs [batch, length, directions * hidden] at the real tokens' positions (zeros at padding)
     and the final states (h_n, c_n), [layers * directions, batch, hidden], after each sentence's last real token
     (for the backward direction: after its first). A sentence without real tokens gets zero outputs; its final
-    states are those of one padding step and should not be used."""
+    states are those of one padding step and should not be used. Under autocast the LSTM runs in its own
+    dtype (see `_without_autocast`)."""
+    if torch.is_autocast_enabled(inputs.device.type):
+        return _without_autocast(run_packed_lstm, lstm, inputs, mask)
     if torch.compiler.is_exporting():
         layer_outputs, final_states = _run_masked(lstm, inputs, mask)
         return layer_outputs[-1], final_states
@@ -29,6 +32,8 @@ def run_packed_lstm_layers(
     """`run_packed_lstm` one layer at a time: returns every layer's outputs [batch, length, directions * hidden]
     (zeros at padding) and the same final states. Each layer's outputs are the tensor the next layer reads (through
     the LSTM's inter-layer dropout), so gradients reach them; the numbers are those of the fused multi-layer run."""
+    if torch.is_autocast_enabled(inputs.device.type):
+        return _without_autocast(run_packed_lstm_layers, lstm, inputs, mask)
     if torch.compiler.is_exporting():
         return _run_masked(lstm, inputs, mask)
     layer_outputs, hidden, cell = [], [], []
@@ -42,6 +47,17 @@ def run_packed_lstm_layers(
         hidden.append(layer_hidden)
         cell.append(layer_cell)
     return layer_outputs, (torch.cat(hidden), torch.cat(cell))
+
+
+def _without_autocast(run, lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor):
+    """`run(lstm, inputs, mask)` with autocast off and the inputs in the LSTM's parameter dtype (float32 for a
+    float32 model under bf16/fp16 autocast). Autocast runs `nn.LSTM` in reduced precision, and oneDNN has no CPU
+    LSTM primitive for some of those calls ("could not create a primitive descriptor for the LSTM forward
+    propagation primitive": every batch whose sentences have equal lengths, batch 1 included); a bare `nn.LSTM`
+    fails the same way. The recurrence is a small share of the model's work, and float32 keeps its numbers those
+    of the float32 model; the outputs come back in float32 and autocast casts them where they are read."""
+    with torch.autocast(inputs.device.type, enabled=False):
+        return run(lstm, inputs.to(lstm.weight_ih_l0.dtype), mask)
 
 
 def _lstm_layer(lstm: nn.LSTM, layer: int, packed):
