@@ -16,7 +16,7 @@ UNK_TOKEN = "<unk>"
 SPECIAL_TOKENS = (PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
 SUPPORTED_MODELS = ("bpe", "unigram")
 
-__all__ = ["train_tokenizer", "SPECIAL_TOKENS", "SUPPORTED_MODELS", "PAD_TOKEN", "EOS_TOKEN", "UNK_TOKEN"]
+__all__ = ["load_tokenizer", "train_tokenizer", "SPECIAL_TOKENS", "SUPPORTED_MODELS", "PAD_TOKEN", "EOS_TOKEN", "UNK_TOKEN"]
 
 PathLike = str | os.PathLike
 
@@ -27,6 +27,16 @@ class PreTrainedTokenizerFast(transformers.PreTrainedTokenizerFast):
     Transformers 5 writes a tokenizer.json-only tokenizer's class as its own `TokenizersBackend`, which 4.x's
     `AutoTokenizer` rejects; it writes `type(self).__name__`, so this subclass saves as `PreTrainedTokenizerFast`,
     which 4.x loads as its fast tokenizer and 5.x as `TokenizersBackend` (its alias)."""
+
+
+def load_tokenizer(name_or_path: PathLike, **kwargs):
+    """`AutoTokenizer.from_pretrained`, except that a tokenizer.json-only tokenizer comes back as the portable
+    `PreTrainedTokenizerFast` above, so that saving it again (the training command's checkpoints and output)
+    keeps it loadable on Transformers 4.x."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+    if type(tokenizer) is transformers.PreTrainedTokenizerFast:
+        return PreTrainedTokenizerFast.from_pretrained(name_or_path, **kwargs)
+    return tokenizer
 
 
 def train_tokenizer(

@@ -45,7 +45,7 @@ from .runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRAN
 from .runtime.fertility import FERTILITY_STRATEGIES
 from .runtime.modeling_headattn import HeadAttnForConditionalGeneration
 from .runtime.modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration
-from .tokenization import SUPPORTED_MODELS, train_tokenizer
+from .tokenization import SUPPORTED_MODELS, load_tokenizer, train_tokenizer
 
 
 logger = logging.getLogger(__name__)
@@ -799,7 +799,7 @@ def train(argv=None) -> dict:
                     save_directory=output_dir, model_max_length=data_args.max_length,
                 )
             else:
-                tokenizer = AutoTokenizer.from_pretrained(output_dir)
+                tokenizer = load_tokenizer(output_dir)
         config = build_config(model_args, data_args, tokenizer)
     with training_args.main_process_first(desc="tokenization"):
         train_dataset = tokenize_parallel(train_text, tokenizer, data_args.max_length,
@@ -844,7 +844,7 @@ def train(argv=None) -> dict:
 
 def _load_tokenizer(name_or_path: str):
     try:
-        return AutoTokenizer.from_pretrained(name_or_path)
+        return load_tokenizer(name_or_path)
     except OSError as error:
         raise SystemExit(f"hf-headattn-train: error: cannot load the tokenizer {name_or_path}: {error}") from None
 

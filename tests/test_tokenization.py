@@ -1,7 +1,7 @@
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from hf_headattn.tokenization import train_tokenizer
+from hf_headattn.tokenization import load_tokenizer, train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
 
 VOCAB_SIZE = 300
@@ -165,3 +165,18 @@ def test_texts_must_not_be_a_single_string():
     with pytest.raises(TypeError, match="not a single string"):
         train_tokenizer(texts="der hund schläft .")
 
+
+
+def test_saved_tokenizers_name_a_class_every_supported_transformers_loads(tok, tmp_path):
+    """Transformers 5 would write `TokenizersBackend`, which 4.x's AutoTokenizer rejects (the slow version matrix
+    loads these folders on 4.57); re-saving a loaded tokenizer keeps the portable name."""
+    import json
+
+    tok.save_pretrained(tmp_path / "trained")
+    config = json.loads((tmp_path / "trained" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert config["model_input_names"] == ["input_ids", "attention_mask"]  # 4.x would add token_type_ids
+    load_tokenizer(tmp_path / "trained").save_pretrained(tmp_path / "resaved")
+    resaved = json.loads((tmp_path / "resaved" / "tokenizer_config.json").read_text())
+    assert resaved["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert load_tokenizer(tmp_path / "resaved")("ein hund .").input_ids == tok("ein hund .").input_ids
