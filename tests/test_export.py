@@ -74,6 +74,14 @@ def test_softmax_model_exports(dynamic):
     check_transformer_variant("softmax", dynamic)
 
 
+def test_softmax_model_exports_with_dynamo_strict_mode():
+    """strict=True traces with Dynamo (as Transformers' executorch wrappers export): dynamic lengths work there too."""
+    model = random_model(tiny_config())
+    with torch.no_grad():
+        program = torch.export.export(model, (), model_inputs(), dynamic_shapes=dynamic_shapes(), strict=True)
+    assert_exported_logits_equal_eager(program, model, model_inputs((5, 11), 6, seed=5))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("variant", [name for name in TRANSFORMER_VARIANTS if name != "softmax"])

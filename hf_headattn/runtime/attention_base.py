@@ -40,7 +40,8 @@ class AttentionMask:
 
     `allowed` is a bool tensor broadcastable to [batch, heads, queries, keys] (True = may attend), or None
     when every key is visible. `is_causal` is True only when `allowed` is exactly the lower triangle for
-    every row, so that fused kernels may use their causal fast path instead of the materialised mask.
+    every row (queries and keys being the same positions), so that fused kernels may use their causal fast path
+    instead of the materialised mask.
     `fertility` ([batch, keys], cross-attention only) is each source token's attention budget, for the
     constrained variants.
     """
@@ -154,9 +155,10 @@ class AttentionVariant(nn.Module):
         if asked for, the weights. Uses SDPA unless the config asks for eager or weights are wanted, and SDPA's
         causal kernel when the mask is exactly the causal triangle."""
         use_sdpa = self.config._attn_implementation != "eager" and not output_attentions
-        # a Python bool: under torch.export with a dynamic length, the comparison of lengths is a symbolic bool,
-        # which SDPA's `is_causal` does not take
-        use_causal_kernel = bool(use_sdpa and attention_mask.is_causal and query.shape[-2] == key.shape[-2])
+        # `is_causal` marks a square lower triangle (the decoder sets it only when no position is cached, so queries
+        # and keys are the same positions). No comparison of the lengths here: under torch.export they may be
+        # symbolic, and SDPA's `is_causal` takes only a Python bool.
+        use_causal_kernel = use_sdpa and attention_mask.is_causal
         return dot_product_attention(
             query,
             key,
