@@ -25,6 +25,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import re
 import warnings
@@ -68,12 +69,15 @@ PICKLE_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 TOKENIZER_VOCAB_FILES = ("tokenizer.json", "source.spm", "spiece.model", "sentencepiece.bpe.model", "vocab.json")
 # What goes up, at the folder's top level, besides the weights' shards and the code files the config needs: model
 # and generation config, tokenizer (this package's tokenizer.json, or a Marian one's sentencepiece models and
-# vocabulary), card, and the training command's train_results.json (its numbers). Everything else (the training
-# command's checkpoints/, its tokenizer/ copy and pickled training_args.bin, notes, stray files) stays home.
+# vocabulary), card, and the training command's train_results.json (its numbers). Everything else stays home:
+# Trainer's byproducts quietly (TRAINER_BYPRODUCTS), notes and stray files with a warning that names them.
 UPLOADED_FILES = (
     "config.json", "generation_config.json", *WEIGHT_FILES, *TOKENIZER_VOCAB_FILES, "target.spm",
     "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "README.md", "train_results.json",
 )
+
+# Trainer writes these into the output folder (checkpoints only with --keep_checkpoints); no model user needs them.
+TRAINER_BYPRODUCTS = ("training_args.bin", "checkpoint-*")
 
 _LANGUAGE_NAMES = {"be": "Belarusian", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish",
                    "fr": "French", "hi": "Hindi", "it": "Italian", "ja": "Japanese", "ro": "Romanian",
@@ -564,7 +568,8 @@ def push_to_hub(
     validate_repo_id(repo_id)
     model_dir = Path(model_dir)
     uploaded = check_model_folder(model_dir)
-    left_out = files_left_out(model_dir)
+    left_out = [name for name in files_left_out(model_dir)
+                if not any(fnmatch.fnmatch(name.split("/")[0], pattern) for pattern in TRAINER_BYPRODUCTS)]
     if left_out:
         warnings.warn(f"Not uploading {len(left_out)} file(s) of {model_dir} that a user of the model does not need: "
                       f"{', '.join(left_out)}", stacklevel=2)
