@@ -214,3 +214,20 @@ def test_trainer_passes_num_items_in_batch_under_gradient_accumulation(tmp_path,
     trainer.train()
     expected = sum(len(ids) for ids in data["labels"])
     assert len(seen) == 2 and all(int(items) == expected for items in seen)
+
+
+def test_generate_never_warns_about_training_without_labels(caplog):
+    """A freshly built model is in train mode; `generate` (no gradients) must not say it trains without labels,
+    while a training forward without labels still does (the positive control that the warning is captured)."""
+    import logging
+
+    from helpers import source_batch
+
+    logging.Logger.warning_once.cache_clear()  # Transformers' warning_once remembers messages per process
+    model = HeadAttnForConditionalGeneration(tiny_config(cross_attention="dhicm"))
+    assert model.training
+    input_ids, attention_mask = source_batch()
+    model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3)
+    assert "Training without `labels`" not in caplog.text
+    model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids[:, :2])
+    assert "Training without `labels`" in caplog.text

@@ -913,7 +913,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         if labels is not None:
             ce_loss, loss = seq2seq_loss(logits, labels, self.config.label_smoothing, outputs.aux_loss,
                                          num_items_in_batch)
-        elif self.training and outputs.aux_loss is not None:
+        elif self.training and torch.is_grad_enabled() and outputs.aux_loss is not None:  # not in generate
             logger.warning_once(
                 "Training without `labels`: the attention variants' auxiliary loss is in `outputs.aux_loss` but no "
                 "`outputs.loss` includes it. If Trainer's `label_smoothing_factor` took the labels, set the model's "
