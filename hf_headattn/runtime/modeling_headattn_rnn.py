@@ -26,7 +26,14 @@ from .attention_sparse import constrained_attention_step, with_sink_column
 from .cache_headattn import HeadAttnRNNCache
 from .configuration_headattn_rnn import HeadAttnRNNConfig
 from .fertility import SourceFertility
-from .modeling_headattn import seq2seq_loss, shift_tokens_right
+from .modeling_headattn import (
+    check_generate_inputs,
+    check_seq2seq_inputs,
+    checks_inputs,
+    inputs_checked_by_caller,
+    seq2seq_loss,
+    shift_tokens_right,
+)
 from .remote_code import check_code_travels
 from .transformers_compat import drop_cache_position, init
 from .rnn_packing import run_packed_lstm, run_packed_lstm_layers
@@ -350,6 +357,19 @@ class HeadAttnRNNPreTrainedModel(PreTrainedModel):
         check_code_travels(type(self))
         super().save_pretrained(save_directory, *args, **kwargs)
 
+    def check_inputs(self, **arguments) -> None:
+        """Raise ValueError for inputs that `forward` or `generate` cannot use (`check_seq2seq_inputs`, with this
+        model's vocabularies; the LSTM reads token ids only); called before any work."""
+        target_vocab_size = self.get_decoder().embed_tokens.num_embeddings
+        output_embeddings = self.get_output_embeddings()
+        check_seq2seq_inputs(
+            source_vocab_size=self.get_encoder().embed_tokens.num_embeddings,
+            target_vocab_size=target_vocab_size,
+            label_vocab_size=output_embeddings.out_features if output_embeddings is not None else target_vocab_size,
+            width=None,
+            **arguments,
+        )
+
 
 class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
     """The bare LSTM encoder-decoder: returns the attentional outputs o_t (no output layer)."""
@@ -373,6 +393,7 @@ class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
     def get_decoder(self):
         return self.decoder
 
+    @checks_inputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -460,6 +481,7 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
                                                             mean_resizing=mean_resizing)
         return embeddings
 
+    @checks_inputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -532,9 +554,11 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
             raise ValueError(f"`coverage_penalty` (beta) must be a number >= 0, got {coverage_penalty!r}")
         if not isinstance(coverage_epsilon, (int, float)) or not 0 < coverage_epsilon <= 1:
             raise ValueError(f"`coverage_epsilon` must be a number in (0, 1], got {coverage_epsilon!r}")
-        if not coverage_penalty:
-            return super().generate(inputs, *args, **kwargs)
-        return self._generate_with_coverage_penalty(inputs, coverage_penalty, coverage_epsilon, *args, **kwargs)
+        check_generate_inputs(self, inputs, kwargs)
+        with inputs_checked_by_caller():  # the decoding steps' inputs come from generate itself
+            if not coverage_penalty:
+                return super().generate(inputs, *args, **kwargs)
+            return self._generate_with_coverage_penalty(inputs, coverage_penalty, coverage_epsilon, *args, **kwargs)
 
     def _generate_with_coverage_penalty(self, inputs, beta, epsilon, *args, **kwargs):
         generation_config = kwargs.get("generation_config") or self.generation_config

@@ -717,6 +717,8 @@ def _prepare(z: torch.Tensor, u, dim: int, mask):
     if not torch.is_tensor(z) or not z.is_floating_point():
         raise TypeError(f"z must be a floating-point tensor, got {type(z).__name__} {getattr(z, 'dtype', '')}")
     if u is not None and not torch.is_tensor(u):
+        if not isinstance(u, (int, float)) or isinstance(u, bool):
+            raise TypeError(f"u (the upper bounds) must be a tensor or a number, got {type(u).__name__} {u!r}")
         u = torch.as_tensor(u, dtype=z.dtype, device=z.device)
     if u is not None and not u.is_floating_point():
         u = u.to(z.dtype)
@@ -724,10 +726,17 @@ def _prepare(z: torch.Tensor, u, dim: int, mask):
         raise TypeError("mask must be a bool tensor (True = may attend)")
     dtypes = [z.dtype] + ([u.dtype] if u is not None else [])
     compute_dtype = torch.float64 if torch.float64 in dtypes else torch.float32
-    shapes = [z.shape] + ([u.shape] if u is not None else []) + ([mask.shape] if mask is not None else [])
-    shape = torch.broadcast_shapes(*shapes)
+    named_shapes = {"z": z.shape, "u": u.shape if u is not None else None, "mask": mask.shape if mask is not None else None}
+    try:
+        shape = torch.broadcast_shapes(*(shape for shape in named_shapes.values() if shape is not None))
+    except RuntimeError:
+        given = ", ".join(f"{name} {tuple(shape)}" for name, shape in named_shapes.items() if shape is not None)
+        raise ValueError(f"z, u and mask must broadcast to one shape; got {given}") from None
     if len(shape) == 0:
         raise ValueError("z must have at least one dimension")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -len(shape) <= dim < len(shape):
+        raise IndexError(f"dim {dim!r} is out of range for {len(shape)}-D scores; accepted: {-len(shape)} to "
+                         f"{len(shape) - 1}")
     dim = dim % len(shape)
     z = _last(z.to(compute_dtype).expand(shape), dim)
     keep = None
@@ -783,6 +792,9 @@ def csoftmax(z: torch.Tensor, u, dim: int = -1, mask: torch.Tensor | None = None
     u; an all-masked row is all zeros. Half precision is computed in float32. Returns z's dtype.
     """
     out_dtype = z.dtype if torch.is_tensor(z) else None
+    if u is None:
+        raise TypeError("u (the upper bounds, e.g. fertility - cumulative attention) is required; u = inf everywhere "
+                        "gives the unconstrained transform")
     zc, uc, keep, dim = _prepare(z, u, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0 + uc * 0, dim).to(out_dtype)
@@ -812,6 +824,9 @@ def csparsemax(
     entries are sorted either way.
     """
     out_dtype = z.dtype if torch.is_tensor(z) else None
+    if u is None:
+        raise TypeError("u (the upper bounds, e.g. fertility - cumulative attention) is required; u = inf everywhere "
+                        "gives the unconstrained transform")
     zc, uc, keep, dim = _prepare(z, u, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0 + uc * 0, dim).to(out_dtype)
