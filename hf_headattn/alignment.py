@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import logging
 import os
 import tempfile
 import warnings
@@ -38,6 +39,8 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from .runtime.fertility import FertilityPredictor
+
+logger = logging.getLogger(__name__)
 
 
 __all__ = [
@@ -269,10 +272,10 @@ def align_corpus(
         if "seed" in inspect.signature(eflomal.Aligner.align).parameters:
             align_kwargs["seed"] = seed
         else:
-            warnings.warn(
+            # a log line, not a warning: nothing the user can do about it (eflomal releases take no seed)
+            logger.info(
                 "eflomal cannot be seeded (it draws its random state from /dev/urandom): `seed` is ignored and "
-                "alignments may differ slightly between runs",
-                stacklevel=2,
+                "alignments may differ slightly between runs"
             )
 
     forward, reverse = _run_eflomal(eflomal.Aligner(**aligner_options), source_lines, target_lines, align_kwargs)

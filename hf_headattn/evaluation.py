@@ -1,6 +1,6 @@
 r"""Evaluate a saved translation model on a test set: hypotheses file + JSON of every metric.
 
-    python examples/evaluate_translation.py --model runs/de-en \
+    hf-headattn-evaluate --model runs/de-en \
         --source ../shared/data/multi30k/test_2016_flickr.de --reference ../shared/data/multi30k/test_2016_flickr.en \
         --train-source ../shared/data/multi30k/train.de --train-target ../shared/data/multi30k/train.en \
         --output-dir runs/de-en/eval [--num-beams 4] [--batch-size 32] [--device auto]
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from .cli import HelpFormatter, add_verbose_argument, configure_logging
 from .loading import load_model_and_tokenizer
 from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, all_metrics
 from .training import read_parallel_files, translate_sentences
@@ -238,30 +239,55 @@ def evaluate_model(
     return results
 
 
-def main(argv=None) -> dict:
-    """The command behind ``examples/evaluate_translation.py``."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+EXAMPLES = """examples:
+  # beam 4 on Multi30k's 2016 test set, with DROP (eflomal trained on the training pairs, cached)
+  hf-headattn-evaluate --model runs/de-en \\
+      --source ../shared/data/multi30k/test_2016_flickr.de --reference ../shared/data/multi30k/test_2016_flickr.en \\
+      --train-source ../shared/data/multi30k/train.de --train-target ../shared/data/multi30k/train.en \\
+      --output-dir runs/de-en/eval
+  # -> runs/de-en/eval/test_2016_flickr.beam4.hyp.en and test_2016_flickr.beam4.metrics.json
+  # greedy, no DROP, output capped at 64 tokens -> test_2016_flickr.greedy-maxlen64.*
+  hf-headattn-evaluate --model runs/de-en --source test.de --reference test.en --output-dir runs/de-en/eval \\
+      --num-beams 1 --max-length 64
+"""
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-headattn-evaluate", formatter_class=HelpFormatter, epilog=EXAMPLES,
+        description="Translate a test set with a saved model folder (either family, loaded through its own code;\n"
+                    "local folders only) and write the hypotheses and a JSON of BLEU, chrF, TER, REP, DROP and\n"
+                    "BLEU by source length.")
     parser.add_argument("--model", required=True, help="saved model folder (either family)")
     parser.add_argument("--source", required=True, help="test source file, one sentence a line")
     parser.add_argument("--reference", required=True, help="test reference file, line-aligned with --source")
     parser.add_argument("--output-dir", required=True, help="where the hypotheses and the metrics JSON go")
     parser.add_argument("--train-source", help="source side of the DROP aligner's training corpus")
     parser.add_argument("--train-target", help="target side of it; DROP is only computed with both")
-    parser.add_argument("--num-beams", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--num-beams", type=int, default=4, help="beam size (1: greedy)")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences translated at once")
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
     parser.add_argument("--max-length", type=int, default=None,
-                        help="longest output in tokens (default: the folder's generation_config.max_length)")
+                        help="longest output in tokens (None: the folder's generation_config.max_length)")
     parser.add_argument("--length-buckets", type=int, nargs="+", default=list(DEFAULT_LENGTH_BUCKETS),
-                        metavar="N", help="source-length bucket boundaries of BLEU by length (default: %(default)s)")
+                        metavar="N", help="source-length bucket boundaries of BLEU by length")
     parser.add_argument("--tokenize", default="13a", choices=TOKENIZE_CHOICES, help="word tokenisation of REP/DROP")
-    parser.add_argument("--test-name", default=None, help="default: the source file name without its suffix")
+    parser.add_argument("--test-name", default=None, help="name of the test set in file names and the JSON (None: "
+                                                          "the source file name without its suffix)")
     parser.add_argument("--drop-runs", type=int, default=DROP_ALIGNMENT_RUNS,
                         help="eflomal alignment runs pooled into DROP; their spread goes into the JSON")
     parser.add_argument("--drop-cache-dir", default=None,
-                        help="cache of DROP's trained aligner and alignments (default: $HF_HEADATTN_CACHE/drop or "
+                        help="cache of DROP's trained aligner and alignments (None: $HF_HEADATTN_CACHE/drop or "
                              "~/.cache/hf_headattn/drop)")
+    add_verbose_argument(parser)
+    return parser
+
+
+def main(argv=None) -> dict:
+    """The `hf-headattn-evaluate` command (also `python -m hf_headattn.evaluation`)."""
+    parser = make_parser()
     args = parser.parse_args(argv)
+    configure_logging(args.verbose)
     if (args.train_source is None) != (args.train_target is None):
         parser.error("--train-source and --train-target go together")
 

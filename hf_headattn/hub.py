@@ -1,10 +1,10 @@
 r"""Model cards and Hub upload for saved model folders.
 
     # fill the family's card template from an evaluation JSON into <model>/README.md
-    python -m hf_headattn.hub card --model runs/de-en --evaluation runs/de-en/eval/test_2016_flickr.beam4.metrics.json \
+    hf-headattn-hub card --model runs/de-en --evaluation runs/de-en/eval/test_2016_flickr.beam4.metrics.json \
         --dataset-name "Multi30k (task 1)" --dataset-id bentrevett/multi30k --language de en --repo-id user/de-en
     # check the folder is complete, then upload model, tokenizer, code, pipeline and card in one commit
-    python -m hf_headattn.hub push --model runs/de-en --repo-id user/de-en [--private]
+    hf-headattn-hub push --model runs/de-en --repo-id user/de-en [--private]
 
 * :func:`write_model_card` picks the template of the folder's model family (``model_cards/transformer.md`` for
   ``model_type = "headattn"``, ``model_cards/rnn.md`` for ``"headattn_rnn"``), describes the configured
@@ -37,6 +37,7 @@ from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 from transformers.dynamic_module_utils import get_relative_imports
 
+from .cli import HelpFormatter, add_verbose_argument, configure_logging
 from .runtime.configuration_headattn import HeadAttnConfig
 from .runtime.configuration_headattn_rnn import HeadAttnRNNConfig
 
@@ -588,27 +589,53 @@ def push_to_hub(
 
 
 # ------------------------------------------------------------------------------------------------ command line
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+EXAMPLES = """examples:
+  # fill the family's card template from hf-headattn-evaluate's JSON into runs/de-en/README.md
+  hf-headattn-hub card --model runs/de-en --evaluation runs/de-en/eval/test_2016_flickr.beam4.metrics.json \\
+      --dataset-name "Multi30k (task 1)" --dataset-id bentrevett/multi30k --language de en --repo-id user/de-en
+  # check the folder is complete, then upload model, tokenizer, code, pipeline and card in one commit
+  hf-headattn-hub push --model runs/de-en --repo-id user/de-en --private
+"""
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-headattn-hub", formatter_class=HelpFormatter, epilog=EXAMPLES,
+        description="Model cards and Hub upload for saved model folders.\n"
+                    "`hf-headattn-hub COMMAND --help` lists a command's flags.")
+    add_verbose_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True)
-    card = commands.add_parser("card", help="write <model>/README.md from an evaluation JSON")
+
+    def add_command(name, help):
+        return commands.add_parser(name, help=help, description=help, formatter_class=HelpFormatter,
+                                   epilog=EXAMPLES)
+
+    card = add_command("card", "write <model>/README.md from an evaluation JSON")
     card.add_argument("--model", required=True, help="saved model folder")
-    card.add_argument("--evaluation", required=True, help="JSON written by examples/evaluate_translation.py")
+    card.add_argument("--evaluation", required=True, help="metrics JSON written by hf-headattn-evaluate")
     card.add_argument("--dataset-name", required=True, help='e.g. "Multi30k (task 1)"')
     card.add_argument("--dataset-id", default=None, help="Hub dataset id, e.g. bentrevett/multi30k")
-    card.add_argument("--dataset-config", default=None)
-    card.add_argument("--language", nargs=2, default=["de", "en"], metavar=("SOURCE", "TARGET"))
+    card.add_argument("--dataset-config", default=None, help="Hub dataset configuration, if it has several")
+    card.add_argument("--language", nargs=2, default=["de", "en"], metavar=("SOURCE", "TARGET"),
+                      help="source and target language codes")
     card.add_argument("--repo-id", default=None, help="the Hub repository the snippets load from")
-    card.add_argument("--model-name", default=None)
+    card.add_argument("--model-name", default=None,
+                      help="the card's title (None: --repo-id's last part, else the folder name)")
     card.add_argument("--license", default=None, help="Hub license id, e.g. apache-2.0 (omitted if not given)")
     card.add_argument("--training-data", default=None, help="text of the Training data section")
     card.add_argument("--limitation", action="append", default=[], help="an extra limitation bullet (repeatable)")
-    push = commands.add_parser("push", help="check the folder and upload it to the Hub")
+    push = add_command("push", "check the folder and upload it to the Hub")
     push.add_argument("--model", required=True, help="saved model folder with README.md")
-    push.add_argument("--repo-id", required=True)
-    push.add_argument("--private", action="store_true")
-    push.add_argument("--commit-message", default=None)
-    args = parser.parse_args(argv)
+    push.add_argument("--repo-id", required=True, help="Hub repository, e.g. user/de-en (created if missing)")
+    push.add_argument("--private", action="store_true", help="create the repository private")
+    push.add_argument("--commit-message", default=None, help="None: huggingface_hub's default message")
+    return parser
+
+
+def main(argv=None):
+    """The `hf-headattn-hub` command (also `python -m hf_headattn.hub`)."""
+    args = make_parser().parse_args(argv)
+    configure_logging(args.verbose)
 
     if args.command == "card":
         print(write_model_card(

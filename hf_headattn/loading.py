@@ -48,6 +48,8 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, trust_remote_code: boo
     with :func:`remote_code_allowed` before anything is downloaded or run."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+    from . import auto_classes  # noqa: F401  (a folder's model type resolves as after `import hf_headattn` used to)
+
     allowed = remote_code_allowed(name_or_path, trust_remote_code)
     model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, trust_remote_code=allowed).eval()
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=allowed)

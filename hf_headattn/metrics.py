@@ -705,7 +705,9 @@ def bleu_by_length(
     for label, indices in zip(labels, members):
         bleu = None
         if indices:
-            bleu = sacrebleu.corpus_bleu([hypotheses[k] for k in indices], [[references[k] for k in indices]]).score
+            # force=True: the same score, without sacrebleu's "forgot to detokenize" warning on tokenised text
+            bleu = sacrebleu.corpus_bleu([hypotheses[k] for k in indices], [[references[k] for k in indices]],
+                                         force=True).score
         result[label] = {"count": len(indices), "bleu": bleu}
     return result
 

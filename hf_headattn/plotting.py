@@ -29,6 +29,7 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from .cli import HelpFormatter, add_verbose_argument, configure_logging  # noqa: E402
 from .loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed  # noqa: E402
 
 
@@ -271,22 +272,47 @@ def _systems_from_files(paths: Sequence[str | Path], labels: Sequence[str] | Non
 
 
 # ------------------------------------------------------------------------------------------------ command line
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+EXAMPLES = """examples:
+  # a model to plot: the demo writes runs/demo/model (softmax cross-attention; --cross-attention dhicm for DHICM)
+  hf-headattn-demo --cross-attention dhicm --output-dir runs/demo-dhicm
+  # cross-attention map of one sentence (DHICM's Figures 1-2, Malaviya et al.'s Figure 2); either model family
+  hf-headattn-plot attention-map --model runs/demo/model --sentence "ein hund läuft ." \\
+      --output runs/demo/attention.png --heads all
+  # DHICM head importances of one sentence (DHICM's Figure 3)
+  hf-headattn-plot head-importances --model runs/demo-dhicm/model --sentence "ein hund läuft ." \\
+      --output runs/demo-dhicm/head_importances.png
+  # BLEU by source length of several systems (Cui et al.'s Figure 2), from hf-headattn-evaluate's JSONs
+  hf-headattn-plot bleu-by-length --results runs/a/eval/test.beam4.metrics.json \\
+      runs/b/eval/test.beam4.metrics.json --labels softmax MMA --output runs/bleu_by_length.png
+  # --model takes a local folder; a Hugging Face Hub id also needs --trust-remote-code (its code would run here)
+"""
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hf-headattn-plot", formatter_class=HelpFormatter, epilog=EXAMPLES,
+        description="Figures of trained models as PNG files: attention maps, DHICM head importances, BLEU by "
+                    "length.\n`hf-headattn-plot COMMAND --help` lists a command's flags.")
+    add_verbose_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True)
-    heads = commands.add_parser("head-importances", help="DHICM head importances of one sentence (Figure 3)")
+
+    def add_command(name, help):
+        return commands.add_parser(name, help=help, description=help, formatter_class=HelpFormatter,
+                                   epilog=EXAMPLES)
+
+    heads = add_command("head-importances", "DHICM head importances of one sentence (Figure 3)")
     heads.add_argument("--model", required=True, help="saved model folder (loaded through its own code), or a Hub "
                                                        "id with --trust-remote-code")
     add_trust_remote_code_argument(heads)
-    heads.add_argument("--sentence", required=True)
-    heads.add_argument("--module", default=None, help="e.g. encoder.layers.5.self_attn (default: last encoder one)")
+    heads.add_argument("--sentence", required=True, help="source sentence")
+    heads.add_argument("--module", default=None, help="e.g. encoder.layers.5.self_attn (None: the last encoder one)")
     heads.add_argument("--output", required=True, help="PNG file to write")
 
-    attention = commands.add_parser("attention-map", help="cross-attention map of one sentence (either family)")
+    attention = add_command("attention-map", "cross-attention map of one sentence (either family)")
     attention.add_argument("--model", required=True, help="saved model folder (loaded through its own code), or "
                                                            "a Hub id with --trust-remote-code")
     add_trust_remote_code_argument(attention)
-    attention.add_argument("--sentence", required=True)
+    attention.add_argument("--sentence", required=True, help="source sentence")
     attention.add_argument("--layer", type=int, default=-1, help="decoder layer (negative: from the top)")
     attention.add_argument("--heads", default="mean", choices=ATTENTION_HEADS, help="head mean, or one panel a head")
     attention.add_argument("--target", default=None, help="force this target (e.g. the reference) instead of "
@@ -294,12 +320,18 @@ def main(argv=None):
     attention.add_argument("--num-beams", type=int, default=1, help="beam size of the translation")
     attention.add_argument("--output", required=True, help="PNG file to write")
 
-    lengths = commands.add_parser("bleu-by-length", help="BLEU by source length of several systems")
+    lengths = add_command("bleu-by-length", "BLEU by source length of several systems")
     lengths.add_argument("--results", required=True, nargs="+", help="evaluation JSONs (or example results.json)")
-    lengths.add_argument("--labels", nargs="+", default=None, help="one per system (default: model folder names)")
-    lengths.add_argument("--title", default=None)
+    lengths.add_argument("--labels", nargs="+", default=None, help="one per system (None: model folder names)")
+    lengths.add_argument("--title", default=None, help="figure title")
     lengths.add_argument("--output", required=True, help="PNG file to write")
+    return parser
+
+
+def main(argv=None):
+    parser = make_parser()
     args = parser.parse_args(argv)
+    configure_logging(args.verbose)
 
     if args.command == "bleu-by-length":
         print(plot_bleu_by_length(_systems_from_files(args.results, args.labels), args.output, title=args.title))

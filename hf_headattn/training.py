@@ -38,6 +38,7 @@ from transformers import (
 )
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker
 
+from . import auto_classes  # noqa: F401  (Auto classes know both families, as after `from hf_headattn import ...`)
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
 from .runtime.attention_registry import ATTENTION_VARIANTS
 from .runtime.configuration_headattn import HeadAttnConfig
@@ -155,9 +156,10 @@ def load_hub_translation_dataset(
 
 
 def score_translations(hypotheses: list[str], references: list[str]) -> dict:
-    """Corpus BLEU and chrF with sacrebleu's default settings."""
+    """Corpus BLEU and chrF with sacrebleu's default settings. `force=True` only silences sacrebleu's "forgot to
+    detokenize" warning (same score, same signature): Multi30k and the toy corpus come tokenised."""
     return {
-        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+        "bleu": sacrebleu.corpus_bleu(hypotheses, [references], force=True).score,
         "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
     }
 
@@ -812,6 +814,12 @@ def train(argv=None) -> dict:
         prepare_fertility(model, tokenizer, train_text["source"], train_text["target"],
                           predictor_epochs=model_args.fertility_predictor_epochs, seed=training_args.seed)
     model.generation_config.max_length = data_args.max_length
+    if training_args.ddp_find_unused_parameters is None:
+        # Every parameter gets a gradient except the PREDICTED fertility tagger's (trained above, by its own loop),
+        # so DDP's search for unused parameters is only needed with it; elsewhere it costs an extra traversal of
+        # the graph and a warning the user can do nothing about.
+        training_args.ddp_find_unused_parameters = any(
+            "fertility_predictor" in name for name, _ in model.named_parameters())
 
     trainer = HeadAttnSeq2SeqTrainer(
         model=model,

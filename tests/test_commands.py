@@ -1,0 +1,164 @@
+"""What a newcomer meets first: the installed commands and their --help, the import time of the package, and
+quiet output (no Python warnings) from training, the demo and evaluation."""
+
+import logging
+import runpy
+import shutil
+import subprocess
+import sys
+import warnings
+from importlib.metadata import entry_points
+
+import pytest
+
+from hf_headattn import demo
+from hf_headattn.evaluation import evaluate_model
+from hf_headattn.metrics import bleu_by_length, corpus_scores
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
+from hf_headattn.toy_corpus import make_toy_corpus
+
+from helpers import REPO, toy_data, train_tiny_model
+
+
+# console script -> (module it runs, words its --help must show besides the defaults and the examples)
+COMMANDS = {
+    "hf-headattn-train": ("hf_headattn.training", ["--cross_attention", *ATTENTION_VARIANTS]),
+    "hf-headattn-evaluate": ("hf_headattn.evaluation", ["--num-beams", "(default: 4)"]),
+    "hf-headattn-plot": ("hf_headattn.plotting", ["attention-map", "head-importances", "bleu-by-length"]),
+    "hf-headattn-hub": ("hf_headattn.hub", ["card", "push"]),
+    "hf-headattn-demo": ("hf_headattn.demo", ["(default: runs/demo)", "csparsemax", "dhicm", "multihop"]),
+}
+
+
+def check_help(text: str, words: list[str]) -> None:
+    assert "(default:" in text, "--help shows no defaults"
+    assert "examples:" in text
+    assert ":func:" not in text and ":mod:" not in text and "``" not in text, "Sphinx markup in --help"
+    missing = [word for word in words if word not in text]
+    assert not missing, f"--help does not mention {missing}"
+
+
+def test_every_command_is_an_installed_console_script():
+    installed = {entry.name: entry.value for entry in entry_points(group="console_scripts")
+                 if entry.name.startswith("hf-headattn-")}
+    assert installed == {name: f"{module}:main" for name, (module, _) in COMMANDS.items()}, \
+        "pyproject.toml's [project.scripts] differs from the installed ones: run `pip install -e .`"
+    assert all(shutil.which(name) for name in COMMANDS)
+
+
+def test_console_scripts_answer_help():
+    # all at once: each process spends most of its time importing torch
+    processes = {name: subprocess.Popen([name, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, cwd=REPO) for name in COMMANDS}
+    for name, process in processes.items():
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, f"{name} --help:\n{output}"
+        check_help(output, COMMANDS[name][1])
+
+
+@pytest.mark.parametrize("module,words", [command for command in COMMANDS.values()], ids=list(COMMANDS))
+def test_python_m_forms_answer_help(module, words, monkeypatch, capsys):
+    # what `python -m <module> --help` runs: the module as __main__ (in this process, where imports are done)
+    monkeypatch.setattr(sys, "argv", [module, "--help"])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*found in sys.modules", category=RuntimeWarning)
+        with pytest.raises(SystemExit) as exit_info:
+            runpy.run_module(module, run_name="__main__")
+    assert exit_info.value.code == 0
+    check_help(capsys.readouterr().out, words)
+
+
+@pytest.mark.parametrize("command", ["head-importances", "attention-map", "bleu-by-length"])
+def test_plot_subcommands_show_defaults(command, capsys):
+    from hf_headattn.plotting import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    check_help(capsys.readouterr().out, ["--output"])
+
+
+def test_import_is_fast_and_loads_no_heavy_dependency():
+    script = ("import sys, time\n"
+              "start = time.perf_counter()\n"
+              "import hf_headattn\n"
+              "seconds = time.perf_counter() - start\n"
+              "heavy = sorted(name for name in ('torch', 'transformers', 'datasets', 'evaluate', 'sacrebleu',\n"
+              "                                 'matplotlib', 'eflomal') if name in sys.modules)\n"
+              "print(f'{seconds:.3f}', ','.join(heavy))\n")
+    seconds, heavy = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                                    cwd=REPO).stdout.strip().partition(" ")[::2]
+    print(f"import hf_headattn: {float(seconds):.3f} s in a fresh interpreter")
+    assert not heavy, f"import hf_headattn imports {heavy}"
+    assert float(seconds) < 3.0
+
+
+def test_package_names_load_on_first_use():
+    import hf_headattn
+
+    assert set(hf_headattn.__all__) <= set(dir(hf_headattn))
+    for name in hf_headattn.__all__:
+        assert getattr(hf_headattn, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
+        hf_headattn.NoSuchThing  # noqa: B018
+
+
+def test_demo_cross_attention_choices_are_the_registry_s():
+    assert set(demo.CROSS_ATTENTION_VARIANTS) == {
+        name for name, variant in ATTENTION_VARIANTS.items() if "cross_attention" in variant.sites}
+
+
+class WarningRecords(logging.Handler):
+    """Log records at WARNING and above, from any logger (sacrebleu's "forgot to detokenize" is one)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(f"{record.name}: {record.getMessage()}")
+
+
+@pytest.fixture
+def caught_warnings():
+    """Python warnings (every one, as under `python -W default`) and WARNING log records of the block."""
+    handler = WarningRecords()
+    logging.getLogger().addHandler(handler)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        yield caught, handler.records
+    logging.getLogger().removeHandler(handler)
+
+
+def messages(caught) -> list[str]:
+    return [f"{warning.category.__name__}: {warning.message}" for warning in caught]
+
+
+def test_demo_emits_no_warnings(tmp_path, caught_warnings):
+    caught, log_records = caught_warnings
+    demo.run(tmp_path, epochs=0.03)  # a few steps: what is checked is what gets printed, not the translations
+    assert not messages(caught)
+    assert not log_records
+
+
+def test_evaluation_emits_no_warnings(tmp_path, caught_warnings):
+    data = toy_data(tmp_path / "data")
+    model = train_tiny_model(data, tmp_path / "model", "transformer")
+    caught, log_records = caught_warnings
+    evaluate_model(model, data["test.src"], data["test.tgt"], num_beams=2, batch_size=16,
+                   train_source=data["train.src"], train_target=data["train.tgt"], output_dir=tmp_path / "eval",
+                   drop_runs=1, drop_cache_dir=tmp_path / "cache")  # DROP: eflomal, which cannot be seeded
+    assert not messages(caught)
+    assert not log_records
+
+
+def test_bleu_of_tokenised_text_logs_no_detokenisation_warning(caught_warnings):
+    # 100 or more hypotheses ending in " ." (as Multi30k's and the toy corpus's do) make sacrebleu log "It looks
+    # like you forgot to detokenize your test data" three lines at a time, unless told force=True
+    caught, log_records = caught_warnings
+    sentences = [source for source, _ in make_toy_corpus(120, seed=0)]
+    assert sum(sentence.endswith(" .") for sentence in sentences) >= 100
+    scores = corpus_scores(sentences, sentences)
+    bleu_by_length(sentences, sentences, sentences)
+    assert scores["bleu"] == pytest.approx(100)
+    assert not log_records and not messages(caught)
