@@ -71,6 +71,13 @@ def test_python_m_forms_answer_help(module, words, monkeypatch, capsys):
     check_help(capsys.readouterr().out, words)
 
 
+def test_python_m_hf_headattn_lists_every_command():
+    listing = subprocess.run([sys.executable, "-m", "hf_headattn"], capture_output=True, text=True, check=True,
+                             cwd=REPO).stdout
+    for name, (module, _) in COMMANDS.items():
+        assert f"{name} " in listing and f"({module.removeprefix('hf_headattn.')})" in listing
+
+
 @pytest.mark.parametrize("command", ["head-importances", "attention-map", "bleu-by-length"])
 def test_plot_subcommands_show_defaults(command, capsys):
     from hf_headattn.plotting import main

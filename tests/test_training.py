@@ -206,12 +206,17 @@ def test_early_stopping_ends_training_when_the_validation_loss_stops_improving(t
     assert training.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
 
 
-def test_training_emits_no_python_warnings(toy_files, tmp_path):
+@pytest.mark.parametrize("flags", [
+    ["--max_tokens", "200", "--cross_attention", "dhicm"],
+    # BLEU/chrF at evaluation (sacrebleu), and eflomal alignments of the training pairs (it cannot be seeded)
+    ["--cross_attention", "csparsemax", "--fertility", "guided", "--predict_with_generate",
+     "--generation_num_beams", "1"],
+], ids=["dhicm-max_tokens", "csparsemax-guided-bleu"])
+def test_training_emits_no_python_warnings(flags, toy_files, tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
-        train([*file_flags(toy_files), "--output_dir", str(tmp_path), "--max_steps", "2", "--max_tokens", "200",
-               "--cross_attention", "dhicm", *TINY_MODEL])
-    assert not [str(warning.message) for warning in caught]
+        train([*file_flags(toy_files), "--output_dir", str(tmp_path), "--max_steps", "2", *flags, *TINY_MODEL])
+    assert not [f"{warning.category.__name__}: {warning.message}" for warning in caught]
 
 
 def test_local_hf_dataset_with_translation_column(tmp_path):

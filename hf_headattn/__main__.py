@@ -1,0 +1,13 @@
+"""`python -m hf_headattn`: the package's commands, each with its own `--help`."""
+
+COMMANDS = """hf_headattn's commands (each also `python -m hf_headattn.<module>`; COMMAND --help for its flags):
+
+  hf-headattn-train      (training)    train a translation model with Seq2SeqTrainer
+  hf-headattn-evaluate   (evaluation)  translate a test set; BLEU, chrF, TER, REP, DROP, BLEU by length
+  hf-headattn-plot       (plotting)    attention maps, DHICM head importances, BLEU by length
+  hf-headattn-hub        (hub)         model card from an evaluation; upload a folder to the Hub
+  hf-headattn-demo       (demo)        train and translate on a toy corpus, offline (writes runs/demo)
+"""
+
+if __name__ == "__main__":
+    print(COMMANDS, end="")
