@@ -330,3 +330,12 @@ def test_kernels_show_nan_scores_and_bounds_as_nan_rows():
     for output in (sparsemax(scores), csoftmax(scores, torch.ones(2, 4)), csparsemax(scores, torch.ones(2, 4)),
                    csparsemax(Z, with_value(torch.ones(2, 4), (1, 0), math.nan))):
         assert output.isnan().all(dim=-1).tolist() in ([True, False], [False, True])
+
+
+def test_checked_forward_keeps_its_signature(transformer, rnn):
+    """Trainer (unused-column removal) and generate (model kwargs) read forward's parameters through the decorator."""
+    import inspect
+
+    for model in (transformer, rnn):
+        parameters = inspect.signature(model.forward).parameters
+        assert {"input_ids", "attention_mask", "decoder_input_ids", "labels", "num_items_in_batch"} <= set(parameters)
