@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 r"""Evaluate a saved model folder (either family) on a test set: a hypotheses file and a JSON of BLEU, chrF, TER,
-REP, DROP and BLEU by length; see `--help` (or hf_headattn/evaluation.py) for usage.
+REP, DROP and BLEU by length; the same command as `hf-headattn-evaluate` and `python -m hf_headattn.evaluation`
+(see `--help`).
 
     python examples/evaluate_translation.py --model runs/de-en \
         --source ../shared/data/multi30k/test_2016_flickr.de --reference ../shared/data/multi30k/test_2016_flickr.en \
