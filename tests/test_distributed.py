@@ -51,6 +51,8 @@ def launch(launcher: list[str], arguments: list[str], output_dir) -> dict:
     done = subprocess.run([*launcher, "-m", "hf_headattn.training", *arguments], env=ENV, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
+    # DDP searches for unused parameters only where there are some (the PREDICTED fertility tagger's)
+    assert "find_unused_parameters=True was specified" not in done.stderr
     return json.loads((output_dir / "train_results.json").read_text())
 
 
