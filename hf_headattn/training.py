@@ -877,7 +877,13 @@ def _final_evaluation(trainer: HeadAttnSeq2SeqTrainer) -> dict:
 
 
 def main(argv=None) -> None:
-    train(argv)
+    try:
+        train(argv)
+    finally:
+        # Under torchrun / accelerate launch, a process group left to interpreter exit can abort a rank in gloo's
+        # teardown ("terminate called without an active exception") after training succeeded.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 def _jsonable(metrics: dict) -> dict:
