@@ -78,8 +78,12 @@ def head_importance_figure(model, tokenizer, sentence: str, path: str | Path, mo
     last encoder self-attention module that has them (the paper's Figure 3). Encoder modules are labelled with
     the source tokens, decoder modules with the generated tokens they produced."""
     batch = tokenizer([sentence], return_tensors="pt").to(model.device)
+    generation_config = model.generation_config
+    # the model's own length limit if it has one; else a bound from the source, not generate's silent default of 20
+    own_limit = generation_config.max_new_tokens is not None or "max_length" in generation_config.to_diff_dict()
+    limit = {} if own_limit else {"max_new_tokens": 2 * batch["input_ids"].shape[1] + 10}
     with torch.no_grad():
-        generated = model.generate(**batch, num_beams=1, do_sample=False, output_head_importances=True)
+        generated = model.generate(**batch, num_beams=1, do_sample=False, output_head_importances=True, **limit)
     importances = generated.head_importances or {}
     if not importances:
         raise ValueError("This model has no DHICM module, so there are no head importances to plot")
