@@ -72,11 +72,13 @@ class TranslationPipeline(Pipeline):
 
     def preprocess(self, text: str, truncation: bool = False, max_length: int | None = None):
         # no token_type_ids: Transformers 4.x's fast tokenizers return them by default, and the model takes none
-        encoded = self.tokenizer(text, return_tensors="pt", truncation=truncation, max_length=max_length,
-                                 return_token_type_ids=False)
-        if truncation and not getattr(self, "_warned_truncation", False):
-            full_length = len(self.tokenizer(text)["input_ids"])
-            if full_length > encoded["input_ids"].shape[1]:
+        encoded = self.tokenizer(text, return_tensors="pt", return_token_type_ids=False)
+        limit = max_length if max_length is not None else self.tokenizer.model_max_length
+        if truncation and encoded["input_ids"].shape[1] > limit:  # tokenised again only when it must be cut
+            full_length = encoded["input_ids"].shape[1]
+            encoded = self.tokenizer(text, return_tensors="pt", truncation=True, max_length=max_length,
+                                     return_token_type_ids=False)
+            if not getattr(self, "_warned_truncation", False):
                 self._warned_truncation = True
                 warnings.warn(f"Input of {full_length} tokens truncated to {encoded['input_ids'].shape[1]} "
                               "(truncation=True); later truncations by this pipeline are not reported", stacklevel=2)
