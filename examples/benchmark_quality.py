@@ -1,60 +1,125 @@
 #!/usr/bin/env python
-"""Translation quality of every registered attention variant and of the LSTM family, trained with identical
-hyper-parameters and the same fixed budget (epochs over the same pairs, so the same optimizer steps) on
-Multi30k De-En (or any line-aligned parallel files), scored on one test set with BLEU, chrF, TER, REP and DROP
-(`hf_headattn.evaluation.evaluate_model`: beam search, words split with sacrebleu's 13a tokenizer, DROP aligned
-with eflomal trained on the training pairs plus the test pairs).
+"""The quality benchmark behind RESULTS.md: every system trained by the package's own command
+(`hf-headattn-train --preset multi30k-anchor`: the recipe of the project's MarianMTModel anchor, 2,090 optimizer
+steps of ~2,000-target-token batches) on Multi30k De-En, one run per system and seed, each scored on
+test_2016_flickr greedy and with beam 5 (BLEU, chrF, TER, REP, DROP, BLEU by source length).
 
-Writes, per system, a model folder with its evaluation JSON and a model card (README.md) filled from it;
-then one table (BLEU, chrF, TER, REP, DROP, parameters, train time) to --results-file and to every card, and
-copies of the cards to --cards-dir. Each system's results are kept in its folder, so subsets of --systems can
-run side by side (e.g. two processes with --threads 1 on two cores): every run rewrites the table from all the
-systems found in --output-dir.
+    # one run (resumable: run the same command again after an interruption), then the report
+    python examples/benchmark_quality.py --systems "transformer softmax" --seeds 1
+    # several runs one after another; every finished run rewrites RESULTS.md and the cards
+    python examples/benchmark_quality.py --systems "transformer mma" "transformer softmax" --seeds 1 2 3
+    python examples/benchmark_quality.py --report-only
+    python examples/benchmark_quality.py --list        # the systems and their training flags
 
-    python examples/benchmark_quality.py --output-dir runs/quality --results-file RESULTS.md
+Models go to --output-dir (runs/quality/<system>/seed-<n>, not committed); what the report needs goes to
+--records-dir (benchmarks/quality/<system>/seed-<n>: the evaluation JSONs, the hypotheses, train_results.json and
+result.json with wall times, machine and commands), so the table and the significance tests can be rebuilt
+without the models and grow run by run across sessions. A finished run (its result.json exists) is skipped.
+
+The report (--results-file) has one table per question: the anchor check, every system at seed 1, and the papers'
+claims with mean +- standard deviation over seeds and sacrebleu's paired bootstrap (1,000 resamples) of each seed
+against the baseline of the same seed. The cards in --cards-dir are written from seed 1's model folder.
 """
 
 import argparse
+import dataclasses
 import json
-import math
 import os
 import platform
 import shlex
 import shutil
+import statistics
 import sys
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
-from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS  # noqa: E402
 from hf_headattn.evaluation import evaluate_model  # noqa: E402
 from hf_headattn.hub import write_model_card  # noqa: E402
-from hf_headattn.training import train, multi30k_paths  # noqa: E402
+from hf_headattn.plotting import plot_bleu_by_length  # noqa: E402
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS  # noqa: E402
+from hf_headattn.training import TRAINING_PRESETS, multi30k_paths, train  # noqa: E402
 
 
-# Each Transformer variant at the site (and layers) its paper puts it; every other site is softmax.
-TRANSFORMER_SYSTEMS = {
-    "softmax": {},
-    "running_sum": {"--cross_attention": "running_sum"},  # the coverage-penalised softmax that tests the seam
-    "mma": {"--encoder_self_attention": "mma"},  # Cui et al.: encoder self-attention
-    "dhicm": {f"--{site}": "dhicm" for site in ("encoder-self-attention", "decoder-self-attention",
-                                                 "cross-attention")},  # Goindani & Shrivastava: last layer
-    "sparsemax": {"--cross_attention": "sparsemax"},  # Malaviya et al.: the source attention
-    "csoftmax": {"--cross_attention": "csoftmax", "--fertility": "guided"},
-    "csparsemax": {"--cross_attention": "csparsemax", "--fertility": "guided"},
-    "multihop": {"--cross_attention": "multihop"},  # Iida et al.'s second hop over the heads
+PRESET = "multi30k-anchor"
+ANCHOR_BLEU = 36.4  # MarianMTModel of the same shape and recipe, greedy test_2016_flickr BLEU at 2,090 steps
+TEST_BEAMS = (1, 5)
+COVERAGE_PENALTY_GRID = (0.2, 0.4, 0.6, 0.8, 1.0)  # Malaviya et al. Sec. 5: beta tuned on {0.2k}, k = 1..5
+
+
+@dataclasses.dataclass(frozen=True)
+class System:
+    architecture: str  # "transformer" or "rnn"
+    flags: tuple[str, ...] = ()  # training flags beyond the preset
+    decoded_like: str | None = None  # a decoding-only system: the model of this system, decoded otherwise
+    tune_coverage_penalty: bool = False  # beta chosen on the validation set (beam 5), then used on the test set
+
+
+MMA = '{"type": "mma", "window": 1}'
+DHICM = ("--encoder_self_attention", "dhicm", "--decoder_self_attention", "dhicm", "--cross_attention", "dhicm")
+DHICM_WITHOUT_KL = '{"type": "dhicm", "layers": [-1], "kl_weight": 0.0}'
+SYSTEMS = {
+    # Transformers: each variant at the site its paper puts it (softmax elsewhere)
+    "transformer softmax": System("transformer"),
+    "transformer mma": System("transformer", ("--encoder_self_attention", MMA)),  # Cui et al.: encoder, w = 1
+    "transformer softmax, no positions": System("transformer", ("--position_embedding", "none")),
+    "transformer mma, no positions": System("transformer", ("--encoder_self_attention", MMA,
+                                                            "--position_embedding", "none")),
+    # Goindani & Shrivastava: the last layer's three attentions, lambda = 0.1; without the KL term (lambda = 0),
+    # to see whether Eq. 5's -lambda KL(G || uniform), largest when one head takes everything, makes them collapse
+    "transformer dhicm": System("transformer", DHICM),
+    "transformer softmax, 10k pairs": System("transformer", ("--max_train_pairs", "10000")),
+    "transformer dhicm, 10k pairs": System("transformer", (*DHICM, "--max_train_pairs", "10000")),
+    "transformer dhicm without KL, 10k pairs": System("transformer", (
+        "--encoder_self_attention", DHICM_WITHOUT_KL, "--decoder_self_attention", DHICM_WITHOUT_KL,
+        "--cross_attention", DHICM_WITHOUT_KL, "--max_train_pairs", "10000")),
+    # Malaviya et al.: the source attention
+    "transformer sparsemax": System("transformer", ("--cross_attention", "sparsemax")),
+    "transformer csoftmax guided": System("transformer", ("--cross_attention", "csoftmax", "--fertility", "guided")),
+    "transformer csoftmax predicted": System("transformer", ("--cross_attention", "csoftmax",
+                                                             "--fertility", "predicted")),
+    "transformer csparsemax guided": System("transformer", ("--cross_attention", "csparsemax",
+                                                            "--fertility", "guided")),
+    "transformer csparsemax predicted": System("transformer", ("--cross_attention", "csparsemax",
+                                                               "--fertility", "predicted")),
+    "transformer multihop": System("transformer", ("--cross_attention", "multihop")),  # Iida et al.'s second hop
+    "transformer running_sum": System("transformer", ("--cross_attention", "running_sum")),  # the seam's test variant
+    # LSTMs (Iida et al., Malaviya et al.): heads x hops
+    "lstm baseline 1x1": System("rnn"),
+    "lstm 2x1": System("rnn", ("--heads", "2")),
+    "lstm 2x2 dependent": System("rnn", ("--heads", "2", "--hops", "2", "--hop_mode", "dependent")),
+    "lstm 2x2 independent": System("rnn", ("--heads", "2", "--hops", "2", "--hop_mode", "independent")),
+    "lstm csparsemax predicted": System("rnn", ("--attention_transform", "csparsemax", "--fertility", "predicted")),
+    "lstm coverage vector": System("rnn", ("--coverage_vector", "true")),
+    "lstm coverage penalty": System("rnn", decoded_like="lstm baseline 1x1", tune_coverage_penalty=True),
 }
-RNN_SYSTEMS = {
-    "lstm baseline 1x1": {},
-    "lstm multi-hop dependent 2x2": {"--heads": "2", "--hops": "2", "--hop_mode": "dependent"},
-    "lstm csparsemax 1x1": {"--attention_transform": "csparsemax", "--fertility": "guided"},
-}
-SYSTEMS = {**{f"transformer {name}": flags for name, flags in TRANSFORMER_SYSTEMS.items()}, **RNN_SYSTEMS}
-assert set(TRANSFORMER_SYSTEMS) == set(ATTENTION_VARIANTS), "benchmark_quality: a registered variant has no system"
+assert {name.split()[1] for name in SYSTEMS if name.startswith("transformer")} >= set(ATTENTION_VARIANTS), \
+    "benchmark_quality: a registered variant has no system"
 
+# The papers' claims: (question, system, baseline, what is compared)
+CLAIMS = [
+    ("MMA vs softmax (Cui et al.)", "transformer mma", "transformer softmax", "bleu"),
+    ("MMA vs softmax without position embeddings (Cui et al.)", "transformer mma, no positions",
+     "transformer softmax, no positions", "bleu"),
+    ("DHICM vs softmax on 10,000 pairs (Goindani & Shrivastava, low-resource)", "transformer dhicm, 10k pairs",
+     "transformer softmax, 10k pairs", "bleu"),
+    ("2x2 dependent multi-hop vs the LSTM baseline (Iida et al.)", "lstm 2x2 dependent", "lstm baseline 1x1", "bleu"),
+    ("csparsemax (predicted fertility) vs softmax, LSTM (Malaviya et al.)", "lstm csparsemax predicted",
+     "lstm baseline 1x1", "coverage"),
+    ("csparsemax (predicted fertility) vs softmax, Transformer", "transformer csparsemax predicted",
+     "transformer softmax", "coverage"),
+]
+FIGURE_SYSTEMS = ("transformer softmax", "transformer mma", "transformer dhicm", "transformer csparsemax predicted",
+                  "lstm baseline 1x1", "lstm 2x2 dependent", "lstm csparsemax predicted")
 
 DATA_KEYS = [f"{split}_{side}" for split in ("train", "valid", "test") for side in ("source", "target")]
+
+
+def slug(system: str) -> str:
+    return system.replace(",", "").replace(" ", "-")
 
 
 def data_files(args) -> dict:
@@ -66,166 +131,370 @@ def data_files(args) -> dict:
     return {key: str(paths[name]) for key, name in zip(DATA_KEYS, names)}
 
 
-def folder_name(system: str) -> str:
-    return system.replace(" ", "-")
+def training_argv(system: str, seed: int, data: dict, model_dir: Path, args) -> list[str]:
+    spec = SYSTEMS[system]
+    extra = shlex.split(args.transformer_flags if spec.architecture == "transformer" else args.lstm_flags)
+    return ["--preset", PRESET, "--architecture", spec.architecture,
+            "--train_source", data["train_source"], "--train_target", data["train_target"],
+            "--valid_source", data["valid_source"], "--valid_target", data["valid_target"],
+            *spec.flags, *extra, "--seed", str(seed), "--output_dir", str(model_dir)]
 
 
-def train_and_evaluate(system: str, args, data: dict, argv: list[str]) -> dict:
-    model_dir = Path(args.output_dir) / folder_name(system)
-    architecture = "rnn" if system.startswith("lstm") else "transformer"
-    sizes = (["--d_model", str(args.d_model), "--ffn_dim", str(4 * args.d_model), "--heads", "4"]
-             if architecture == "transformer" else
-             ["--embedding_size", str(args.embedding_size), "--hidden_size", str(args.hidden_size)])
-    flags = [item for flag, value in SYSTEMS[system].items() for item in (flag, value)]
-    train_metrics = train([
-        "--architecture", architecture,
-        "--train_source", str(data["train_source"]), "--train_target", str(data["train_target"]),
-        "--valid_source", str(data["valid_source"]), "--valid_target", str(data["valid_target"]),
-        "--max_train_pairs", str(args.train_pairs), "--max_valid_pairs", "200",
-        "--output_dir", str(model_dir), "--vocab_size", str(args.vocab_size), *sizes,
-        "--dropout", str(args.dropout), "--label_smoothing", "0.1",
-        "--num_train_epochs", str(args.epochs), "--per_device_train_batch_size", str(args.batch_size),
-        "--learning_rate", str(args.learning_rate),
-        "--warmup_steps", str(args.warmup_steps), "--seed", str(args.seed), *flags,
-    ])
-    evaluation = evaluate_model(
-        model_dir, data["test_source"], data["test_target"], num_beams=args.num_beams, batch_size=32, device="cpu",
-        train_source=data["train_source"], train_target=data["train_target"], output_dir=model_dir,
+def machine() -> dict:
+    return {"processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.get_device_name() if torch.cuda.is_available()
+            else None, "load_average_1_5_15": [round(load, 2) for load in os.getloadavg()]}
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def run(system: str, seed: int, args, data: dict) -> dict:
+    """Train (or resume) and evaluate one system at one seed, unless its result is recorded already."""
+    record_dir = Path(args.records_dir) / slug(system) / f"seed-{seed}"
+    result_path = record_dir / "result.json"
+    if result_path.exists():
+        print(f"{system}, seed {seed}: recorded already in {result_path}")
+        return json.loads(result_path.read_text())
+    spec = SYSTEMS[system]
+    trained = spec.decoded_like or system
+    model_dir = Path(args.output_dir) / slug(trained) / f"seed-{seed}"
+    record_dir.mkdir(parents=True, exist_ok=True)
+    result = {"system": system, "seed": seed, "architecture": spec.architecture, "started": now(),
+              "machine_at_start": machine()}
+
+    train_argv = training_argv(trained, seed, data, model_dir, args)
+    if not (model_dir / "train_results.json").exists():
+        result["resumed"] = any(model_dir.glob("checkpoint-*"))
+        print(f"{system}, seed {seed}: training {model_dir}" + (" (resuming)" if result["resumed"] else ""))
+        train(train_argv)
+    train_results = json.loads((model_dir / "train_results.json").read_text())
+    shutil.copyfile(model_dir / "train_results.json", record_dir / "train_results.json")
+
+    coverage_penalty = 0.0
+    if spec.tune_coverage_penalty:
+        result["coverage_penalty_on_validation"] = tuning = {}
+        for beta in COVERAGE_PENALTY_GRID:
+            scores = evaluate_model(model_dir, data["valid_source"], data["valid_target"], num_beams=5,
+                                    batch_size=args.batch_size, output_dir=record_dir / "validation",
+                                    test_name="val", coverage_penalty=beta)
+            tuning[f"{beta:g}"] = scores["bleu"]
+        coverage_penalty = float(max(tuning, key=tuning.get))
+    evaluations = {}
+    for num_beams in TEST_BEAMS:
+        if coverage_penalty and num_beams == 1:
+            continue  # the penalty re-ranks a beam
+        started = time.perf_counter()
+        evaluation = evaluate_model(model_dir, data["test_source"], data["test_target"], num_beams=num_beams,
+                                    batch_size=args.batch_size, train_source=data["train_source"],
+                                    train_target=data["train_target"], output_dir=record_dir,
+                                    test_name="test_2016_flickr", coverage_penalty=coverage_penalty)
+        evaluations["greedy" if num_beams == 1 else f"beam{num_beams}"] = {
+            **{key: evaluation[key] for key in ("bleu", "chrf", "ter", "rep", "drop")},
+            "seconds": round(time.perf_counter() - started, 1),
+            "hypotheses": Path(evaluation["files"]["hypotheses"]).name,
+            "metrics": Path(evaluation["files"]["metrics"]).name,
+        }
+        print(f"{system}, seed {seed}, {'greedy' if num_beams == 1 else f'beam {num_beams}'}: "
+              f"BLEU {evaluation['bleu']:.2f}, REP {evaluation['rep']:.2f}, DROP {evaluation['drop']:.2f}")
+    if any("dhicm" in flag for flag in spec.flags):
+        result["head_importances"] = importance_statistics(model_dir, data, args.batch_size)
+    if seed == 1:
+        write_card(system, model_dir, record_dir, evaluations, args)
+
+    result.update(
+        finished=now(), machine_at_end=machine(), decoding=evaluations, coverage_penalty=coverage_penalty,
+        steps=train_results.get("global_step"), epochs=train_results.get("epoch"),
+        train_pairs=train_results.get("train_pairs"), parameters=train_results.get("parameters"),
+        train_runtime_s=train_results.get("train_runtime"), eval_loss=train_results.get("eval_loss"),
+        settings=settings(args, spec),
+        command=shlex.join(["python", "examples/benchmark_quality.py", "--systems", system, "--seeds", str(seed),
+                            *settings_argv(args)]),
+        training_command=shlex.join(["hf-headattn-train", *train_argv]),
     )
-    result = {
-        "system": system, "architecture": architecture,
-        **{key: evaluation[key] for key in ("bleu", "chrf", "ter", "rep", "drop")},
-        "parameters": train_metrics["parameters"], "train_runtime_s": train_metrics["train_runtime"],
-        "evaluation_json": evaluation["files"]["metrics"], "settings": settings(args),
-        "threads": torch.get_num_threads(), "command": command_line(argv),
-    }
-    (model_dir / "quality_result.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{system}: BLEU {result['bleu']:.2f}, REP {result['rep']:.2f}, DROP {result['drop']:.2f}")
+    result_path.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def settings(args) -> dict:
-    """The arguments that change what is trained and measured (not which systems, threads or report files)."""
-    ignored = ("systems", "threads", "report_only", "results_note", "results_file", "cards_dir", "dataset_name",
-               "dataset_id")
-    return {key: value for key, value in vars(args).items() if key not in ignored}
+def importance_statistics(model_dir: Path, data: dict, batch_size: int) -> dict:
+    """How each DHICM module spreads its importances over the heads on the test set (teacher-forced)."""
+    from hf_headattn.head_pruning import head_importance_statistics
+    from hf_headattn.loading import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    sources = Path(data["test_source"]).read_text(encoding="utf-8").splitlines()
+    targets = Path(data["test_target"]).read_text(encoding="utf-8").splitlines()
+    statistics = head_importance_statistics(model, tokenizer, sources, targets, batch_size)
+    return {name: {key: value.tolist() if isinstance(value, torch.Tensor) else value for key, value in module.items()}
+            for name, module in statistics.items()}
 
 
-def command_line(argv: list[str]) -> str:
-    return shlex.join(["python", "examples/benchmark_quality.py", *argv])
+def settings(args, spec: System) -> dict:
+    """What changes the numbers besides the system and seed: the data and the flags added to the preset."""
+    return {"data": data_files(args), "preset": TRAINING_PRESETS[PRESET],
+            "extra_flags": args.transformer_flags if spec.architecture == "transformer" else args.lstm_flags}
 
 
-def collect_results(output_dir: Path) -> dict:
-    """Every system with a result in output_dir (also from other runs), in SYSTEMS order."""
+def settings_argv(args) -> list[str]:
+    argv = []
+    if all(getattr(args, key) for key in DATA_KEYS):
+        for key in DATA_KEYS:
+            argv += [f"--{key.replace('_', '-')}", getattr(args, key)]
+    elif args.data_dir != DEFAULT_DATA_DIR:
+        argv += ["--data-dir", args.data_dir]
+    for name in ("transformer_flags", "lstm_flags"):
+        if getattr(args, name):
+            argv += [f"--{name.replace('_', '-')}", getattr(args, name)]
+    return argv
+
+
+def write_card(system: str, model_dir: Path, record_dir: Path, evaluations: dict, args) -> None:
+    """The model folder's card, from its beam-5 evaluation, copied to --cards-dir."""
+    decoding = "beam5" if "beam5" in evaluations else next(iter(evaluations))
+    card = write_model_card(model_dir, record_dir / evaluations[decoding]["metrics"], dataset_name=args.dataset_name,
+                            dataset_id=args.dataset_id, model_name=f"hf_headattn {system} (Multi30k De-En)")
+    Path(args.cards_dir).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(card, Path(args.cards_dir) / f"{slug(system)}.md")
+
+
+# ------------------------------------------------------------------------------------------------ the report
+def collect(records_dir: Path) -> dict:
+    """(system, seed) -> result, for every recorded run, in SYSTEMS order."""
     results = {}
     for system in SYSTEMS:
-        path = output_dir / folder_name(system) / "quality_result.json"
-        if path.exists():
-            results[system] = json.loads(path.read_text())
+        for path in sorted((records_dir / slug(system)).glob("seed-*/result.json"),
+                           key=lambda path: int(path.parent.name.split("-")[1])):
+            result = json.loads(path.read_text())
+            result["record_dir"] = path.parent
+            results[system, result["seed"]] = result
     return results
 
 
-def results_table(results: dict) -> str:
-    lines = ["| system | BLEU | chrF | TER | REP | DROP | parameters | train time (s, CPU) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for system, r in results.items():
-        lines.append(f"| {system} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['ter']:.2f} | {r['rep']:.2f} | "
-                     f"{r['drop']:.2f} | {r['parameters']:,} | {r['train_runtime_s']:.0f} |")
+def check_same_settings(results: dict) -> None:
+    """Every run on the same data and preset, and every run of a family with the same extra flags."""
+    shared, extra_flags = set(), {}
+    for result in results.values():
+        shared.add(json.dumps({key: value for key, value in result["settings"].items() if key != "extra_flags"},
+                              sort_keys=True))
+        extra_flags.setdefault(result["architecture"], set()).add(result["settings"]["extra_flags"])
+    if len(shared) > 1 or any(len(flags) > 1 for flags in extra_flags.values()):
+        raise ValueError("the recorded runs were trained with different settings; use a fresh --records-dir:\n"
+                         + "\n".join(f"{system} seed {seed}: {json.dumps(result['settings'])}"
+                                     for (system, seed), result in results.items()))
+
+
+def fmt(value, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def hypotheses(result: dict, decoding: str) -> list[str]:
+    path = result["record_dir"] / result["decoding"][decoding]["hypotheses"]
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def paired_bootstrap_p(system: dict, baseline: dict, references: list[str], decoding: str) -> float:
+    """sacrebleu's paired bootstrap resampling (1,000 samples, sacrebleu's fixed seed): the p-value of the
+    system's BLEU differing from the baseline's by chance."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    test = PairedTest([("baseline", hypotheses(baseline, decoding)), ("system", hypotheses(system, decoding))],
+                      {"BLEU": BLEU()}, [references], test_type="bs", n_samples=1000)
+    _, scores = test()
+    return scores["BLEU"][1].p_value
+
+
+def anchor_table(results: dict) -> str:
+    rows = [(seed, result) for (system, seed), result in results.items() if system == "transformer softmax"]
+    lines = ["| seed | optimizer steps | greedy BLEU | anchor (MarianMTModel) | beam-5 BLEU | train time (min) |",
+             "|---|---|---|---|---|---|"]
+    for seed, result in rows:
+        lines.append(f"| {seed} | {result['steps']:,} | **{result['decoding']['greedy']['bleu']:.2f}** | "
+                     f"{ANCHOR_BLEU} | {result['decoding']['beam5']['bleu']:.2f} | "
+                     f"{result['train_runtime_s'] / 60:.0f} |")
     return "\n".join(lines)
 
 
-def optimizer_steps(args) -> int:
-    return math.ceil(args.epochs * math.ceil(args.train_pairs / args.batch_size))  # as Trainer counts them
+def systems_table(results: dict) -> str:
+    lines = ["| system | greedy BLEU | beam-5 BLEU | chrF | TER | REP | DROP | parameters | steps | train time (min) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for (system, seed), result in results.items():
+        if seed != 1:
+            continue
+        decoding = result["decoding"]
+        beam = decoding["beam5"]
+        greedy = decoding.get("greedy", {}).get("bleu")
+        label = system + (f" (beta = {result['coverage_penalty']:g}, tuned on val)" if result["coverage_penalty"]
+                          else "")
+        lines.append(f"| {label} | {fmt(greedy, 2)} | {beam['bleu']:.2f} | {beam['chrf']:.2f} | {beam['ter']:.2f} | "
+                     f"{beam['rep']:.2f} | {fmt(beam['drop'], 2)} | {result['parameters']:,} | {result['steps']:,} | "
+                     f"{result['train_runtime_s'] / 60:.0f} |")
+    return "\n".join(lines)
 
 
-def describe_setup(results: dict, note: str | None = None) -> str:
-    """The shared settings of every system in `results` (an error if two systems were trained differently)."""
-    settings_seen = {json.dumps(r["settings"], sort_keys=True) for r in results.values()}
-    if len(settings_seen) > 1:
-        raise ValueError("the systems found were trained with different settings; use a fresh --output-dir:\n"
-                         + "\n".join(settings_seen))
-    args = argparse.Namespace(**next(iter(results.values()))["settings"])
-    data = data_files(args)
-    threads = sorted({r["threads"] for r in results.values()})
+def claims_tables(results: dict, references: list[str]) -> str:
+    sections = []
+    for question, system, baseline, compared in CLAIMS:
+        seeds = sorted(seed for (name, seed) in results if name == system and (baseline, seed) in results)
+        if not seeds:
+            continue
+        pairs = [(results[system, seed], results[baseline, seed]) for seed in seeds]
+        lines = [f"### {question}", "",
+                 f"Seeds: {', '.join(map(str, seeds))}. Mean ± standard deviation over seeds; p: sacrebleu's paired "
+                 "bootstrap (1,000 resamples) of each seed's system against the baseline of the same seed.", ""]
+        if compared == "bleu":
+            lines += ["| | greedy BLEU | beam-5 BLEU | p (greedy) per seed | p (beam 5) per seed |", "|---|---|---|---|---|"]
+            for label, index in ((system, 0), (baseline, 1)):
+                greedy = [pair[index]["decoding"]["greedy"]["bleu"] for pair in pairs]
+                beam = [pair[index]["decoding"]["beam5"]["bleu"] for pair in pairs]
+                p_values = [""] * 2
+                if index == 0:
+                    p_values = [", ".join(f"{paired_bootstrap_p(*pair, references, decoding):.3f}" for pair in pairs)
+                                for decoding in ("greedy", "beam5")]
+                lines.append(f"| {label} | {mean_std(greedy)} | {mean_std(beam)} | {p_values[0]} | {p_values[1]} |")
+        else:
+            lines += ["| | beam-5 BLEU | REP (lower is better) | DROP (lower is better) | p (BLEU, beam 5) per seed |",
+                      "|---|---|---|---|---|"]
+            for label, index in ((system, 0), (baseline, 1)):
+                beam = [pair[index]["decoding"]["beam5"] for pair in pairs]
+                p_values = (", ".join(f"{paired_bootstrap_p(*pair, references, 'beam5'):.3f}" for pair in pairs)
+                            if index == 0 else "")
+                lines.append(f"| {label} | {mean_std([b['bleu'] for b in beam])} | {mean_std([b['rep'] for b in beam])}"
+                             f" | {mean_std([b['drop'] for b in beam])} | {p_values} |")
+        sections.append("\n".join(lines))
+    return "\n\n".join(sections) if sections else "No claim has runs of both its system and its baseline yet."
+
+
+def importance_table(results: dict) -> str:
+    """DHICM's importances on the test set: the KL from uniform that Eq. 5 rewards (ln H: one head takes all)."""
+    lines = ["| system | seed | module | mean KL from uniform (ln H = 1.386: one head) | tokens whose top head has "
+             ">= 0.9 | share of tokens each head is the top one |", "|---|---|---|---|---|---|"]
+    for (system, seed), result in results.items():
+        for module, stats in result.get("head_importances", {}).items():
+            shares = ", ".join(f"{share:.2f}" for share in stats["top_head_share"])
+            lines.append(f"| {system} | {seed} | {module} | {stats['mean_kl']:.3f} | "
+                         f"{stats['concentrated_share']:.1%} | {shares} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def length_figure(results: dict, path: Path) -> bool:
+    systems = {}
+    for system in FIGURE_SYSTEMS:
+        if (system, 1) in results:
+            result = results[system, 1]
+            metrics = json.loads((result["record_dir"] / result["decoding"]["beam5"]["metrics"]).read_text())
+            systems[system] = metrics["bleu_by_length"]
+    if not systems:
+        return False
+    plot_bleu_by_length(systems, path, title="BLEU by source length, test_2016_flickr, beam 5, seed 1")
+    return True
+
+
+def describe_runs(results: dict) -> str:
+    first = next(iter(results.values()))
+    data = first["settings"]["data"]
+    preset = ", ".join(f"--{key} {value}" for key, value in first["settings"]["preset"].items())
+    machines = sorted({f"{r['machine_at_start']['processor']}, {r['machine_at_start']['cpu_count']} cores, "
+                       f"{r['machine_at_start']['torch_threads']} torch threads"
+                       + (f", {r['machine_at_start']['cuda']}" if r['machine_at_start']['cuda'] else "")
+                       for r in results.values()})
+    extra = sorted({r["settings"]["extra_flags"] for r in results.values() if r["settings"]["extra_flags"]})
     return (
-        f"Training data: the first {args.train_pairs:,} pairs of `{data['train_source']}` / "
-        f"`{Path(data['train_target']).name}`, a BPE vocabulary of {args.vocab_size:,}. Every system: "
-        f"{args.epochs:g} epochs at batch size {args.batch_size} ({optimizer_steps(args):,} optimizer steps), AdamW, "
-        "learning rate "
-        f"{args.learning_rate:g} with inverse-square-root decay after {args.warmup_steps} warm-up steps, dropout "
-        f"{args.dropout:g}, label smoothing 0.1, seed {args.seed}. Transformers: d_model {args.d_model}, 3 + 3 "
-        f"layers, 4 heads, FFN {4 * args.d_model}; each variant at its paper's site (`examples/benchmark_quality.py`"
-        f" lists them), softmax elsewhere; csoftmax and csparsemax with GUIDED fertility. LSTMs: embedding "
-        f"{args.embedding_size}, d = {args.hidden_size}, one layer each side. Test set: "
-        f"`{Path(data['test_source']).name}` ({'beam ' + str(args.num_beams)}); REP and DROP split words with "
-        f"sacrebleu's 13a tokenizer, DROP aligns with eflomal trained on the training pairs plus the test pairs. "
-        f"Train time is wall-clock seconds on CPU ({platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores, {'/'.join(map(str, threads))} torch thread(s) per run), including the "
-        "validation passes at the end of each epoch."
-        + (f" {note}" if note else "")
+        f"Training data: `{data['train_source']}` / `{Path(data['train_target']).name}` (all pairs unless the system "
+        f"says otherwise), validation `{Path(data['valid_source']).name}`, test `{Path(data['test_source']).name}`. "
+        f"Every system is trained by `hf-headattn-train --preset {PRESET}` ({preset}; model: d_model 256, 3 + 3 "
+        "layers, 4 heads, FFN 1024, shared and tied embeddings for the Transformers; embedding 256, d = 512, one "
+        "layer each side for the LSTMs) plus its own flags, printed in each run's `result.json` "
+        f"(`{Path(first['record_dir']).parent.parent}`)."
+        + (f" Extra flags: {'; '.join(extra)}." if extra else "")
+        + " BLEU, chrF and TER are sacrebleu's defaults (detokenized, cased); REP and DROP split words with "
+        "sacrebleu's 13a tokenizer, DROP aligns with eflomal trained on the training pairs plus the test pairs. "
+        f"Machines: {'; '.join(machines)}. Train time is the Trainer's wall-clock train_runtime, including the "
+        "validation-loss passes every 500 steps (a run resumed from a checkpoint counts only its last part)."
     )
 
 
-def write_results(results: dict, args) -> None:
-    table = results_table(results)
-    setup = describe_setup(results, args.results_note)
-    commands = "\n".join(dict.fromkeys(r["command"] for r in results.values()))
-    Path(args.results_file).write_text(
-        "# Results across variants (CPU, fixed budget)\n\n"
-        "Measured by `examples/benchmark_quality.py`: every registered attention variant and the LSTM family, "
-        "trained with identical hyper-parameters and the same number of optimizer steps, then scored on the same "
-        "test set. These are small CPU-trained models, to compare the variants with each other, not to compare "
-        "with the papers' absolute numbers.\n\n"
-        f"{table}\n\n## Setup\n\n{setup}\n\n## Commands that produced these results\n\n```\n{commands}\n```\n"
-    )
-    cards_dir = Path(args.cards_dir)
-    cards_dir.mkdir(parents=True, exist_ok=True)
-    for system, result in results.items():
-        model_dir = Path(args.output_dir) / folder_name(system)
-        card = write_model_card(model_dir, result["evaluation_json"], dataset_name=args.dataset_name,
-                                dataset_id=args.dataset_id, model_name=f"hf_headattn {system} (Multi30k De-En)")
-        with card.open("a", encoding="utf-8") as handle:
-            handle.write(f"\n## Compared with the other variants (same data, hyper-parameters and budget)\n\n"
-                         f"{table}\n\n{setup}\n")
-        shutil.copyfile(card, cards_dir / f"{folder_name(system)}.md")
-    print(f"\n{table}\n\nwrote {args.results_file} and {len(results)} model card(s) in {cards_dir}")
+def write_report(args) -> None:
+    records_dir = Path(args.records_dir)
+    results = collect(records_dir)
+    if not results:
+        raise SystemExit(f"no recorded runs in {records_dir}")
+    check_same_settings(results)
+    references = Path(next(iter(results.values()))["settings"]["data"]["test_target"]).read_text(
+        encoding="utf-8").splitlines()
+    figure = records_dir / "bleu_by_length.png"
+    commands = "\n".join(f"{r['command']}   # {r['finished']}, train {r['train_runtime_s'] / 60:.0f} min"
+                         for r in results.values())
+    sections = [
+        "# Results on Multi30k De-En\n\nMeasured by `examples/benchmark_quality.py`: each system trained by the "
+        f"package's training command with the anchor recipe (`--preset {PRESET}`), scored on test_2016_flickr. Runs "
+        "are added one at a time; a system without a row has not been run yet.",
+        "## Softmax against the anchor\n\nThe anchor: Transformers' `MarianMTModel` of the same shape and recipe "
+        f"reached greedy BLEU {ANCHOR_BLEU} at {TRAINING_PRESETS[PRESET]['max_steps']:,} optimizer steps.\n\n"
+        f"{anchor_table(results)}",
+        f"## Every system, seed 1\n\n{systems_table(results)}",
+    ]
+    if length_figure(results, figure):
+        sections.append(f"![BLEU by source length]({os.path.relpath(figure, Path(args.results_file).parent)})")
+    sections.append(f"## The papers' claims\n\n{claims_tables(results, references)}")
+    importances = importance_table(results)
+    if importances:
+        sections.append("## DHICM's head importances\n\nTeacher-forced on the test references; lambda = 0.1 is the "
+                        f"paper's KL weight, lambda = 0 trains without the KL term.\n\n{importances}")
+    sections += [f"## Setup\n\n{describe_runs(results)}",
+                 f"## Commands that produced these results\n\nEach run (finish time, train time):\n\n```\n{commands}\n```"]
+    report = "\n\n".join(sections) + "\n"
+    Path(args.results_file).write_text(report, encoding="utf-8")
+    print(f"wrote {args.results_file} ({len(results)} runs)")
 
 
-def main(argv=None):
+# ------------------------------------------------------------------------------------------------ the command
+DEFAULT_DATA_DIR = "../shared/data/multi30k"
+
+
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="../shared/data/multi30k",
-                        help="Multi30k folder (train/val/test_2016_flickr .de/.en); or give the four --*-source/"
+    parser.add_argument("--systems", nargs="+", default=["transformer softmax"], choices=list(SYSTEMS),
+                        metavar="SYSTEM", help="which systems to run, one after another (--list shows them)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1], help="seeds of each system")
+    parser.add_argument("--list", action="store_true", help="print the systems and their training flags")
+    parser.add_argument("--report-only", action="store_true", help="only rewrite the report from the records")
+    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                        help="Multi30k folder (train/val/test_2016_flickr .de/.en); or give the six --*-source/"
                              "--*-target files of any parallel data instead")
     for split in ("train", "valid", "test"):
         parser.add_argument(f"--{split}-source")
         parser.add_argument(f"--{split}-target")
-    parser.add_argument("--output-dir", default="runs/quality")
+    parser.add_argument("--output-dir", default="runs/quality", help="model folders (not committed)")
+    parser.add_argument("--records-dir", default="benchmarks/quality", help="what the report is built from")
     parser.add_argument("--results-file", default="RESULTS.md")
     parser.add_argument("--cards-dir", default="model_cards/multi30k", help="where copies of the filled cards go")
     parser.add_argument("--dataset-name", default="Multi30k De-En (task 1)")
     parser.add_argument("--dataset-id", default="bentrevett/multi30k")
-    parser.add_argument("--train-pairs", type=int, default=10000)
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--epochs", type=float, default=4, help="the budget: epochs over --train-pairs")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--warmup-steps", type=int, default=300)
-    parser.add_argument("--dropout", type=float, default=0.3)
-    parser.add_argument("--d-model", type=int, default=128)
-    parser.add_argument("--embedding-size", type=int, default=128)
-    parser.add_argument("--hidden-size", type=int, default=256)
-    parser.add_argument("--num-beams", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS), metavar="SYSTEM",
-                        help=f"which systems to train (default: all of {', '.join(SYSTEMS)})")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per run (e.g. 1 for two runs)")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite the table and cards")
-    parser.add_argument("--results-note", help="a sentence added to the setup in the table's text (e.g. how the "
-                        "runs shared the machine)")
-    args = parser.parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded at once")
+    parser.add_argument("--transformer-flags", default="",
+                        help="training flags added to every Transformer's (e.g. a smaller model for a smoke test)")
+    parser.add_argument("--lstm-flags", default="", help="training flags added to every LSTM's")
+    return parser
 
+
+def main(argv=None):
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.list:
+        for system, spec in SYSTEMS.items():
+            how = f"the model of {spec.decoded_like!r}" if spec.decoded_like else shlex.join(spec.flags) or "(preset)"
+            print(f"{system:40s} {spec.architecture:12s} {how}")
+        return
     given = [getattr(args, key) for key in DATA_KEYS]
     if any(given) and not all(given):
         parser.error("give all six --train/--valid/--test -source/-target files, or none (then --data-dir)")
@@ -234,12 +503,12 @@ def main(argv=None):
         for path in data.values():
             if not Path(path).is_file():
                 parser.error(f"no such file: {path}")
-        for system in args.systems:
-            train_and_evaluate(system, args, data, sys.argv[1:] if argv is None else argv)
-    results = collect_results(Path(args.output_dir))
-    if not results:
-        raise SystemExit(f"no system results in {args.output_dir}")
-    write_results(results, args)
+        for seed in args.seeds:
+            for system in args.systems:
+                run(system, seed, args, data)
+                write_report(args)
+        return
+    write_report(args)
 
 
 if __name__ == "__main__":

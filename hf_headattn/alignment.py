@@ -26,11 +26,15 @@ transformers.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import logging
 import os
+import re
+import sys
 import tempfile
+import threading
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
 
@@ -207,6 +211,7 @@ def align_corpus(
     symmetrization: str = "grow-diag-final-and",
     quiet: bool = True,
     priors: Mapping | None = None,
+    progress: str | None = None,
     **aligner_options,
 ) -> list[Links]:
     """Word-align a tokenized parallel corpus with eflomal and symmetrize the two directions.
@@ -223,6 +228,7 @@ def align_corpus(
             one; otherwise a non-None seed only triggers a warning that the run is not reproducible.
         symmetrization: ``"grow-diag-final-and"`` (default), ``"intersection"`` or ``"union"``.
         quiet: Silence eflomal's progress messages.
+        progress: Show a progress bar with this description over eflomal's sampling iterations instead.
         priors: What :func:`alignment_priors` learned from another corpus: eflomal then aligns this one as if
             trained on that corpus too (its ``--priors``), at the cost of aligning this corpus alone.
         **aligner_options: Passed to ``eflomal.Aligner``, e.g. ``model`` (1 = IBM1, 2 = HMM, 3 = HMM + fertility,
@@ -278,23 +284,79 @@ def align_corpus(
                 "alignments may differ slightly between runs"
             )
 
-    forward, reverse = _run_eflomal(eflomal.Aligner(**aligner_options), source_lines, target_lines, align_kwargs)
+    forward, reverse = _run_eflomal(eflomal.Aligner(**aligner_options), source_lines, target_lines, align_kwargs,
+                                    progress)
     return [
         symmetrize(fwd, rev, len(source), len(target), method=symmetrization)
         for fwd, rev, source, target in zip(forward, reverse, source_tokens, target_tokens)
     ]
 
 
-def _run_eflomal(aligner, source_lines: list[str], target_lines: list[str], align_kwargs: dict):
-    """One eflomal run: (forward links, reverse links) per sentence pair."""
+def _run_eflomal(aligner, source_lines: list[str], target_lines: list[str], align_kwargs: dict,
+                 progress: str | None = None):
+    """One eflomal run: (forward links, reverse links) per sentence pair; with `progress`, a progress bar of that
+    description follows eflomal's sampling iterations."""
     with tempfile.TemporaryDirectory(prefix="hf_headattn_align_") as directory:
         forward_path = os.path.join(directory, "forward.links")
         reverse_path = os.path.join(directory, "reverse.links")
-        aligner.align(
-            source_lines, target_lines, links_filename_fwd=forward_path, links_filename_rev=reverse_path, **align_kwargs
-        )
+        run = contextlib.nullcontext() if progress is None else _eflomal_progress(progress)
+        with run:
+            aligner.align(source_lines, target_lines, links_filename_fwd=forward_path,
+                          links_filename_rev=reverse_path, **{**align_kwargs, "quiet": align_kwargs.get("quiet", True)
+                                                              and progress is None})
         return _read_links(forward_path, len(source_lines), "forward"), _read_links(reverse_path, len(source_lines),
                                                                                       "reverse")
+
+
+_EFLOMAL_ITERATIONS = re.compile(r" -([123]) (\d+)")  # the command line eflomal echoes: -1 N1 -2 N2 -3 N3
+_EFLOMAL_MODEL_DONE = re.compile(r"^Done: ")
+
+
+@contextlib.contextmanager
+def _eflomal_progress(description: str):
+    """A progress bar over eflomal's Gibbs sampling iterations, read from what the eflomal binary writes to the
+    process's stderr (file descriptor 2, so it is redirected at the OS level for the call): the iteration counts of
+    its models from the command line it echoes, then one model finished per two "Done" lines (both directions run
+    side by side). Anything else written to stderr meanwhile is passed through."""
+    sys.stderr.flush()
+    saved_stderr = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    terminal = os.fdopen(os.dup(saved_stderr), "w", buffering=1)
+    bar = tqdm(desc=description, unit="iteration", file=terminal)
+
+    def follow():
+        model_iterations, finished_halves = [], 0
+        with os.fdopen(read_end, errors="replace") as lines:
+            for line in lines:
+                if not model_iterations and "eflomal" in line and _EFLOMAL_ITERATIONS.search(line):
+                    model_iterations = [int(count) for _, count in sorted(_EFLOMAL_ITERATIONS.findall(line))
+                                        if int(count) > 0]
+                    bar.reset(total=sum(model_iterations))
+                elif _EFLOMAL_MODEL_DONE.match(line) and model_iterations:
+                    finished_halves += 1
+                    if finished_halves % 2 == 0 and finished_halves // 2 <= len(model_iterations):
+                        bar.update(model_iterations[finished_halves // 2 - 1])
+                elif not line.startswith(_EFLOMAL_MESSAGES):
+                    terminal.write(line)
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    try:
+        yield bar
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved_stderr, 2)  # the pipe's last write end closes: the follower reads to its end and stops
+        os.close(saved_stderr)
+        follower.join()
+        bar.close()
+        terminal.close()
+
+
+# What the eflomal binary reports besides the iteration counts (swallowed, as its quiet mode does).
+_EFLOMAL_MESSAGES = ("Read texts", "Vocabulary sizes", "Created alignment structures", "Randomized alignment",
+                     "Aligning with model", "Final argmax", "Writing alignments", "Done: ")
 
 
 def _pharaoh_lines(alignments: list[Links]) -> list[str]:
@@ -302,11 +364,12 @@ def _pharaoh_lines(alignments: list[Links]) -> list[str]:
 
 
 def alignment_priors(source_tokens: list[list[str]], target_tokens: list[list[str]], *, quiet: bool = True,
-                     **aligner_options) -> dict:
+                     progress: str | None = None, **aligner_options) -> dict:
     """Align a corpus with eflomal once and keep what it learned, for :func:`align_corpus` (``priors=``) to align
     other pairs as if trained on this corpus too: eflomal's priors (lexical translation, HMM jump and fertility
     counts of this run's alignments, as ``eflomal-makepriors`` computes them) over the numbered tokens, and the
-    numbering itself. JSON-serialisable (token strings only), so that it can be cached.
+    numbering itself. JSON-serialisable (token strings only), so that it can be cached. `quiet` and `progress`
+    are :func:`align_corpus`'s.
 
     Returns:
         ``{"pairs": number of sentence pairs, "source_numbers": {token: number}, "target_numbers": {...},
@@ -327,7 +390,8 @@ def alignment_priors(source_tokens: list[list[str]], target_tokens: list[list[st
     source_numbers, target_numbers = {}, {}
     source_lines = _eflomal_lines(source_tokens, "source", source_numbers)
     target_lines = _eflomal_lines(target_tokens, "target", target_numbers)
-    forward, reverse = _run_eflomal(eflomal.Aligner(**aligner_options), source_lines, target_lines, {"quiet": quiet})
+    forward, reverse = _run_eflomal(eflomal.Aligner(**aligner_options), source_lines, target_lines, {"quiet": quiet},
+                                    progress)
     counts = eflomal.calculate_priors(source_lines, target_lines, _pharaoh_lines(forward), _pharaoh_lines(reverse))
     text = io.StringIO()
     eflomal.write_priors(text, *counts)

@@ -20,17 +20,16 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
 from .cli import HelpFormatter, add_verbose_argument, configure_logging
-from .loading import load_model_and_tokenizer
-from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, all_metrics
-from .training import read_parallel_files, translate_sentences
+from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS
+
+# torch, the models and the training helpers are imported where they are used, so that `--help` is instant.
 
 
 __all__ = ["DEVICES", "EXAMPLES_IN_RESULTS", "decoding_name", "evaluate_model", "main", "resolve_device"]
@@ -42,6 +41,8 @@ TOKENIZE_CHOICES = ("13a", "whitespace")
 
 def resolve_device(device: str) -> torch.device:
     """``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` -> a torch device."""
+    import torch
+
     if not isinstance(device, str) or not (device in DEVICES or device.startswith("cuda:")):
         raise ValueError(f"Unknown device {device!r}; accepted: auto, cpu, cuda, cuda:N")
     if device == "auto":
@@ -68,11 +69,13 @@ def _check_positive_int(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def decoding_name(num_beams: int, max_length: int | None = None) -> str:
+def decoding_name(num_beams: int, max_length: int | None = None, coverage_penalty: float = 0.0) -> str:
     """The decoding settings as they appear in output file names, so that runs with different settings never
-    overwrite each other: ``"greedy"`` or ``"beam4"``, plus ``"-maxlen64"`` when `max_length` overrides the folder's
-    generation config."""
+    overwrite each other: ``"greedy"`` or ``"beam4"``, plus ``"-cp0.4"`` with a coverage penalty and
+    ``"-maxlen64"`` when `max_length` overrides the folder's generation config."""
     name = "greedy" if num_beams == 1 else f"beam{num_beams}"
+    if coverage_penalty:
+        name += f"-cp{coverage_penalty:g}"
     return name if max_length is None else f"{name}-maxlen{max_length}"
 
 
@@ -110,6 +113,7 @@ def evaluate_model(
     test_name: str | None = None,
     drop_runs: int = DROP_ALIGNMENT_RUNS,
     drop_cache_dir: str | Path | None = None,
+    coverage_penalty: float = 0.0,
 ) -> dict:
     """Translate a test set with a saved model folder and score it; write the hypotheses and the metrics JSON.
 
@@ -130,6 +134,8 @@ def evaluate_model(
             written (created); ``<decoding>`` is :func:`decoding_name` (``greedy``, ``beam4``, ``beam4-maxlen64``),
             so greedy and beam runs of one test set can share a folder.
         max_length: Overrides the folder's ``generation_config.max_length`` (tokens, counting the start token).
+        coverage_penalty: beta of Wu et al.'s coverage penalty, which re-ranks the beam (LSTM models only, with
+            ``num_beams >= 2``; Malaviya et al.'s COVPENALTY baseline); 0 decodes without it.
         buckets: Source-length bucket boundaries of BLEU by length (:func:`hf_headattn.metrics.bleu_by_length`).
         tokenize: Word tokenisation of REP and DROP: ``"13a"`` (the default; sacrebleu's tokenizer splits
             punctuation off words, as the raw test text needs) or ``"whitespace"``.
@@ -153,10 +159,18 @@ def evaluate_model(
     _check_positive_int("drop_runs", drop_runs)
     if max_length is not None:
         _check_positive_int("max_length", max_length)
+    if isinstance(coverage_penalty, bool) or not isinstance(coverage_penalty, (int, float)) or coverage_penalty < 0:
+        raise ValueError(f"coverage_penalty must be a number >= 0, got {coverage_penalty!r}")
+    if coverage_penalty and num_beams < 2:
+        raise ValueError(f"the coverage penalty re-ranks beam hypotheses: use num_beams >= 2, got {num_beams}")
     if tokenize not in TOKENIZE_CHOICES:
         raise ValueError(f"Unknown tokenize={tokenize!r}; accepted: {', '.join(TOKENIZE_CHOICES)}")
     if (train_source is None) != (train_target is None):
         raise ValueError("Pass both train_source and train_target (the DROP aligner's training corpus), or neither")
+    from .loading import load_model_and_tokenizer
+    from .metrics import all_metrics
+    from .training import read_parallel_files, translate_sentences
+
     torch_device = resolve_device(device)
     # Read (and check) every file before the model loads, so that a typo fails in a second, not after loading.
     test = read_parallel_files(source_path, reference_path)
@@ -165,6 +179,9 @@ def evaluate_model(
     train = read_parallel_files(train_source, train_target) if train_source is not None else None
 
     model, tokenizer = load_model_and_tokenizer(model_dir)  # a local folder (checked above): its code may run
+    if coverage_penalty and "coverage_penalty" not in inspect.signature(model.generate).parameters:
+        raise ValueError(f"coverage_penalty={coverage_penalty}: {model_dir} is a {model.config.model_type} model, "
+                         "whose generate has no coverage penalty (the LSTM family's has)")
     model.to(torch_device)
     if max_length is not None:
         model.generation_config.max_length = max_length
@@ -173,7 +190,8 @@ def evaluate_model(
     sources, references = list(test["source"]), list(test["target"])
     started = time.perf_counter()
     hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size,
-                                     desc=f"translating {source_path.name}")
+                                     desc=f"translating {source_path.name}",
+                                     **({"coverage_penalty": coverage_penalty} if coverage_penalty else {}))
     translation_seconds = time.perf_counter() - started
     # One hypothesis per line: a decoded newline would shift every later line of the file.
     hypotheses = [hypothesis.replace("\n", " ") for hypothesis in hypotheses]
@@ -190,7 +208,7 @@ def evaluate_model(
     )
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    decoding = decoding_name(num_beams, max_length)
+    decoding = decoding_name(num_beams, max_length, coverage_penalty)
     hypotheses_path = output_dir / f"{test_name}.{decoding}.hyp{reference_path.suffix}"
     metrics_path = output_dir / f"{test_name}.{decoding}.metrics.json"
     results = {
@@ -216,6 +234,7 @@ def evaluate_model(
         "decoding": {
             "name": decoding,
             "num_beams": num_beams,
+            "coverage_penalty": coverage_penalty,
             "batch_size": batch_size,
             "device": str(torch_device),
             "max_length": model.generation_config.max_length,
@@ -269,6 +288,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
     parser.add_argument("--max-length", type=int, default=None,
                         help="longest output in tokens (None: the folder's generation_config.max_length)")
+    parser.add_argument("--coverage-penalty", type=float, default=0.0,
+                        help="beta of Wu et al.'s coverage penalty re-ranking the beam (LSTM models; 0: none)")
     parser.add_argument("--length-buckets", type=int, nargs="+", default=list(DEFAULT_LENGTH_BUCKETS),
                         metavar="N", help="source-length bucket boundaries of BLEU by length")
     parser.add_argument("--tokenize", default="13a", choices=TOKENIZE_CHOICES, help="word tokenisation of REP/DROP")
@@ -296,7 +317,7 @@ def main(argv=None) -> dict:
         num_beams=args.num_beams, batch_size=args.batch_size, device=args.device,
         train_source=args.train_source, train_target=args.train_target, output_dir=args.output_dir,
         max_length=args.max_length, buckets=args.length_buckets, tokenize=args.tokenize, test_name=args.test_name,
-        drop_runs=args.drop_runs, drop_cache_dir=args.drop_cache_dir,
+        drop_runs=args.drop_runs, drop_cache_dir=args.drop_cache_dir, coverage_penalty=args.coverage_penalty,
     )
     scores = ", ".join(f"{name.upper()} {results[name]:.2f}" for name in ("bleu", "chrf", "ter", "rep", "drop")
                        if results[name] is not None)

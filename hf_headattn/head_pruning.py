@@ -5,6 +5,8 @@ module for good (`HeadAttnPreTrainedModel.prune_heads` shrinks the projections).
 Tooling, not model runtime: never copied into a checkpoint (a pruned model needs nothing from here to load).
 """
 
+import math
+
 import torch
 from tqdm.auto import tqdm
 
@@ -14,10 +16,21 @@ def mean_head_importances(model, tokenizer, sources: list[str], targets: list[st
     """Each DHICM module's mean head importance over a parallel dataset, teacher-forced on the references:
     module name -> [heads], averaged over real source tokens (encoder modules) or real target tokens (decoder
     modules). Heads are numbered among the module's current heads."""
+    statistics = head_importance_statistics(model, tokenizer, sources, targets, batch_size, max_length)
+    return {name: module["mean_importance"] for name, module in statistics.items()}
+
+
+def head_importance_statistics(model, tokenizer, sources: list[str], targets: list[str], batch_size: int = 32,
+                               max_length: int = 128, concentrated: float = 0.9) -> dict[str, dict]:
+    """How each DHICM module spreads its importances G(x, O^h) over the heads on a parallel dataset,
+    teacher-forced on the references, over real source tokens (encoder modules) or real target tokens (decoder
+    modules): module name -> {"mean_importance": [heads], "mean_kl": the mean KL from uniform of Eq. 4 (0 when
+    uniform, ln H when all on one head), "ln_heads": ln H, "concentrated_share": the share of tokens whose most
+    important head gets at least `concentrated`, "top_head_share": [heads], how often each head is the most
+    important, "tokens"}."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources but {len(targets)} targets; give line-aligned parallel text")
-    sums: dict[str, torch.Tensor] = {}
-    counts: dict[str, float] = {}
+    totals: dict[str, dict] = {}
     was_training = model.training
     model.eval()
     for start in tqdm(range(0, len(sources), batch_size), desc="head importances"):
@@ -25,16 +38,30 @@ def mean_head_importances(model, tokenizer, sources: list[str], targets: list[st
                           return_tensors="pt", padding=True, truncation=True, max_length=max_length)
         labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
         with torch.no_grad():
-            outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels,
+            outputs = model(input_ids=batch["input_ids"].to(model.device),
+                            attention_mask=batch["attention_mask"].to(model.device), labels=labels.to(model.device),
                             output_head_importances=True)
         for name, importances in (outputs.head_importances or {}).items():
             real = batch["attention_mask"].bool() if name.startswith("encoder.") else labels.ne(-100)
-            sums[name] = sums.get(name, 0.0) + importances[real].sum(0)
-            counts[name] = counts.get(name, 0.0) + float(real.sum())
+            importances = importances[real.to(importances.device)].float().cpu()  # [tokens, heads]
+            heads = importances.shape[-1]
+            kl = (importances * (importances.clamp_min(1e-12).log() + math.log(heads))).sum(-1)
+            top_values, top_heads = importances.max(-1)
+            total = totals.setdefault(name, {"importance": torch.zeros(heads), "kl": 0.0, "concentrated": 0,
+                                             "top": torch.zeros(heads), "tokens": 0})
+            total["importance"] += importances.sum(0)
+            total["kl"] += float(kl.sum())
+            total["concentrated"] += int((top_values >= concentrated).sum())
+            total["top"] += torch.bincount(top_heads, minlength=heads).float()
+            total["tokens"] += importances.shape[0]
     model.train(was_training)
-    if not sums:
+    if not totals:
         raise ValueError("This model has no DHICM module, so its heads have no importances")
-    return {name: sums[name] / counts[name] for name in sums}
+    return {name: {"mean_importance": total["importance"] / total["tokens"], "mean_kl": total["kl"] / total["tokens"],
+                   "ln_heads": math.log(len(total["importance"])),
+                   "concentrated_share": total["concentrated"] / total["tokens"],
+                   "top_head_share": total["top"] / total["tokens"], "tokens": total["tokens"]}
+            for name, total in totals.items()}
 
 
 def prune_least_important_heads(model, importances: dict[str, torch.Tensor], heads_per_module: int,

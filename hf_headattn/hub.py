@@ -35,11 +35,10 @@ from pathlib import Path
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
-from transformers.dynamic_module_utils import get_relative_imports
 
 from .cli import HelpFormatter, add_verbose_argument, configure_logging
-from .runtime.configuration_headattn import HeadAttnConfig
-from .runtime.configuration_headattn_rnn import HeadAttnRNNConfig
+
+# transformers and the model classes are imported where they are used, so that `--help` is instant.
 
 
 __all__ = [
@@ -207,6 +206,9 @@ def _load_config(model_dir: Path):
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir} is not a saved model folder: it has no config.json")
     model_type = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
+    from .runtime.configuration_headattn import HeadAttnConfig
+    from .runtime.configuration_headattn_rnn import HeadAttnRNNConfig
+
     classes = {"headattn": HeadAttnConfig, "headattn_rnn": HeadAttnRNNConfig}
     if model_type not in classes:
         raise ValueError(f"{model_dir}/config.json has model_type {model_type!r}; model cards exist for: "
@@ -464,6 +466,8 @@ def needed_code_files(model_dir: Path, config: dict) -> list[str]:
     """The code files (sorted) that the modules named in `config`'s ``auto_map`` and ``custom_pipelines`` need,
     directly or through their relative imports, as far as the folder's files show (a missing file's own imports
     are unknown)."""
+    from transformers.dynamic_module_utils import get_relative_imports
+
     entries = [reference.split(".")[0] for reference in (config.get("auto_map") or {}).values()]
     entries += [spec["impl"].split(".")[0] for spec in (config.get("custom_pipelines") or {}).values() if "impl" in spec]
     needed, to_visit = set(), [f"{entry}.py" for entry in entries]

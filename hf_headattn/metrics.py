@@ -43,8 +43,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import sacrebleu
-
 
 __all__ = [
     "DEFAULT_LENGTH_BUCKETS",
@@ -150,6 +148,8 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[
     Returns ``{"bleu": ..., "chrf": ..., "ter": ...}``, the ``.score`` of ``sacrebleu.corpus_bleu``,
     ``corpus_chrf`` and ``corpus_ter`` (all on a 0-100 scale; lower TER is better).
     """
+    import sacrebleu
+
     from .training import score_translations  # BLEU and chrF, as the training command reports them
 
     hypotheses, references = _check_parallel(hypotheses=hypotheses, references=references)
@@ -437,7 +437,8 @@ def drop_alignment_runs(
 
     def train_aligner() -> dict:
         return alignment_priors([split(s) for s in train_sources], [split(t) for t in train_targets],
-                                quiet=align_options.get("quiet", True), **eflomal_options)
+                                quiet=align_options.get("quiet", True), **eflomal_options,
+                                progress=f"DROP: training the aligner on {len(train_sources):,} pairs (eflomal)")
 
     def align() -> list:
         nonlocal aligner
@@ -448,9 +449,9 @@ def drop_alignment_runs(
             aligner = "cached" if was_cached else "trained"
         n = len(sources)
         alignments = []
-        for _ in range(runs):
+        for run in range(1, runs + 1):
             links = align_corpus(source_words + source_words, reference_words + hypothesis_words, priors=priors,
-                                 **align_options)
+                                 progress=f"DROP: aligning the test pairs, run {run}/{runs} (eflomal)", **align_options)
             alignments.append([links[:n], links[n:]])
         return alignments
 
@@ -696,6 +697,8 @@ def bleu_by_length(
         bucket, in increasing length order.
     """
     sources, hypotheses, references = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
+    import sacrebleu
+
     buckets = _check_buckets(buckets)
     labels = length_bucket_labels(buckets)
     members: list[list[int]] = [[] for _ in labels]

@@ -23,14 +23,10 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
+from .cli import HelpFormatter, add_verbose_argument, configure_logging
+from .loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed
 
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-
-from .cli import HelpFormatter, add_verbose_argument, configure_logging  # noqa: E402
-from .loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed  # noqa: E402
+# matplotlib and torch are imported where they are used, so that `--help` is instant.
 
 
 ATTENTION_HEADS = ("mean", "all")
@@ -40,11 +36,20 @@ LENGTH_AXIS_LABEL = "source length (words)"
 BLEU_AXIS_LABEL = "BLEU"
 
 
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _save(figure, path: str | Path, return_figure: bool):
     """Write the PNG; close the figure in pyplot (so figures do not pile up) and return the path or the figure."""
     path = Path(path)
     figure.savefig(path, dpi=150)
-    plt.close(figure)
+    _pyplot().close(figure)
     return figure if return_figure else path
 
 
@@ -54,12 +59,14 @@ def plot_head_importances(importances, tokens: list[str], path: str | Path, *, t
     """DHICM's Figure 3: the importance each token (rows) gives each head (columns), brighter = more important.
 
     importances: [tokens, heads] (a tensor or array; rows sum to 1)."""
+    import torch
+
     values = torch.as_tensor(importances).detach().float().cpu()
     if values.ndim != 2 or values.shape[0] != len(tokens):
         raise ValueError(f"importances must be [tokens, heads] with one row per token ({len(tokens)} tokens), "
                          f"got shape {tuple(values.shape)}")
     num_tokens, num_heads = values.shape
-    figure, axes = plt.subplots(figsize=(1.2 + 0.8 * num_heads, 1.0 + 0.35 * num_tokens))
+    figure, axes = _pyplot().subplots(figsize=(1.2 + 0.8 * num_heads, 1.0 + 0.35 * num_tokens))
     image = axes.imshow(values.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     axes.set_xticks(range(num_heads), [f"head {h + 1}" for h in range(num_heads)])
     axes.set_yticks(range(num_tokens), tokens)
@@ -77,6 +84,8 @@ def head_importance_figure(model, tokenizer, sentence: str, path: str | Path, mo
     """Translate `sentence` greedily and plot one DHICM module's head importances: `module` defaults to the
     last encoder self-attention module that has them (the paper's Figure 3). Encoder modules are labelled with
     the source tokens, decoder modules with the generated tokens they produced."""
+    import torch
+
     batch = tokenizer([sentence], return_tensors="pt").to(model.device)
     generation_config = model.generation_config
     # the model's own length limit if it has one; else a bound from the source, not generate's silent default of 20
@@ -117,6 +126,8 @@ def cross_attention_weights(model, tokenizer, sentence: str, *, layer: int = -1,
         row t is the attention while predicting target token t; `layer_name` e.g. ``"decoder.layers.2.encoder_attn"``
         (Transformer) or ``"source attention"`` (LSTM, which has one).
     """
+    import torch
+
     batch = tokenizer([sentence], return_tensors="pt").to(model.device)
     start = torch.tensor([model.config.decoder_start_token_id], device=model.device)
     if target is None:
@@ -171,7 +182,7 @@ def plot_attention_map(model, tokenizer, sentence: str, path: str | Path, *, lay
     columns = min(len(panels), 4)
     rows = math.ceil(len(panels) / columns)
     cell_width, cell_height = 1.0 + 0.32 * len(source_tokens), 1.0 + 0.3 * len(target_tokens)
-    figure, axes_grid = plt.subplots(rows, columns, figsize=(cell_width * columns + 1.2, cell_height * rows + 0.8),
+    figure, axes_grid = _pyplot().subplots(rows, columns, figsize=(cell_width * columns + 1.2, cell_height * rows + 0.8),
                                      squeeze=False, layout="constrained")
     for axes, (panel_title, values) in zip(axes_grid.flat, panels):
         image = axes.imshow(values.numpy(), cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
@@ -245,7 +256,7 @@ def plot_bleu_by_length(systems: Mapping[str, Mapping], path: str | Path, *, tit
     if len(counts) == 1 and None not in next(iter(counts)):
         ticks = [f"{bucket}\n(n={count})" for bucket, count in zip(buckets, next(iter(counts)))]
 
-    figure, axes = plt.subplots(figsize=(max(5.0, 1.1 * len(buckets) + 2.0), 4.0))
+    figure, axes = _pyplot().subplots(figsize=(max(5.0, 1.1 * len(buckets) + 2.0), 4.0))
     for label, curve in curves.items():
         values = [math.nan if curve[b]["bleu"] is None else curve[b]["bleu"] for b in buckets]
         axes.plot(range(len(buckets)), values, marker="o", label=label)

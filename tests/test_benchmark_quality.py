@@ -1,13 +1,17 @@
-"""examples/benchmark_quality.py end to end on the toy corpus: two systems (one per family) trained, evaluated,
-tabulated in RESULTS.md and written into model cards that parse back to the measured numbers."""
+"""examples/benchmark_quality.py end to end on the toy corpus: a Transformer pair and an LSTM pair (system and
+baseline, two seeds each) trained by the package's command with the anchor preset shrunk by extra flags, evaluated
+greedy and beam 5, recorded, tabulated in RESULTS.md with paired bootstrap p-values, and carded."""
 
 import json
-from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
 
 from helpers import load_example, toy_data
+
+SMALL = ("--max_steps 4 --vocab_size 200 --max_length 12 --max_tokens 400 --warmup_steps 1 --eval_steps 2 "
+         "--save_steps 2 --logging_steps 1")
+SYSTEMS = ["transformer softmax", "transformer mma", "lstm baseline 1x1", "lstm 2x2 dependent"]
 
 
 @pytest.fixture(scope="module")
@@ -18,47 +22,70 @@ def quality_run(tmp_path_factory):
     files = []
     for split in ("train", "valid", "test"):
         files += [f"--{split}-source", str(data[f"{split}.src"]), f"--{split}-target", str(data[f"{split}.tgt"])]
-    args = [*files, "--output-dir", str(tmp / "runs"), "--results-file", str(tmp / "RESULTS.md"),
-            "--cards-dir", str(tmp / "cards"), "--train-pairs", "200", "--vocab-size", "200", "--epochs", "1",
-            "--batch-size", "32", "--warmup-steps", "1", "--d-model", "16", "--embedding-size", "16",
-            "--hidden-size", "16", "--num-beams", "2", "--dataset-name", "Toy German-English",
-            "--dataset-id", "hf-headattn/toy-de-en"]
-    script.main([*args, "--systems", "transformer softmax", "lstm baseline 1x1"])
+    args = [*files, "--output-dir", str(tmp / "runs"), "--records-dir", str(tmp / "records"),
+            "--results-file", str(tmp / "RESULTS.md"), "--cards-dir", str(tmp / "cards"),
+            "--transformer-flags", f"{SMALL} --d_model 16 --ffn_dim 32",
+            "--lstm-flags", f"{SMALL} --embedding_size 16 --hidden_size 16",
+            "--dataset-name", "Toy German-English", "--dataset-id", "hf-headattn/toy-de-en"]
+    script.main([*args, "--systems", *SYSTEMS, "--seeds", "1", "2"])
+    script.main([*args, "--systems", "transformer dhicm", "--seeds", "1"])
     return script, tmp, args
 
 
-def test_results_table_holds_every_measured_system(quality_run):
+def test_every_run_is_recorded_with_what_reproduces_it(quality_run):
+    _, tmp, _ = quality_run
+    for system in SYSTEMS:
+        for seed in (1, 2):
+            record = tmp / "records" / system.replace(" ", "-") / f"seed-{seed}"
+            result = json.loads((record / "result.json").read_text())
+            assert result["steps"] == 4 and result["seed"] == seed
+            assert "--preset multi30k-anchor" in result["training_command"]
+            assert f"--seed {seed}" in result["training_command"] and "--max_steps 4" in result["training_command"]
+            for decoding in ("greedy", "beam5"):
+                metrics = json.loads((record / result["decoding"][decoding]["metrics"]).read_text())
+                assert metrics["bleu"] == result["decoding"][decoding]["bleu"]
+                assert metrics["decoding"]["num_beams"] == (1 if decoding == "greedy" else 5)
+                assert len((record / result["decoding"][decoding]["hypotheses"]).read_text().splitlines()) == 12
+
+
+def test_report_has_each_table_and_the_p_values(quality_run):
     _, tmp, _ = quality_run
     text = (tmp / "RESULTS.md").read_text()
-    for system in ("transformer softmax", "lstm baseline 1x1"):
-        result = json.loads((tmp / "runs" / system.replace(" ", "-") / "quality_result.json").read_text())
-        evaluation = json.loads(Path(result["evaluation_json"]).read_text())
-        assert result["bleu"] == evaluation["bleu"] and result["drop"] == evaluation["drop"]
-        row = f"| {system} | {result['bleu']:.2f} | {result['chrf']:.2f} | {result['ter']:.2f} | {result['rep']:.2f} |"
-        assert row in text
-        assert f"{result['parameters']:,}" in text
-    assert "--systems 'transformer softmax' 'lstm baseline 1x1'" in text  # the command that produced the table
-    assert "1 epochs at batch size 32" in text
+    result = json.loads((tmp / "records" / "transformer-softmax" / "seed-1" / "result.json").read_text())
+    assert f"| 1 | 4 | **{result['decoding']['greedy']['bleu']:.2f}** | 36.4 |" in text  # the anchor table
+    for system in SYSTEMS:
+        assert f"| {system} |" in text
+    assert "### MMA vs softmax (Cui et al.)" in text and "### 2x2 dependent multi-hop" in text
+    assert "Seeds: 1, 2." in text
+    row = next(line for line in text.splitlines() if line.startswith("| transformer mma |") and "±" in line)
+    p_values = [float(p) for cell in row.split("|")[4:6] for p in cell.split(",")]
+    assert len(p_values) == 4 and all(0 <= p <= 1 for p in p_values)
+    assert (tmp / "records" / "bleu_by_length.png").stat().st_size > 0
+    dhicm = json.loads((tmp / "records" / "transformer-dhicm" / "seed-1" / "result.json").read_text())
+    assert sorted(dhicm["head_importances"]) == ["decoder.layers.2.encoder_attn", "decoder.layers.2.self_attn",
+                                                 "encoder.layers.2.self_attn"]
+    kl = dhicm["head_importances"]["encoder.layers.2.self_attn"]["mean_kl"]
+    assert f"| transformer dhicm | 1 | encoder.layers.2.self_attn | {kl:.3f} |" in text
+    assert "--systems 'transformer softmax' --seeds 1" in text
 
 
-def test_cards_carry_the_system_results_and_the_comparison(quality_run):
+def test_cards_carry_seed_1_results(quality_run):
     _, tmp, _ = quality_run
-    for system in ("transformer-softmax", "lstm-baseline-1x1"):
-        card_path = tmp / "cards" / f"{system}.md"
-        assert card_path.read_text() == (tmp / "runs" / system / "README.md").read_text()
-        card = ModelCard.load(card_path)
-        result = json.loads((tmp / "runs" / system / "quality_result.json").read_text())
+    for system in SYSTEMS:
+        card = ModelCard.load(tmp / "cards" / f"{system.replace(' ', '-')}.md")
+        result = json.loads((tmp / "records" / system.replace(" ", "-") / "seed-1" / "result.json").read_text())
         bleu = [r for r in card.data.eval_results if r.metric_type == "bleu"]
-        assert bleu and bleu[0].metric_value == pytest.approx(result["bleu"], abs=0.01)
-        assert "Compared with the other variants" in card.text and "lstm baseline 1x1" in card.text
+        assert bleu and bleu[0].metric_value == pytest.approx(result["decoding"]["beam5"]["bleu"], abs=0.01)
 
 
-def test_systems_trained_with_other_settings_are_refused(quality_run):
+def test_a_recorded_run_is_skipped_and_other_settings_are_refused(quality_run, capsys):
     script, tmp, args = quality_run
-    path = tmp / "runs" / "lstm-baseline-1x1" / "quality_result.json"
+    script.main([*args, "--systems", "transformer softmax", "--seeds", "1"])
+    assert "recorded already" in capsys.readouterr().out
+    path = tmp / "records" / "lstm-baseline-1x1" / "seed-2" / "result.json"
     original = path.read_text()
     changed = json.loads(original)
-    changed["settings"]["epochs"] = 2.0
+    changed["settings"]["extra_flags"] += " --dropout 0.3"
     path.write_text(json.dumps(changed))
     try:
         with pytest.raises(ValueError, match="different settings"):
@@ -70,7 +97,8 @@ def test_systems_trained_with_other_settings_are_refused(quality_run):
 def test_every_registered_variant_has_a_system():
     from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
 
-    assert set(load_example("benchmark_quality").TRANSFORMER_SYSTEMS) == set(ATTENTION_VARIANTS)
+    systems = load_example("benchmark_quality").SYSTEMS
+    assert {name.split()[1].rstrip(",") for name in systems if name.startswith("transformer")} >= set(ATTENTION_VARIANTS)
 
 
 def test_half_given_data_files_are_an_error(tmp_path, capsys):

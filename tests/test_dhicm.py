@@ -11,7 +11,7 @@ from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration, TranslationPipeline, train_tokenizer
 from hf_headattn.runtime.attention_dhicm import DynamicHeadImportanceAttention
-from hf_headattn.head_pruning import mean_head_importances, prune_least_important_heads
+from hf_headattn.head_pruning import head_importance_statistics, mean_head_importances, prune_least_important_heads
 from hf_headattn.plotting import head_importance_figure, plot_head_importances
 from hf_headattn.presets import TABLE_2, dhicm_be_en, dhicm_de_en, dhicm_hi_en, table2_config, transformer_base
 from hf_headattn.toy_corpus import make_toy_corpus
@@ -314,6 +314,35 @@ def test_head_importance_plot_is_written(toy_tokenizer, tmp_path):
     assert decoder_path.stat().st_size > 1000
     with pytest.raises(ValueError, match="one row per token"):
         plot_head_importances(torch.full((3, 4), 0.25), ["a", "b"], tmp_path / "bad.png")
+
+
+def test_head_importance_statistics_measure_the_collapse_onto_one_head(toy_tokenizer):
+    """The KL from uniform is 0 for uniform importances and ln H when one head takes everything: checked on a model
+    whose importance scores (Eq. 2, through W) are zeroed, then blown up."""
+    model = random_model(tiny_config(vocab_size=len(toy_tokenizer), **ALL_SITES_LAST_LAYER), std=0.2)
+    pairs = make_toy_corpus(12, seed=5)
+    sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+    measured = head_importance_statistics(model, toy_tokenizer, sources, targets, batch_size=5)
+    means = mean_head_importances(model, toy_tokenizer, sources, targets, batch_size=5)
+    assert sorted(measured) == sorted(means)
+    for name, module in measured.items():
+        assert torch.equal(module["mean_importance"], means[name]) and module["ln_heads"] == pytest.approx(math.log(4))
+        assert 0 < module["mean_kl"] < module["ln_heads"] and module["top_head_share"].sum() == pytest.approx(1.0)
+    encoder_tokens = sum(len(ids) for ids in toy_tokenizer(sources)["input_ids"])
+    assert measured["encoder.layers.1.self_attn"]["tokens"] == encoder_tokens
+
+    score_weights = [module.w.weight for module in model.modules() if isinstance(module, DynamicHeadImportanceAttention)]
+    assert len(score_weights) == 3
+    for scale, kl, concentrated in ((0.0, 0.0, 0.0), (1e4, math.log(4), 1.0)):
+        with torch.no_grad():
+            for weight in score_weights:
+                weight.mul_(scale)
+        for module in head_importance_statistics(model, toy_tokenizer, sources, targets, batch_size=5).values():
+            assert module["mean_kl"] == pytest.approx(kl, abs=1e-3)
+            assert module["concentrated_share"] == pytest.approx(concentrated, abs=1e-3)
+        with torch.no_grad():
+            for weight in score_weights:
+                weight.normal_(std=0.2)
 
 
 def test_importance_guided_pruning_shrinks_saves_and_translates(toy_tokenizer, tmp_path):

@@ -119,6 +119,30 @@ def test_decoding_settings_name_the_outputs_so_runs_never_overwrite_each_other(m
     assert results["beam2-maxlen6"]["decoding"]["max_length"] == 6
 
 
+def test_the_coverage_penalty_reranks_the_lstm_beam_and_names_its_files(models, data, tmp_path):
+    from hf_headattn.loading import load_model_and_tokenizer
+
+    result = evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=3, coverage_penalty=0.4,
+                            batch_size=16, device="cpu", output_dir=tmp_path)
+    assert result["decoding"]["name"] == "beam3-cp0.4" and result["decoding"]["coverage_penalty"] == 0.4
+    assert (tmp_path / "test.beam3-cp0.4.hyp.tgt").is_file()
+    # the hypotheses are the model's own generate(coverage_penalty=...) output
+    model, tokenizer = load_model_and_tokenizer(models["rnn"])
+    source = data["test.src"].read_text(encoding="utf-8").splitlines()[:1]
+    output = model.generate(**tokenizer(source, return_tensors="pt"), num_beams=3, coverage_penalty=0.4)
+    assert tokenizer.decode(output[0], skip_special_tokens=True).strip() == result["examples"][0]["hypothesis"]
+
+    with pytest.raises(ValueError, match="headattn model, whose generate has no coverage penalty"):
+        evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], num_beams=3, coverage_penalty=0.4,
+                       device="cpu", output_dir=tmp_path)
+    with pytest.raises(ValueError, match="use num_beams >= 2, got 1"):
+        evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=1, coverage_penalty=0.4,
+                       device="cpu", output_dir=tmp_path)
+    with pytest.raises(ValueError, match="coverage_penalty must be a number >= 0, got -1"):
+        evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=3, coverage_penalty=-1,
+                       device="cpu", output_dir=tmp_path)
+
+
 def test_bad_inputs_raise_clear_errors(models, data, tmp_path):
     model_dir, source, reference = models["transformer"], data["test.src"], data["test.tgt"]
 

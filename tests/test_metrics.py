@@ -368,9 +368,9 @@ def eflomal_runs(monkeypatch):
     calls = []
     run = alignment._run_eflomal
 
-    def counted(aligner, source_lines, target_lines, align_kwargs):
+    def counted(aligner, source_lines, target_lines, align_kwargs, progress=None):
         calls.append("test pairs" if "priors_input" in align_kwargs else "corpus")
-        return run(aligner, source_lines, target_lines, align_kwargs)
+        return run(aligner, source_lines, target_lines, align_kwargs, progress)
 
     monkeypatch.setattr(alignment, "_run_eflomal", counted)
     return calls

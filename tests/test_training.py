@@ -91,6 +91,55 @@ def test_flags_parse_under_underscore_and_dash_names_and_from_json_or_yaml_files
     assert "error: --fertility 'sometimes': choose from constant, guided, predicted" in capsys.readouterr().err
 
 
+def test_the_anchor_preset_sets_the_recipe_and_given_flags_win(toy_files, tmp_path, capsys):
+    model_args, data_args, run_args, training_args = parse_args(
+        [*file_flags(toy_files), "--output_dir", str(tmp_path / "a"), "--preset", "multi30k-anchor", "--seed", "3"])
+    assert run_args.preset == "multi30k-anchor" and training_args.seed == 3
+    # the anchor: shape d_model 256, 3 + 3 layers, 4 heads, FFN 1024, joint BPE of 8,000, ~2,000 target tokens a batch
+    assert (model_args.d_model, model_args.layers, model_args.heads, model_args.ffn_dim) == (256, None, None, 1024)
+    assert (model_args.vocab_size, model_args.tokenizer_model, model_args.dropout, model_args.label_smoothing) == (
+        8000, "bpe", 0.1, 0.1)
+    assert data_args.max_tokens == 4500 and training_args.max_steps == 2090
+    assert (training_args.learning_rate, training_args.lr_scheduler_type, training_args.warmup_steps) == (
+        5e-4, "inverse_sqrt", 1000)
+    assert (training_args.adam_beta1, training_args.adam_beta2, training_args.adam_epsilon) == (0.9, 0.98, 1e-9)
+    assert (training_args.weight_decay, training_args.max_grad_norm) == (0.0, 1.0)
+
+    # flags beside the preset win, in either order; an arguments file can name the preset too
+    _, data_args, _, training_args = parse_args([*file_flags(toy_files), "--max_steps", "7", "--output_dir",
+                                                 str(tmp_path / "b"), "--preset", "multi30k-anchor", "--max_tokens", "600"])
+    assert (training_args.max_steps, data_args.max_tokens, training_args.warmup_steps) == (7, 600, 1000)
+    (tmp_path / "args.yaml").write_text(f"train_source: {toy_files['train.src']}\ntrain_target: "
+                                        f"{toy_files['train.tgt']}\noutput_dir: {tmp_path / 'c'}\npreset: "
+                                        "multi30k-anchor\nwarmup_steps: 10\n")
+    _, data_args, _, training_args = parse_args([str(tmp_path / "args.yaml")])
+    assert (data_args.max_tokens, training_args.adam_beta2, training_args.warmup_steps) == (4500, 0.98, 10)
+
+    with pytest.raises(SystemExit):
+        parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path / "d"), "--preset", "wmt-big"])
+    assert "--preset" in capsys.readouterr().err
+
+
+def test_the_anchor_batches_hold_about_2000_target_tokens():
+    """On Multi30k De-En with the preset's tokenizer, --max_tokens 4500 (source + target, padding included) gives
+    batches of ~2,000 real target tokens, the anchor's, and 2,090 steps are ~10 epochs."""
+    if not MULTI30K.is_dir():
+        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    import numpy as np
+
+    from hf_headattn.batching import TokenBudgetBatchSampler
+
+    sources = (MULTI30K / "train.de").read_text(encoding="utf-8").splitlines()
+    targets = (MULTI30K / "train.en").read_text(encoding="utf-8").splitlines()
+    tokenizer = train_tokenizer(texts=iter(sources + targets), vocab_size=8000)
+    source_lengths = np.array([len(ids) for ids in tokenizer(sources)["input_ids"]])
+    target_lengths = np.array([len(ids) for ids in tokenizer(text_target=targets)["input_ids"]])
+    batches = len(TokenBudgetBatchSampler(source_lengths, target_lengths, max_tokens=4500))
+    target_tokens_per_batch = target_lengths.sum() / batches
+    print(f"{batches} batches an epoch, {target_tokens_per_batch:.0f} real target tokens a batch")
+    assert 1900 <= target_tokens_per_batch <= 2200
+
+
 FAIL_FAST = {  # flags -> the error, which names the flag
     "rnn with a Transformer site": (["--architecture", "rnn", "--cross_attention", "dhicm"],
                                     "--cross_attention applies to --architecture transformer only"),
