@@ -59,6 +59,23 @@ def test_console_scripts_answer_help():
         check_help(output, COMMANDS[name][1])
 
 
+@pytest.mark.parametrize("command", ["hf-headattn-evaluate", "hf-headattn-plot", "hf-headattn-hub"])
+def test_help_of_the_tools_imports_no_heavy_library(command):
+    """--help of the commands whose flags need no model code answers without torch, Transformers, matplotlib or
+    sacrebleu (train's flags are Trainer's dataclass and demo's choices the variant registry, which need torch)."""
+    module = COMMANDS[command][0]
+    script = (f"import sys, time\nstart = time.perf_counter()\nsys.argv = [{command!r}, '--help']\n"
+              f"from {module} import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+              "heavy = [name for name in ('torch', 'transformers', 'matplotlib', 'sacrebleu', 'datasets') "
+              "if name in sys.modules]\n"
+              "print(f'{time.perf_counter() - start:.3f}', ','.join(heavy), file=sys.stderr)\n")
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO)
+    seconds, heavy = finished.stderr.strip().splitlines()[-1].partition(" ")[::2]
+    print(f"{command} --help: {float(seconds):.2f} s in a fresh interpreter")
+    assert "(default:" in finished.stdout
+    assert not heavy, f"{command} --help imported {heavy}"
+
+
 @pytest.mark.parametrize("module,words", [command for command in COMMANDS.values()], ids=list(COMMANDS))
 def test_python_m_forms_answer_help(module, words, monkeypatch, capsys):
     # what `python -m <module> --help` runs: the module as __main__ (in this process, where imports are done)
