@@ -434,6 +434,12 @@ class ModelArguments:
     ffn_dim: int = field(default=1024, metadata={"help": "(Transformer)"})
     position_embedding: str = field(default="sinusoidal", metadata={
         "choices": ["sinusoidal", "none"], "help": "(Transformer)"})
+    activation_function: str = field(default="swish", metadata={
+        "help": "(Transformer) of the feed-forward layers: swish as in the OPUS-MT Marian models, or any "
+                "transformers.activations name (MarianConfig's default is gelu)"})
+    scale_embedding: bool = field(default=True, metadata={
+        "help": "(Transformer) multiply token embeddings by sqrt(d_model), as the OPUS-MT Marian models do "
+                "(MarianConfig's default is false)"})
     encoder_self_attention: str = field(default="softmax", metadata={
         "help": f"(Transformer) variant name or JSON spec, e.g. '{{\"type\": \"mma\", \"window\": 1}}'; variants: "
                 f"{VARIANTS}"})
@@ -454,8 +460,8 @@ class ModelArguments:
         "help": "(LSTM) Tu et al.'s coverage vector (Malaviya et al.)"})
 
 
-TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "position_embedding", "encoder_self_attention", "decoder_self_attention",
-                     "cross_attention")
+TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "position_embedding", "activation_function", "scale_embedding",
+                     "encoder_self_attention", "decoder_self_attention", "cross_attention")
 RNN_FLAGS = ("embedding_size", "hidden_size", "hops", "hop_mode", "attention_score", "attention_transform",
              "coverage_vector")
 FERTILITY_FLAGS = ("fertility", "constant_fertility", "fertility_predictor_epochs")
@@ -465,7 +471,8 @@ CONFIG_FIELD_FLAGS = {
     "vocab_size": "vocab_size", "d_model": "d_model", "encoder_layers": "layers", "decoder_layers": "layers",
     "encoder_attention_heads": "heads", "decoder_attention_heads": "heads", "num_heads": "heads",
     "encoder_ffn_dim": "ffn_dim", "decoder_ffn_dim": "ffn_dim", "max_position_embeddings": "max_length",
-    "position_embedding": "position_embedding", "encoder_self_attention": "encoder_self_attention",
+    "position_embedding": "position_embedding", "activation_function": "activation_function",
+    "scale_embedding": "scale_embedding", "encoder_self_attention": "encoder_self_attention",
     "decoder_self_attention": "decoder_self_attention", "cross_attention": "cross_attention",
     "dropout": "dropout", "label_smoothing": "label_smoothing", "fertility": "fertility",
     "constant_fertility": "constant_fertility", "embedding_size": "embedding_size", "hidden_size": "hidden_size",
@@ -758,6 +765,8 @@ def build_config(model_args: ModelArguments, data_args: DataArguments, tokenizer
             encoder_ffn_dim=model_args.ffn_dim,
             decoder_ffn_dim=model_args.ffn_dim,
             position_embedding=model_args.position_embedding,
+            activation_function=model_args.activation_function,
+            scale_embedding=model_args.scale_embedding,
             max_position_embeddings=max(512, data_args.max_length + 2),
             encoder_self_attention=attention_spec("encoder_self_attention", model_args.encoder_self_attention),
             decoder_self_attention=attention_spec("decoder_self_attention", model_args.decoder_self_attention),

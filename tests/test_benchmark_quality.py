@@ -52,7 +52,7 @@ def test_report_has_each_table_and_the_p_values(quality_run):
     _, tmp, _ = quality_run
     text = (tmp / "RESULTS.md").read_text()
     result = json.loads((tmp / "records" / "transformer-softmax" / "seed-1" / "result.json").read_text())
-    assert f"| 1 | 4 | **{result['decoding']['greedy']['bleu']:.2f}** | 36.4 |" in text  # the anchor table
+    assert f"| transformer softmax | 1 | 4 | **{result['decoding']['greedy']['bleu']:.2f}** | 36.4 |" in text  # the anchor table
     for system in SYSTEMS:
         assert f"| {system} |" in text
     assert "### MMA vs softmax (Cui et al.)" in text and "### 2x2 dependent multi-hop" in text
