@@ -18,7 +18,7 @@ without the models and grow run by run across sessions. A finished run (its resu
 
 The report (--results-file) has one table per question: the anchor check, every system at seed 1, and the papers'
 claims with mean +- standard deviation over seeds and sacrebleu's paired bootstrap (1,000 resamples) of each seed
-against the baseline of the same seed. The cards in --cards-dir are written from seed 1's model folder.
+against the baseline of the same seed; --records-dir/notes.md, if present (diagnostics kept by hand), goes in too. The cards in --cards-dir are written from seed 1's model folder.
 """
 
 import argparse
@@ -465,6 +465,9 @@ def write_report(args) -> None:
     if importances:
         sections.append("## DHICM's head importances\n\nTeacher-forced on the test references; lambda = 0.1 is the "
                         f"paper's KL weight, lambda = 0 trains without the KL term.\n\n{importances}")
+    notes = records_dir / "notes.md"  # what was learnt beside the runs (diagnostics, partial runs), kept by hand
+    if notes.exists():
+        sections.append(f"## Notes on these runs\n\n{notes.read_text(encoding='utf-8').strip()}")
     sections += [f"## Setup\n\n{describe_runs(results)}",
                  "## Commands that produced these results\n\nEach run, with its finish time, train time and the machine's 1-minute "
                  "load average (2 = both cores busy; above 2 the run shared the machine with other work):\n\n"

@@ -105,3 +105,15 @@ def test_half_given_data_files_are_an_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         load_example("benchmark_quality").main(["--train-source", str(tmp_path / "a.de"), "--output-dir", str(tmp_path)])
     assert "all six" in capsys.readouterr().err
+
+
+def test_notes_kept_beside_the_records_go_into_the_report(quality_run):
+    script, tmp, args = quality_run
+    notes = tmp / "records" / "notes.md"
+    notes.write_text("A diagnostic run stopped at step 650.\n")
+    try:
+        script.main([*args, "--report-only"])
+        assert "## Notes on these runs\n\nA diagnostic run stopped at step 650.\n\n## Setup" in (tmp / "RESULTS.md").read_text()
+    finally:
+        notes.unlink()
+        script.main([*args, "--report-only"])
