@@ -299,17 +299,21 @@ def _run_eflomal(aligner, source_lines: list[str], target_lines: list[str], alig
     with tempfile.TemporaryDirectory(prefix="hf_headattn_align_") as directory:
         forward_path = os.path.join(directory, "forward.links")
         reverse_path = os.path.join(directory, "reverse.links")
-        run = contextlib.nullcontext() if progress is None else _eflomal_progress(progress)
+        run = contextlib.nullcontext()
+        if progress is not None:  # the bar is driven by the messages eflomal's quiet mode would silence
+            run, align_kwargs = _eflomal_progress(progress), {**align_kwargs, "quiet": False}
         with run:
             aligner.align(source_lines, target_lines, links_filename_fwd=forward_path,
-                          links_filename_rev=reverse_path, **{**align_kwargs, "quiet": align_kwargs.get("quiet", True)
-                                                              and progress is None})
+                          links_filename_rev=reverse_path, **align_kwargs)
         return _read_links(forward_path, len(source_lines), "forward"), _read_links(reverse_path, len(source_lines),
                                                                                       "reverse")
 
 
 _EFLOMAL_ITERATIONS = re.compile(r" -([123]) (\d+)")  # the command line eflomal echoes: -1 N1 -2 N2 -3 N3
 _EFLOMAL_MODEL_DONE = re.compile(r"^Done: ")
+# What the eflomal binary reports besides the iteration counts (swallowed, as its quiet mode does).
+_EFLOMAL_MESSAGES = ("Read texts", "Vocabulary sizes", "Created alignment structures", "Randomized alignment",
+                     "Aligning with model", "Final argmax", "Writing alignments", "Done: ")
 
 
 @contextlib.contextmanager
@@ -352,11 +356,6 @@ def _eflomal_progress(description: str):
         follower.join()
         bar.close()
         terminal.close()
-
-
-# What the eflomal binary reports besides the iteration counts (swallowed, as its quiet mode does).
-_EFLOMAL_MESSAGES = ("Read texts", "Vocabulary sizes", "Created alignment structures", "Randomized alignment",
-                     "Aligning with model", "Final argmax", "Writing alignments", "Done: ")
 
 
 def _pharaoh_lines(alignments: list[Links]) -> list[str]:
