@@ -1,12 +1,14 @@
 """The training command, in the shape of Transformers' `examples/pytorch/translation/run_translation.py`:
 `HfArgumentParser` over this package's model, data and run arguments and `Seq2SeqTrainingArguments`, so every
 Trainer flag works under Transformers' own name. Also the helpers around it: parallel data loading, tokenisation,
-BLEU/chrF, `HeadAttnSeq2SeqTrainer` (auxiliary-loss logging, `--max_tokens` batches) and fertility preparation.
+BLEU/chrF and fertility preparation. The Trainer it runs is `trainer.HeadAttnSeq2SeqTrainer`.
 
     hf-headattn-train --help            # or: python -m hf_headattn.training --help
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
+
+from __future__ import annotations
 
 import argparse
 import dataclasses
@@ -17,36 +19,25 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import sacrebleu
 import torch
 import yaml
-from datasets import Dataset, DatasetDict, IterableDataset, load_dataset
-from torch.utils.data import DataLoader
-from transformers import (
-    AutoTokenizer,
-    DataCollatorForSeq2Seq,
-    EarlyStoppingCallback,
-    HfArgumentParser,
-    ProgressCallback,
-    Seq2SeqTrainer,
-    Seq2SeqTrainingArguments,
-    set_seed,
-)
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from . import auto_classes  # noqa: F401  (Auto classes know both families, as after `from hf_headattn import ...`)
-from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
 from .runtime.attention_registry import ATTENTION_VARIANTS
 from .runtime.configuration_headattn import HeadAttnConfig
 from .runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, HeadAttnRNNConfig
 from .runtime.fertility import FERTILITY_STRATEGIES
-from .runtime.modeling_headattn import HeadAttnForConditionalGeneration
-from .runtime.modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration
 from .tokenization import SUPPORTED_MODELS, load_tokenizer, train_tokenizer
+
+if TYPE_CHECKING:
+    from datasets import Dataset, DatasetDict, IterableDataset
+
+# `hf-headattn-train --help` imports only what the parser shows (Trainer's arguments, the variant registry, the
+# configs); Trainer, `datasets`, sacrebleu and the models are imported where they are used.
 
 
 logger = logging.getLogger(__name__)
@@ -60,6 +51,8 @@ def read_parallel_files(source_path: str | Path, target_path: str | Path, max_pa
     Lines end at "\\n" only (a trailing "\\r" is dropped): `str.splitlines` would also split at U+2028, U+0085,
     form feeds and the like inside a sentence, shifting every later pair. With `skip_empty`, pairs whose source or
     target is blank are dropped (and counted in the log); `max_pairs` keeps the first pairs after that."""
+    from datasets import Dataset
+
     source_path, target_path = Path(source_path), Path(target_path)
     for path in (source_path, target_path):
         if not path.is_file():
@@ -133,6 +126,8 @@ def load_hub_translation_dataset(
     """A Hugging Face dataset (Hub name or local folder) whose rows hold a `translation` dict keyed by language,
     or one column per language, -> Dataset with `source` and `target` columns (an IterableDataset read as a
     stream with `streaming`)."""
+    from datasets import load_dataset
+
     dataset = load_dataset(name, config_name, split=split, streaming=streaming)
     if max_pairs is not None:
         dataset = dataset.take(max_pairs) if streaming else dataset.select(range(min(max_pairs, len(dataset))))
@@ -158,6 +153,8 @@ def load_hub_translation_dataset(
 def score_translations(hypotheses: list[str], references: list[str]) -> dict:
     """Corpus BLEU and chrF with sacrebleu's default settings. `force=True` only silences sacrebleu's "forgot to
     detokenize" warning (same score, same signature): Multi30k and the toy corpus come tokenised."""
+    import sacrebleu
+
     return {
         "bleu": sacrebleu.corpus_bleu(hypotheses, [references], force=True).score,
         "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
@@ -167,7 +164,7 @@ def score_translations(hypotheses: list[str], references: list[str]) -> dict:
 def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,
                         num_beams: int = 4, batch_size: int = 32) -> dict:
     """Translate a test file with a saved model folder (loaded through its own code) and score it with sacrebleu."""
-    from transformers import AutoModelForSeq2SeqLM
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     test = read_parallel_files(source_path, reference_path)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
@@ -195,6 +192,7 @@ def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenize
                       num_proc: int | None = None):
     """Add `input_ids`, `attention_mask` and `labels` (a batched `datasets.map`, cached on disk; on the fly for a
     stream); sentences longer than `max_length` are truncated."""
+    from datasets import IterableDataset
 
     def encode(batch):
         return tokenizer(batch["source"], text_target=batch["target"], max_length=max_length, truncation=True)
@@ -203,106 +201,6 @@ def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenize
         return dataset.map(encode, batched=True, remove_columns=["source", "target"])
     return dataset.map(encode, batched=True, num_proc=num_proc, remove_columns=["source", "target"],
                        desc="tokenising")
-
-
-def translation_metrics(tokenizer):
-    """`compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: corpus BLEU and chrF (sacrebleu)."""
-    def compute(eval_prediction):
-        predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
-        if isinstance(predictions, tuple):
-            predictions = predictions[0]
-        predictions = np.where(predictions < 0, tokenizer.pad_token_id, predictions)
-        labels = np.where(labels < 0, tokenizer.pad_token_id, labels)
-        hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
-        references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
-        return score_translations(hypotheses, references)
-
-    return compute
-
-
-
-class NumericProgressCallback(ProgressCallback):
-    """Trainer's progress bar, writing each log as `loss 2.31 | grad_norm 0.8 | ...` rather than a dict of numbers
-    formatted as quoted strings."""
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if state.is_world_process_zero and self.training_bar is not None:
-            shown = [f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
-                     for key, value in logs.items() if key != "total_flos"]
-            self.training_bar.write(" | ".join(shown))
-
-
-class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` that logs the parts of the loss the attention variants add, `aux_loss` and `head_kl`
-    (DHICM's KL(importances || uniform)), and `real_token_ratio` (real over padded source + target tokens), each
-    averaged over the micro-batches since the last log; with `max_tokens`, it trains on token-budget batches
-    (`batching.TokenBudgetBatchSampler`) instead of batches of `per_device_train_batch_size` sentences.
-
-    The model computes its own label-smoothed loss (`config.label_smoothing`) so that the auxiliary loss is part
-    of it; Trainer's `label_smoothing_factor` would recompute the loss from the logits alone and drop that term,
-    so it is refused here."""
-
-    LOGGED_PARTS = ("aux_loss", "head_kl")
-
-    def __init__(self, *args, max_tokens: int | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.args.label_smoothing_factor:
-            raise ValueError(
-                f"label_smoothing_factor={self.args.label_smoothing_factor} makes Trainer recompute the loss from the "
-                "logits and drop the attention variants' auxiliary loss; set the model's `config.label_smoothing` "
-                "instead and leave label_smoothing_factor at 0"
-            )
-        if self.pop_callback(ProgressCallback) is not None:
-            self.add_callback(NumericProgressCallback)
-        self.max_tokens = max_tokens
-        self._loss_parts: dict[str, list] = {}
-        self._real_tokens: list[torch.Tensor] = []  # per micro-batch since the last log, on the device
-        self._padded_tokens = 0
-
-    def get_train_dataloader(self) -> DataLoader:
-        if self.max_tokens is None:
-            return super().get_train_dataloader()
-        with self.args.main_process_first(desc="pair lengths"):  # the others read the main process's cache
-            source_lengths, target_lengths = pair_lengths(self.train_dataset)
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=seed,
-                                          num_replicas=self.args.world_size)
-        self.callback_handler.pop_callback(TokenBudgetEpochCallback)  # one per train() call
-        self.add_callback(TokenBudgetEpochCallback(sampler, self.args.gradient_accumulation_steps))
-        dataset = self._remove_unused_columns(self.train_dataset, description="training")
-        dataloader = DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers,
-            pin_memory=self.args.dataloader_pin_memory,
-            persistent_workers=self.args.dataloader_persistent_workers,
-            prefetch_factor=self.args.dataloader_prefetch_factor,
-            worker_init_fn=partial(seed_worker, num_workers=self.args.dataloader_num_workers,
-                                   rank=self.args.process_index),
-        )
-        # Accelerate moves batches to the device and, under several processes, deals the batches out to the ranks
-        return self.accelerator.prepare(dataloader)
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
-        if model.training:
-            if isinstance(outputs, dict):
-                for name in self.LOGGED_PARTS:
-                    if outputs.get(name) is not None:
-                        self._loss_parts.setdefault(name, []).append(outputs[name].detach())
-            self._real_tokens.append(inputs["attention_mask"].sum() + (inputs["labels"] != -100).sum())
-            self._padded_tokens += inputs["input_ids"].numel() + inputs["labels"].numel()
-        return (loss, outputs) if return_outputs else loss
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:  # a training log, not an evaluation one
-            for name, values in self._loss_parts.items():
-                logs[name] = torch.stack(values).float().mean().item()
-            if self._padded_tokens:
-                logs["real_token_ratio"] = round(torch.stack(self._real_tokens).sum().item() / self._padded_tokens, 4)
-            self._loss_parts, self._real_tokens, self._padded_tokens = {}, [], 0
-        super().log(logs, start_time)
 
 
 def prepare_fertility(model, tokenizer, sources: list[str], targets: list[str], predictor_epochs: int = 5,
@@ -786,6 +684,9 @@ def build_config(model_args: ModelArguments, data_args: DataArguments, tokenizer
 
 def build_model(config):
     """A freshly initialised model of the config's family."""
+    from .runtime.modeling_headattn import HeadAttnForConditionalGeneration
+    from .runtime.modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration
+
     if isinstance(config, HeadAttnRNNConfig):
         return HeadAttnRNNForConditionalGeneration(config)
     return HeadAttnForConditionalGeneration(config)
@@ -805,6 +706,7 @@ def check_checkpoint_config(config, checkpoint: str) -> None:
 
 def load_data(data_args: DataArguments) -> tuple[Dataset, Dataset]:
     """Training and validation pairs (`source`, `target` columns)."""
+    from datasets import Dataset
     if data_args.dataset is not None:
         max_valid_pairs = data_args.max_valid_pairs
         if data_args.streaming and max_valid_pairs is None:
@@ -831,6 +733,12 @@ def load_data(data_args: DataArguments) -> tuple[Dataset, Dataset]:
 def train(argv=None) -> dict:
     """Run the training command (see `--help`) and return its metrics, which also go to train_results.json."""
     model_args, data_args, run_args, training_args = parse_args(argv)
+    # after parsing: --help and a bad flag answer without these
+    from transformers import DataCollatorForSeq2Seq, EarlyStoppingCallback, set_seed
+
+    from . import auto_classes  # noqa: F401  (Auto classes know both families, as after `from hf_headattn import ...`)
+    from .trainer import HeadAttnSeq2SeqTrainer, translation_metrics
+
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logger.setLevel(logging.INFO if training_args.should_log else logging.WARNING)
     output_dir, checkpoint = Path(training_args.output_dir), training_args.resume_from_checkpoint

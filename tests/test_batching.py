@@ -10,7 +10,8 @@ from hf_headattn import HeadAttnForConditionalGeneration
 from hf_headattn.batching import TokenBudgetBatchSampler, padding_statistics
 from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus
-from hf_headattn.training import HeadAttnSeq2SeqTrainer, tokenize_parallel
+from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
+from hf_headattn.training import tokenize_parallel
 
 from helpers import tiny_config
 

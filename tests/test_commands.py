@@ -76,6 +76,22 @@ def test_help_of_the_tools_imports_no_heavy_library(command):
     assert not heavy, f"{command} --help imported {heavy}"
 
 
+def test_train_help_imports_neither_trainer_nor_datasets_nor_the_models():
+    """The training command's flags need Trainer's argument dataclass (and so torch) and the variant registry, but
+    not Trainer itself, `datasets`, sacrebleu or the modeling files: those load after parsing."""
+    script = ("import sys, time\nstart = time.perf_counter()\nsys.argv = ['hf-headattn-train', '--help']\n"
+              "from hf_headattn.training import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+              "heavy = [name for name in ('transformers.trainer', 'transformers.modeling_utils', 'datasets', "
+              "'sacrebleu', 'hf_headattn.trainer', 'hf_headattn.runtime.modeling_headattn', "
+              "'hf_headattn.runtime.modeling_headattn_rnn') if name in sys.modules]\n"
+              "print(f'{time.perf_counter() - start:.3f}', ','.join(heavy), file=sys.stderr)\n")
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO)
+    seconds, heavy = finished.stderr.strip().splitlines()[-1].partition(" ")[::2]
+    print(f"hf-headattn-train --help: {float(seconds):.2f} s in a fresh interpreter")
+    assert "(default:" in finished.stdout
+    assert not heavy, f"hf-headattn-train --help imported {heavy}"
+
+
 @pytest.mark.parametrize("module,words", [command for command in COMMANDS.values()], ids=list(COMMANDS))
 def test_python_m_forms_answer_help(module, words, monkeypatch, capsys):
     # what `python -m <module> --help` runs: the module as __main__ (in this process, where imports are done)

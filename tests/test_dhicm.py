@@ -15,7 +15,7 @@ from hf_headattn.head_pruning import head_importance_statistics, mean_head_impor
 from hf_headattn.plotting import head_importance_figure, plot_head_importances
 from hf_headattn.presets import TABLE_2, dhicm_be_en, dhicm_de_en, dhicm_hi_en, table2_config, transformer_base
 from hf_headattn.toy_corpus import make_toy_corpus
-from hf_headattn.training import HeadAttnSeq2SeqTrainer
+from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
 
 from helpers import random_model, source_batch, tiny_config
 

@@ -14,6 +14,7 @@ from datasets import Dataset
 
 from hf_headattn import demo, training
 from hf_headattn.tokenization import train_tokenizer
+from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
 from hf_headattn.training import (load_hub_translation_dataset, parse_args, read_parallel_files, train,
                                   translate_and_score)
@@ -235,13 +236,13 @@ def test_validation_is_evaluated_once_at_the_end(eval_steps, toy_files, tmp_path
     """The final metrics reuse an evaluation training ran at its last step (eval_steps 3 of 3) instead of
     evaluating again, and evaluate once where training did not (eval_steps 500)."""
     calls = []
-    evaluate = training.HeadAttnSeq2SeqTrainer.evaluate
+    evaluate = HeadAttnSeq2SeqTrainer.evaluate
 
     def counted(self, *args, **kwargs):
         calls.append(self.state.global_step)
         return evaluate(self, *args, **kwargs)
 
-    monkeypatch.setattr(training.HeadAttnSeq2SeqTrainer, "evaluate", counted)
+    monkeypatch.setattr(HeadAttnSeq2SeqTrainer, "evaluate", counted)
     metrics = train([*file_flags(toy_files), "--output_dir", str(tmp_path), "--max_steps", "3",
                      "--eval_steps", str(eval_steps), *TINY_MODEL])
     assert calls == [3] and metrics["eval_loss"] > 0

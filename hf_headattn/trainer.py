@@ -1,0 +1,117 @@
+"""`HeadAttnSeq2SeqTrainer`, the `Seq2SeqTrainer` the training command runs, and what it trains with: the progress
+bar that logs numbers as numbers and the BLEU/chrF `compute_metrics`. Kept apart from `training`, whose argument
+parser (`hf-headattn-train --help`) needs none of Trainer.
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from functools import partial
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from transformers import ProgressCallback, Seq2SeqTrainer
+from transformers.trainer_utils import seed_worker
+
+from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
+from .training import score_translations
+
+
+def translation_metrics(tokenizer):
+    """`compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: corpus BLEU and chrF (sacrebleu)."""
+    def compute(eval_prediction):
+        predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
+        if isinstance(predictions, tuple):
+            predictions = predictions[0]
+        predictions = np.where(predictions < 0, tokenizer.pad_token_id, predictions)
+        labels = np.where(labels < 0, tokenizer.pad_token_id, labels)
+        hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+        references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        return score_translations(hypotheses, references)
+
+    return compute
+
+
+
+class NumericProgressCallback(ProgressCallback):
+    """Trainer's progress bar, writing each log as `loss 2.31 | grad_norm 0.8 | ...` rather than a dict of numbers
+    formatted as quoted strings."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None:
+            shown = [f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+                     for key, value in logs.items() if key != "total_flos"]
+            self.training_bar.write(" | ".join(shown))
+
+
+class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` that logs the parts of the loss the attention variants add, `aux_loss` and `head_kl`
+    (DHICM's KL(importances || uniform)), and `real_token_ratio` (real over padded source + target tokens), each
+    averaged over the micro-batches since the last log; with `max_tokens`, it trains on token-budget batches
+    (`batching.TokenBudgetBatchSampler`) instead of batches of `per_device_train_batch_size` sentences.
+
+    The model computes its own label-smoothed loss (`config.label_smoothing`) so that the auxiliary loss is part
+    of it; Trainer's `label_smoothing_factor` would recompute the loss from the logits alone and drop that term,
+    so it is refused here."""
+
+    LOGGED_PARTS = ("aux_loss", "head_kl")
+
+    def __init__(self, *args, max_tokens: int | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.args.label_smoothing_factor:
+            raise ValueError(
+                f"label_smoothing_factor={self.args.label_smoothing_factor} makes Trainer recompute the loss from the "
+                "logits and drop the attention variants' auxiliary loss; set the model's `config.label_smoothing` "
+                "instead and leave label_smoothing_factor at 0"
+            )
+        if self.pop_callback(ProgressCallback) is not None:
+            self.add_callback(NumericProgressCallback)
+        self.max_tokens = max_tokens
+        self._loss_parts: dict[str, list] = {}
+        self._real_tokens: list[torch.Tensor] = []  # per micro-batch since the last log, on the device
+        self._padded_tokens = 0
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.max_tokens is None:
+            return super().get_train_dataloader()
+        with self.args.main_process_first(desc="pair lengths"):  # the others read the main process's cache
+            source_lengths, target_lengths = pair_lengths(self.train_dataset)
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=seed,
+                                          num_replicas=self.args.world_size)
+        self.callback_handler.pop_callback(TokenBudgetEpochCallback)  # one per train() call
+        self.add_callback(TokenBudgetEpochCallback(sampler, self.args.gradient_accumulation_steps))
+        dataset = self._remove_unused_columns(self.train_dataset, description="training")
+        dataloader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+            persistent_workers=self.args.dataloader_persistent_workers,
+            prefetch_factor=self.args.dataloader_prefetch_factor,
+            worker_init_fn=partial(seed_worker, num_workers=self.args.dataloader_num_workers,
+                                   rank=self.args.process_index),
+        )
+        # Accelerate moves batches to the device and, under several processes, deals the batches out to the ranks
+        return self.accelerator.prepare(dataloader)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        if model.training:
+            if isinstance(outputs, dict):
+                for name in self.LOGGED_PARTS:
+                    if outputs.get(name) is not None:
+                        self._loss_parts.setdefault(name, []).append(outputs[name].detach())
+            self._real_tokens.append(inputs["attention_mask"].sum() + (inputs["labels"] != -100).sum())
+            self._padded_tokens += inputs["input_ids"].numel() + inputs["labels"].numel()
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:  # a training log, not an evaluation one
+            for name, values in self._loss_parts.items():
+                logs[name] = torch.stack(values).float().mean().item()
+            if self._padded_tokens:
+                logs["real_token_ratio"] = round(torch.stack(self._real_tokens).sum().item() / self._padded_tokens, 4)
+            self._loss_parts, self._real_tokens, self._padded_tokens = {}, [], 0
+        super().log(logs, start_time)
