@@ -33,6 +33,10 @@ def load_tokenizer(name_or_path: PathLike, **kwargs):
     """`AutoTokenizer.from_pretrained`, except that a tokenizer.json-only tokenizer comes back as the portable
     `PreTrainedTokenizerFast` above, so that saving it again (the training command's checkpoints and output)
     keeps it loadable on Transformers 4.x."""
+    # AutoTokenizer reads the folder's config.json too; registering this package's model types lets it read a
+    # trained model's folder (or checkpoint) without asking whether to run the folder's code
+    from . import auto_classes  # noqa: F401
+
     tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, **kwargs)
     if type(tokenizer) is transformers.PreTrainedTokenizerFast:
         return PreTrainedTokenizerFast.from_pretrained(name_or_path, **kwargs)

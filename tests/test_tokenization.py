@@ -180,3 +180,22 @@ def test_saved_tokenizers_name_a_class_every_supported_transformers_loads(tok, t
     resaved = json.loads((tmp_path / "resaved" / "tokenizer_config.json").read_text())
     assert resaved["tokenizer_class"] == "PreTrainedTokenizerFast"
     assert load_tokenizer(tmp_path / "resaved")("ein hund .").input_ids == tok("ein hund .").input_ids
+
+
+def test_load_tokenizer_reads_a_model_folder_without_asking_to_run_its_code(tok, tmp_path):
+    """A trained model's folder (or a checkpoint, which the training command resumes from) has a config.json with
+    auto_map; AutoTokenizer reads it, and without the package's model types registered it would ask whether to run
+    the folder's code (blocking a terminal) and warn about an unknown model type."""
+    import subprocess
+    import sys
+
+    from helpers import REPO, tiny_config
+
+    tiny_config().save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    script = (f"from hf_headattn.tokenization import load_tokenizer\n"
+              f"print(load_tokenizer({str(tmp_path)!r})('ein hund .').input_ids)\n")
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO,
+                              stdin=subprocess.DEVNULL)
+    assert finished.stdout.strip() == str(tok("ein hund .").input_ids)
+    assert "custom code" not in finished.stderr and "model of type" not in finished.stderr, finished.stderr
