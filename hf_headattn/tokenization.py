@@ -107,7 +107,13 @@ def train_tokenizer(
     backend.normalizer = normalizers.Sequence(
         [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
     )
-    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    # SentencePiece never merges across Unicode script or number boundaries (split_by_unicode_script,
+    # split_by_number), so "fence." is "▁fence" + ".". Splitting on whitespace alone would learn "▁fence." as its
+    # own piece beside "▁fence": every sentence-final word twice over, and rarer words cut into more pieces.
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(),
+        pre_tokenizers.Split(Regex(r"▁?[\p{L}\p{M}]+|▁?\p{N}+|▁?[^\p{L}\p{M}\p{N}▁]+|▁+"), behavior="isolated"),
+    ])
     backend.decoder = decoders.Metaspace()
 
     counter = _LineCounter(_iter_corpus(paths, texts))
