@@ -3,7 +3,6 @@
 from typing import Any
 
 from transformers import PretrainedConfig
-from transformers.activations import ACT2FN
 
 from .attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION, SITES
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
@@ -255,6 +254,10 @@ class HeadAttnConfig(PretrainedConfig):
 
         check_number("`init_std`", self.init_std, above=0)
         check_number("`constant_fertility`", self.constant_fertility, above=0)
+        # imported here: transformers.activations pulls in the hub-kernel and compile machinery (~1.4 s), which
+        # `hf-headattn-train --help` (this module, not the model) has no use for
+        from transformers.activations import ACT2FN
+
         if self.activation_function not in ACT2FN:
             raise ValueError(
                 f"Unknown activation_function {self.activation_function!r}; accepted: {', '.join(sorted(ACT2FN))}"
