@@ -59,37 +59,32 @@ def test_console_scripts_answer_help():
         check_help(output, COMMANDS[name][1])
 
 
+def check_help_imports_none_of(command: str, modules: tuple[str, ...]) -> None:
+    """Run `command --help` in a fresh interpreter; it must show defaults and leave `modules` unimported."""
+    script = (f"import sys, time\nstart = time.perf_counter()\nsys.argv = [{command!r}, '--help']\n"
+              f"from {COMMANDS[command][0]} import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+              f"imported = [name for name in {modules!r} if name in sys.modules]\n"
+              "print(f'{time.perf_counter() - start:.3f}', ','.join(imported), file=sys.stderr)\n")
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO)
+    seconds, imported = finished.stderr.strip().splitlines()[-1].partition(" ")[::2]
+    print(f"{command} --help: {float(seconds):.2f} s in a fresh interpreter")
+    assert "(default:" in finished.stdout
+    assert not imported, f"{command} --help imported {imported}"
+
+
 @pytest.mark.parametrize("command", ["hf-headattn-evaluate", "hf-headattn-plot", "hf-headattn-hub"])
 def test_help_of_the_tools_imports_no_heavy_library(command):
     """--help of the commands whose flags need no model code answers without torch, Transformers, matplotlib or
     sacrebleu (train's flags are Trainer's dataclass and demo's choices the variant registry, which need torch)."""
-    module = COMMANDS[command][0]
-    script = (f"import sys, time\nstart = time.perf_counter()\nsys.argv = [{command!r}, '--help']\n"
-              f"from {module} import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
-              "heavy = [name for name in ('torch', 'transformers', 'matplotlib', 'sacrebleu', 'datasets') "
-              "if name in sys.modules]\n"
-              "print(f'{time.perf_counter() - start:.3f}', ','.join(heavy), file=sys.stderr)\n")
-    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO)
-    seconds, heavy = finished.stderr.strip().splitlines()[-1].partition(" ")[::2]
-    print(f"{command} --help: {float(seconds):.2f} s in a fresh interpreter")
-    assert "(default:" in finished.stdout
-    assert not heavy, f"{command} --help imported {heavy}"
+    check_help_imports_none_of(command, ("torch", "transformers", "matplotlib", "sacrebleu", "datasets"))
 
 
 def test_train_help_imports_neither_trainer_nor_datasets_nor_the_models():
     """The training command's flags need Trainer's argument dataclass (and so torch) and the variant registry, but
     not Trainer itself, `datasets`, sacrebleu or the modeling files: those load after parsing."""
-    script = ("import sys, time\nstart = time.perf_counter()\nsys.argv = ['hf-headattn-train', '--help']\n"
-              "from hf_headattn.training import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
-              "heavy = [name for name in ('transformers.trainer', 'transformers.modeling_utils', 'datasets', "
-              "'sacrebleu', 'hf_headattn.trainer', 'hf_headattn.runtime.modeling_headattn', "
-              "'hf_headattn.runtime.modeling_headattn_rnn') if name in sys.modules]\n"
-              "print(f'{time.perf_counter() - start:.3f}', ','.join(heavy), file=sys.stderr)\n")
-    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO)
-    seconds, heavy = finished.stderr.strip().splitlines()[-1].partition(" ")[::2]
-    print(f"hf-headattn-train --help: {float(seconds):.2f} s in a fresh interpreter")
-    assert "(default:" in finished.stdout
-    assert not heavy, f"hf-headattn-train --help imported {heavy}"
+    check_help_imports_none_of("hf-headattn-train", (
+        "transformers.trainer", "transformers.modeling_utils", "datasets", "sacrebleu", "hf_headattn.trainer",
+        "hf_headattn.runtime.modeling_headattn", "hf_headattn.runtime.modeling_headattn_rnn"))
 
 
 @pytest.mark.parametrize("module,words", [command for command in COMMANDS.values()], ids=list(COMMANDS))
