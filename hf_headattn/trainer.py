@@ -32,7 +32,6 @@ def translation_metrics(tokenizer):
     return compute
 
 
-
 class NumericProgressCallback(ProgressCallback):
     """Trainer's progress bar, writing each log as `loss 2.31 | grad_norm 0.8 | ...` rather than a dict of numbers
     formatted as quoted strings."""

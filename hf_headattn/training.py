@@ -707,6 +707,7 @@ def check_checkpoint_config(config, checkpoint: str) -> None:
 def load_data(data_args: DataArguments) -> tuple[Dataset, Dataset]:
     """Training and validation pairs (`source`, `target` columns)."""
     from datasets import Dataset
+
     if data_args.dataset is not None:
         max_valid_pairs = data_args.max_valid_pairs
         if data_args.streaming and max_valid_pairs is None:

@@ -11,7 +11,6 @@ import argparse
 import json
 import time
 
-import sacrebleu
 import torch
 from transformers import DataCollatorForSeq2Seq, MarianConfig, MarianMTModel, get_inverse_sqrt_schedule, set_seed
 
@@ -19,7 +18,8 @@ from hf_headattn.batching import TokenBudgetBatchSampler, pair_lengths
 from hf_headattn.runtime.configuration_headattn import HeadAttnConfig
 from hf_headattn.runtime.modeling_headattn import HeadAttnForConditionalGeneration
 from hf_headattn.tokenization import load_tokenizer
-from hf_headattn.training import multi30k_paths, read_parallel_files, tokenize_parallel, translate_sentences
+from hf_headattn.training import (multi30k_paths, read_parallel_files, score_translations, tokenize_parallel,
+                                  translate_sentences)
 
 SHAPE = dict(d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
              encoder_ffn_dim=1024, decoder_ffn_dim=1024, dropout=0.1, max_position_embeddings=512)
@@ -82,7 +82,7 @@ def main():
             if step in evaluations:
                 model.eval()
                 hypotheses = translate_sentences(model, tokenizer, sources, num_beams=1, batch_size=64)
-                bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+                bleu = score_translations(hypotheses, references)["bleu"]
                 print(json.dumps({"model": args.model, "seed": args.seed, "step": step, "greedy_bleu": bleu}),
                       flush=True)
             if step >= args.steps:
