@@ -176,9 +176,13 @@ def translate_and_score(model_dir: str | Path, source_path: str | Path, referenc
 
 def translate_sentences(model, tokenizer, sources: list[str], num_beams: int = 4, batch_size: int = 32,
                         desc: str = "translating", **generate_kwargs) -> list[str]:
-    """Batched beam-search translation with a progress bar; `generate_kwargs` go to every `generate` call."""
+    """Batched beam-search translation with a progress bar; `generate_kwargs` go to every `generate` call.
+    Sources longer than the tokenizer's `model_max_length` are truncated, with a warning that counts them."""
     from tqdm.auto import tqdm
 
+    if truncated := sum(len(ids) > tokenizer.model_max_length for ids in tokenizer(list(sources))["input_ids"]):
+        logger.warning(f"{truncated} of {len(sources)} sources are longer than the tokenizer's model_max_length "
+                       f"({tokenizer.model_max_length} tokens) and are translated truncated")
     hypotheses = []
     for start in tqdm(range(0, len(sources), batch_size), desc=desc):
         batch = tokenizer(sources[start : start + batch_size], return_tensors="pt", padding=True, truncation=True)
@@ -189,18 +193,39 @@ def translate_sentences(model, tokenizer, sources: list[str], num_beams: int = 4
 
 
 def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenizer, max_length: int = 128,
-                      num_proc: int | None = None):
+                      num_proc: int | None = None, split: str = "training"):
     """Add `input_ids`, `attention_mask` and `labels` (a batched `datasets.map`, cached on disk; on the fly for a
-    stream); sentences longer than `max_length` are truncated."""
-    from datasets import IterableDataset
+    stream). Pairs longer than `max_length` tokens on either side are truncated, with a warning that counts them
+    (for a stream, a warning at the first one); `split` names the data in it (a DatasetDict's own keys win)."""
+    from datasets import DatasetDict, IterableDataset
 
     def encode(batch):
-        return tokenizer(batch["source"], text_target=batch["target"], max_length=max_length, truncation=True)
+        encoded = tokenizer(batch["source"], text_target=batch["target"], max_length=max_length, truncation=True)
+        whole = tokenizer(batch["source"], text_target=batch["target"])
+        encoded["truncated"] = [len(source) > max_length or len(target) > max_length
+                                for source, target in zip(whole["input_ids"], whole["labels"])]
+        return encoded
 
     if isinstance(dataset, IterableDataset):
-        return dataset.map(encode, batched=True, remove_columns=["source", "target"])
-    return dataset.map(encode, batched=True, num_proc=num_proc, remove_columns=["source", "target"],
-                       desc="tokenising")
+        warned = False
+
+        def encode_and_warn(batch):
+            nonlocal warned
+            encoded = encode(batch)
+            if any(encoded.pop("truncated")) and not warned:
+                warned = True
+                logger.warning(f"a {split} pair is longer than --max_length {max_length} tokens and is truncated "
+                               "(a stream is not counted ahead); raise --max_length to keep such pairs whole")
+            return encoded
+
+        return dataset.map(encode_and_warn, batched=True, remove_columns=["source", "target"])
+    encoded = dataset.map(encode, batched=True, num_proc=num_proc, remove_columns=["source", "target"],
+                          desc="tokenising")
+    for name, part in encoded.items() if isinstance(encoded, DatasetDict) else [(split, encoded)]:
+        if truncated := sum(part["truncated"]):
+            logger.warning(f"{truncated} of {len(part)} {name} pairs are longer than --max_length {max_length} "
+                           "tokens on one side and are truncated; raise --max_length to keep them whole")
+    return encoded.remove_columns("truncated")
 
 
 def prepare_fertility(model, tokenizer, sources: list[str], targets: list[str], predictor_epochs: int = 5,
@@ -773,7 +798,7 @@ def train(argv=None) -> dict:
         train_dataset = tokenize_parallel(train_text, tokenizer, data_args.max_length,
                                           data_args.preprocessing_num_workers)
         valid_dataset = tokenize_parallel(valid_text, tokenizer, data_args.max_length,
-                                          data_args.preprocessing_num_workers)
+                                          data_args.preprocessing_num_workers, split="validation")
 
     model = build_model(config)
     if checkpoint is None:  # a checkpoint holds what this learns

@@ -12,14 +12,14 @@ import warnings
 import pytest
 from datasets import Dataset
 
-from hf_headattn import demo, training
+from hf_headattn import HeadAttnForConditionalGeneration, demo, training
 from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
-from hf_headattn.training import (load_hub_translation_dataset, parse_args, read_parallel_files, train,
-                                  translate_and_score)
+from hf_headattn.training import (load_hub_translation_dataset, parse_args, read_parallel_files, tokenize_parallel,
+                                  train, translate_and_score, translate_sentences)
 
-from helpers import MULTI30K
+from helpers import MULTI30K, tiny_config
 
 
 TINY_MODEL = ["--vocab_size", "300", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64",
@@ -59,6 +59,38 @@ def test_lines_end_at_newline_only_and_empty_pairs_are_skipped_and_counted(tmp_p
         ("ein\u2028hund", "a\u2029dog"), ("zwei\x0ckatzen", "two cats"), ("drei\x1cvögel\x85", "three\x1ebirds"),
         ("vier", "four")]
     assert "skipped 2 pairs with an empty line, kept 4" in caplog.text
+
+
+def test_pairs_longer_than_max_length_are_truncated_and_counted(caplog):
+    pairs = make_toy_corpus(40, seed=0)
+    tokenizer = train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=150)
+    long_source, long_target = " ".join(s for s, _ in pairs[:6]), " ".join(t for _, t in pairs[:6])
+    sources = [s for s, _ in pairs] + [long_source, pairs[0][0]]
+    targets = [t for _, t in pairs] + [pairs[0][1], long_target]
+    max_length = 24
+    assert all(len(tokenizer(text).input_ids) <= max_length for pair in pairs for text in pair)
+
+    with caplog.at_level(logging.WARNING, logger="hf_headattn.training"):
+        dataset = tokenize_parallel(Dataset.from_dict({"source": sources, "target": targets}), tokenizer, max_length,
+                                    split="validation")
+    assert ("2 of 42 validation pairs are longer than --max_length 24 tokens on one side and are truncated"
+            in caplog.text)
+    assert dataset.column_names == ["input_ids", "attention_mask", "labels"]
+    assert len(dataset[40]["input_ids"]) == len(dataset[41]["labels"]) == max_length
+
+    caplog.clear()
+    stream = Dataset.from_dict({"source": sources, "target": targets}).to_iterable_dataset()
+    with caplog.at_level(logging.WARNING, logger="hf_headattn.training"):
+        rows = list(tokenize_parallel(stream, tokenizer, max_length))
+    assert len(rows) == 42 and set(rows[0]) == {"input_ids", "attention_mask", "labels"}
+    assert caplog.text.count("a training pair is longer than --max_length 24 tokens and is truncated") == 1
+
+    caplog.clear()
+    tokenizer.model_max_length = max_length
+    with caplog.at_level(logging.WARNING, logger="hf_headattn.training"):
+        translate_sentences(HeadAttnForConditionalGeneration(tiny_config(vocab_size=len(tokenizer))), tokenizer,
+                            [long_source, pairs[0][0]], num_beams=1, max_new_tokens=2)
+    assert "1 of 2 sources are longer than the tokenizer's model_max_length (24 tokens)" in caplog.text
 
 
 def test_flags_parse_under_underscore_and_dash_names_and_from_json_or_yaml_files(toy_files, tmp_path, capsys):
