@@ -331,9 +331,13 @@ def anchor_table(results: dict) -> str:
     softmax = [result["decoding"]["greedy"]["bleu"] for _, result in rows if result["system"] == "transformer softmax"]
     if not softmax:
         return "\n".join(lines)
-    best = max(softmax)
-    verdict = (f"The best seed reaches the anchor ({best:.2f} >= {ANCHOR_BLEU})." if best >= ANCHOR_BLEU else
-               f"Not reached: the best seed is {ANCHOR_BLEU - best:.2f} BLEU below the anchor.")
+    # judged on the mean over seeds: the best of several seeds would flatter the recipe
+    mean = statistics.mean(softmax)
+    spread = f"{mean_std(softmax)} over {len(softmax)} seed{'s' if len(softmax) > 1 else ''}"
+    verdict = (f"Reached: softmax's greedy BLEU is {spread}, at or above the anchor's {ANCHOR_BLEU}."
+               if mean >= ANCHOR_BLEU else
+               f"Not reached: softmax's greedy BLEU is {spread}, {ANCHOR_BLEU - mean:.2f} below the anchor's "
+               f"{ANCHOR_BLEU} (best seed {max(softmax):.2f}).")
     return "\n".join(lines) + f"\n\n{verdict}"
 
 
