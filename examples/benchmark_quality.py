@@ -254,10 +254,13 @@ def settings_argv(args) -> list[str]:
 
 
 def write_card(system: str, model_dir: Path, record_dir: Path, evaluations: dict, args) -> None:
-    """The model folder's card, from its beam-5 evaluation, copied to --cards-dir."""
+    """The model folder's card, from its beam-5 evaluation, copied to --cards-dir. Its loading snippets name the
+    model folder as the command made it (e.g. runs/quality/transformer-mma/seed-1): the models are not on the Hub,
+    and `hf-headattn-hub push` asks for the card to be rewritten with the repository id."""
     decoding = "beam5" if "beam5" in evaluations else next(iter(evaluations))
     card = write_model_card(model_dir, record_dir / evaluations[decoding]["metrics"], dataset_name=args.dataset_name,
-                            dataset_id=args.dataset_id, model_name=f"hf_headattn {system} (Multi30k De-En)")
+                            dataset_id=args.dataset_id, model_name=f"hf_headattn {system} (Multi30k De-En)",
+                            repo_id=model_dir.as_posix())
     Path(args.cards_dir).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(card, Path(args.cards_dir) / f"{slug(system)}.md")
 

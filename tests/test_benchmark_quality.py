@@ -81,6 +81,8 @@ def test_cards_carry_seed_1_results(quality_run):
         result = json.loads((tmp / "records" / system.replace(" ", "-") / "seed-1" / "result.json").read_text())
         bleu = [r for r in card.data.eval_results if r.metric_type == "bleu"]
         assert bleu and bleu[0].metric_value == pytest.approx(result["decoding"]["beam5"]["bleu"], abs=0.01)
+        model_dir = tmp / "runs" / system.replace(" ", "-") / "seed-1"
+        assert f'pipeline("translation", model="{model_dir.as_posix()}", trust_remote_code=True)' in card.text
 
 
 def test_a_recorded_run_is_skipped_and_other_settings_are_refused(quality_run, capsys):
