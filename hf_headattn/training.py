@@ -180,7 +180,8 @@ def translate_sentences(model, tokenizer, sources: list[str], num_beams: int = 4
     Sources longer than the tokenizer's `model_max_length` are truncated, with a warning that counts them."""
     from tqdm.auto import tqdm
 
-    if truncated := sum(len(ids) > tokenizer.model_max_length for ids in tokenizer(list(sources))["input_ids"]):
+    lengths = [len(ids) for ids in tokenizer(list(sources), verbose=False)["input_ids"]]
+    if truncated := sum(length > tokenizer.model_max_length for length in lengths):
         logger.warning(f"{truncated} of {len(sources)} sources are longer than the tokenizer's model_max_length "
                        f"({tokenizer.model_max_length} tokens) and are translated truncated")
     hypotheses = []
@@ -201,7 +202,7 @@ def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenize
 
     def encode(batch):
         encoded = tokenizer(batch["source"], text_target=batch["target"], max_length=max_length, truncation=True)
-        whole = tokenizer(batch["source"], text_target=batch["target"])
+        whole = tokenizer(batch["source"], text_target=batch["target"], verbose=False)  # counted below instead
         encoded["truncated"] = [len(source) > max_length or len(target) > max_length
                                 for source, target in zip(whole["input_ids"], whole["labels"])]
         return encoded

@@ -181,7 +181,7 @@ def test_demo_emits_no_warnings(tmp_path, caught_warnings):
 
 def test_evaluation_emits_no_warnings(tmp_path, caught_warnings):
     data = toy_data(tmp_path / "data")
-    model = train_tiny_model(data, tmp_path / "model", "transformer")
+    model = train_tiny_model(data, tmp_path / "model", "transformer", max_length=48)  # no toy sentence truncated
     caught, log_records = caught_warnings
     evaluate_model(model, data["test.src"], data["test.tgt"], num_beams=2, batch_size=16,
                    train_source=data["train.src"], train_target=data["train.tgt"], output_dir=tmp_path / "eval",
