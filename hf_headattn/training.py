@@ -201,10 +201,17 @@ def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenize
     from datasets import DatasetDict, IterableDataset
 
     def encode(batch):
-        encoded = tokenizer(batch["source"], text_target=batch["target"], max_length=max_length, truncation=True)
-        whole = tokenizer(batch["source"], text_target=batch["target"], verbose=False)  # counted below instead
+        # Tokenised whole once, so the long pairs can be counted; only those are tokenised again, truncated.
+        encoded = tokenizer(batch["source"], text_target=batch["target"], verbose=False)
         encoded["truncated"] = [len(source) > max_length or len(target) > max_length
-                                for source, target in zip(whole["input_ids"], whole["labels"])]
+                                for source, target in zip(encoded["input_ids"], encoded["labels"])]
+        if long_rows := [row for row, truncated in enumerate(encoded["truncated"]) if truncated]:
+            shortened = tokenizer([batch["source"][row] for row in long_rows],
+                                  text_target=[batch["target"][row] for row in long_rows],
+                                  max_length=max_length, truncation=True)
+            for key, values in shortened.items():
+                for row, value in zip(long_rows, values):
+                    encoded[key][row] = value
         return encoded
 
     if isinstance(dataset, IterableDataset):

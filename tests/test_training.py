@@ -77,6 +77,8 @@ def test_pairs_longer_than_max_length_are_truncated_and_counted(caplog):
             in caplog.text)
     assert dataset.column_names == ["input_ids", "attention_mask", "labels"]
     assert len(dataset[40]["input_ids"]) == len(dataset[41]["labels"]) == max_length
+    direct = tokenizer(sources, text_target=targets, max_length=max_length, truncation=True)
+    assert dataset.to_dict() == {key: direct[key] for key in dataset.column_names}
 
     caplog.clear()
     stream = Dataset.from_dict({"source": sources, "target": targets}).to_iterable_dataset()
