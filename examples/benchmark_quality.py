@@ -211,7 +211,7 @@ def run(system: str, seed: int, args, data: dict) -> dict:
         finished=now(), machine_at_end=machine(), decoding=evaluations, coverage_penalty=coverage_penalty,
         steps=train_results.get("global_step"), epochs=train_results.get("epoch"),
         train_pairs=train_results.get("train_pairs"), parameters=train_results.get("parameters"),
-        train_runtime_s=train_results.get("train_runtime"), eval_loss=train_results.get("eval_loss"),
+        train_runtime_s=train_results.get("train_runtime_total", train_results.get("train_runtime")), eval_loss=train_results.get("eval_loss"),
         settings=settings(args, spec),
         command=shlex.join(["python", "examples/benchmark_quality.py", "--systems", system, "--seeds", str(seed),
                             *settings_argv(args)]),
@@ -438,8 +438,8 @@ def describe_runs(results: dict) -> str:
         + (f" Extra flags: {'; '.join(extra)}." if extra else "")
         + " BLEU, chrF and TER are sacrebleu's defaults (detokenized, cased); REP and DROP split words with "
         "sacrebleu's 13a tokenizer, DROP aligns with eflomal trained on the training pairs plus the test pairs. "
-        f"Machines: {'; '.join(machines)}. Train time is the Trainer's wall-clock train_runtime, including the "
-        "validation-loss passes every 500 steps (a run resumed from a checkpoint counts only its last part)."
+        f"Machines: {'; '.join(machines)}. Train time is the training command's wall-clock train_runtime_total, "
+        "including the validation-loss passes every 500 steps; a run resumed from a checkpoint adds up its parts."
     )
 
 

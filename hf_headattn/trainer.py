@@ -5,12 +5,14 @@ parser (`hf-headattn-train --help`) needs none of Trainer.
 Tooling, not model runtime: never copied into a checkpoint.
 """
 
+import time
 from functools import partial
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
-from transformers import ProgressCallback, Seq2SeqTrainer
+from transformers import ProgressCallback, Seq2SeqTrainer, TrainerCallback
+from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import seed_worker
 
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
@@ -43,11 +45,33 @@ class NumericProgressCallback(ProgressCallback):
             self.training_bar.write(" | ".join(shown))
 
 
+class TrainingClockCallback(TrainerCallback, ExportableState):
+    """Wall-clock seconds of training summed over every part of a resumed run (Trainer's `train_runtime` is the
+    last part's alone). Each checkpoint saves the sum so far in trainer_state.json's `stateful_callbacks`, and a
+    run resumed from it counts on from there; the time between a run's last checkpoint and its interruption is
+    lost work, not counted."""
+
+    def __init__(self):
+        self.seconds_before = 0.0  # the earlier parts' training time
+        self.started: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        saved = state.stateful_callbacks.get(type(self).__name__, {}).get("attributes", {})
+        self.seconds_before = saved.get("seconds_before", 0.0) if state.global_step > 0 else 0.0
+        self.started = time.perf_counter()
+
+    def state(self) -> dict:  # saved in each checkpoint: the time so far, this part's included
+        running = time.perf_counter() - self.started if self.started is not None else 0.0
+        return {"args": {}, "attributes": {"seconds_before": self.seconds_before + running}}
+
+
 class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` that logs the parts of the loss the attention variants add, `aux_loss` and `head_kl`
     (DHICM's KL(importances || uniform)), and `real_token_ratio` (real over padded source + target tokens), each
     averaged over the micro-batches since the last log; with `max_tokens`, it trains on token-budget batches
-    (`batching.TokenBudgetBatchSampler`) instead of batches of `per_device_train_batch_size` sentences.
+    (`batching.TokenBudgetBatchSampler`) instead of batches of `per_device_train_batch_size` sentences. `train()`
+    adds `train_runtime_total` to its metrics: the training time of every part of a resumed run
+    (`TrainingClockCallback`).
 
     The model computes its own label-smoothed loss (`config.label_smoothing`) so that the auxiliary loss is part
     of it; Trainer's `label_smoothing_factor` would recompute the loss from the logits alone and drop that term,
@@ -65,6 +89,7 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
             )
         if self.pop_callback(ProgressCallback) is not None:
             self.add_callback(NumericProgressCallback)
+        self.add_callback(TrainingClockCallback)
         self.max_tokens = max_tokens
         self._loss_parts: dict[str, list] = {}
         self._real_tokens: list[torch.Tensor] = []  # per micro-batch since the last log, on the device
@@ -105,6 +130,13 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
             self._real_tokens.append(inputs["attention_mask"].sum() + (inputs["labels"] != -100).sum())
             self._padded_tokens += inputs["input_ids"].numel() + inputs["labels"].numel()
         return (loss, outputs) if return_outputs else loss
+
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
+        clock = next(callback for callback in self.callback_handler.callbacks
+                     if isinstance(callback, TrainingClockCallback))  # Trainer may have replaced it when resuming
+        output.metrics["train_runtime_total"] = round(clock.seconds_before + output.metrics["train_runtime"], 4)
+        return output
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:  # a training log, not an evaluation one

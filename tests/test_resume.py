@@ -1,6 +1,7 @@
 """Killed and resumed: a training run stopped with SIGKILL after a checkpoint, then started again with the same
 command, ends with the weights and optimizer state of a run that was never interrupted, bit for bit."""
 
+import json
 import os
 import signal
 import subprocess
@@ -78,7 +79,16 @@ def test_a_killed_run_resumes_to_the_same_weights_and_optimizer_state(batching, 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run_to_the_end(data, straight, BATCHING[batching])
     kill_after_checkpoint(data, resumed, BATCHING[batching], step=6)
+    last = max(resumed.glob("checkpoint-*/trainer_state.json"), key=lambda path: int(path.parent.name.split("-")[1]))
+    clock = json.loads(last.read_text())["stateful_callbacks"]["TrainingClockCallback"]["attributes"]
     log = run_to_the_end(data, resumed, BATCHING[batching])  # the same command again
-    assert f"resuming from {resumed}/checkpoint-" in log
+    assert f"resuming from {last.parent}" in log
     assert "| real_token_ratio " in log  # logged with the loss
     assert_same_state(straight, resumed)
+
+    # the recorded training time is the checkpoint's part plus the resumed part, not the last part alone
+    straight_metrics = json.loads((straight / "train_results.json").read_text())
+    assert straight_metrics["train_runtime_total"] == straight_metrics["train_runtime"]
+    metrics = json.loads((resumed / "train_results.json").read_text())
+    assert clock["seconds_before"] > 0
+    assert metrics["train_runtime_total"] == pytest.approx(clock["seconds_before"] + metrics["train_runtime"], abs=1e-3)
