@@ -5,6 +5,7 @@ parser (`hf-headattn-train --help`) needs none of Trainer.
 Tooling, not model runtime: never copied into a checkpoint.
 """
 
+import logging
 import time
 from functools import partial
 
@@ -17,6 +18,8 @@ from transformers.trainer_utils import seed_worker
 
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
 from .training import score_translations
+
+logger = logging.getLogger(__name__)
 
 
 def translation_metrics(tokenizer):
@@ -57,6 +60,9 @@ class TrainingClockCallback(TrainerCallback, ExportableState):
 
     def on_train_begin(self, args, state, control, **kwargs):
         saved = state.stateful_callbacks.get(type(self).__name__, {}).get("attributes", {})
+        if state.global_step > 0 and "seconds_before" not in saved:
+            logger.warning(f"the checkpoint of step {state.global_step} has no training time recorded (saved by an "
+                           "older version); train_runtime_total counts from this resume only")
         self.seconds_before = saved.get("seconds_before", 0.0) if state.global_step > 0 else 0.0
         self.started = time.perf_counter()
 
