@@ -9,6 +9,10 @@ test_2016_flickr greedy and with beam 5 (BLEU, chrF, TER, REP, DROP, BLEU by sou
     # several runs one after another; every finished run rewrites RESULTS.md and the cards
     python examples/benchmark_quality.py --systems "transformer mma" "transformer softmax" --seeds 1 2 3
     python examples/benchmark_quality.py --report-only
+    # runs in parallel (e.g. several on one GPU): each records only, then one report
+    python examples/benchmark_quality.py --systems "lstm 2x1" --seeds 1 --no-report &
+    python examples/benchmark_quality.py --systems "lstm 2x2 independent" --seeds 1 --no-report; wait
+    python examples/benchmark_quality.py --report-only
     python examples/benchmark_quality.py --list        # the systems and their training flags
 
 Models go to --output-dir (runs/quality/<system>/seed-<n>, not committed); what the report needs goes to
@@ -18,7 +22,9 @@ without the models and grow run by run across sessions. A finished run (its resu
 
 The report (--results-file) has one table per question: the anchor check, every system at seed 1, and the papers'
 claims with mean +- standard deviation over seeds and sacrebleu's paired bootstrap (1,000 resamples) of each seed
-against the baseline of the same seed; --records-dir/notes.md, if present (diagnostics kept by hand), goes in too. The cards in --cards-dir are written from seed 1's model folder.
+against the baseline of the same seed; --records-dir/notes.md, if present (diagnostics kept by hand), goes in too.
+Every row names its machine (the GPU, else the CPU's cores) beside its train time. The cards in --cards-dir are
+written from seed 1's model folder.
 """
 
 import argparse
@@ -109,6 +115,8 @@ CLAIMS = [
      "transformer softmax, no positions", "bleu"),
     ("DHICM vs softmax on 10,000 pairs (Goindani & Shrivastava, low-resource)", "transformer dhicm, 10k pairs",
      "transformer softmax, 10k pairs", "bleu"),
+    ("DHICM with its KL term vs without it on 10,000 pairs (the KL term's ablation)",
+     "transformer dhicm, 10k pairs", "transformer dhicm without KL, 10k pairs", "bleu"),
     ("2x2 dependent multi-hop vs the LSTM baseline (Iida et al.)", "lstm 2x2 dependent", "lstm baseline 1x1", "bleu"),
     ("csparsemax (predicted fertility) vs softmax, LSTM (Malaviya et al.)", "lstm csparsemax predicted",
      "lstm baseline 1x1", "coverage"),
@@ -292,6 +300,30 @@ def check_same_settings(results: dict) -> None:
                                      for (system, seed), result in results.items()))
 
 
+def machine_label(result: dict) -> str:
+    """Where a run trained, short: the GPU's model, else the CPU's core count."""
+    start = result["machine_at_start"]
+    if start["cuda"]:
+        return start["cuda"].removeprefix("NVIDIA ").split()[0]
+    return f"CPU, {start['cpu_count']} cores"
+
+
+def train_time(result: dict) -> str:
+    """Train minutes and the machine, e.g. ``36 (CPU, 2 cores)``."""
+    return f"{result['train_runtime_s'] / 60:.0f} ({machine_label(result)})"
+
+
+def train_times(pairs: list[tuple[dict, dict]], index: int) -> str:
+    """The train times of one side (0: system, 1: baseline) of a claim's seed pairs, the machine named once when
+    every seed trained on the same kind."""
+    runs = [pair[index] for pair in pairs]
+    labels = {machine_label(run) for run in runs}
+    if len(labels) == 1:
+        minutes = ", ".join(f"{run['train_runtime_s'] / 60:.0f}" for run in runs)
+        return f"{minutes} ({labels.pop()})"
+    return ", ".join(train_time(run) for run in runs)
+
+
 def fmt(value, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -326,12 +358,11 @@ def anchor_table(results: dict) -> str:
     rows = [(seed, result) for (system, seed), result in results.items() if system in ANCHOR_SYSTEMS]
     if not rows:
         return "No softmax run yet."
-    lines = ["| system | seed | optimizer steps | greedy BLEU | anchor (MarianMTModel) | beam-5 BLEU | train time (min) |",
+    lines = ["| system | seed | optimizer steps | greedy BLEU | anchor (MarianMTModel) | beam-5 BLEU | train time (min, machine) |",
              "|---|---|---|---|---|---|---|"]
     for seed, result in rows:
         lines.append(f"| {result['system']} | {seed} | {result['steps']:,} | **{result['decoding']['greedy']['bleu']:.2f}** | "
-                     f"{ANCHOR_BLEU} | {result['decoding']['beam5']['bleu']:.2f} | "
-                     f"{result['train_runtime_s'] / 60:.0f} |")
+                     f"{ANCHOR_BLEU} | {result['decoding']['beam5']['bleu']:.2f} | {train_time(result)} |")
     softmax = [result["decoding"]["greedy"]["bleu"] for _, result in rows if result["system"] == "transformer softmax"]
     if not softmax:
         return "\n".join(lines)
@@ -346,7 +377,7 @@ def anchor_table(results: dict) -> str:
 
 
 def systems_table(results: dict) -> str:
-    lines = ["| system | greedy BLEU | beam-5 BLEU | chrF | TER | REP | DROP | parameters | steps | train time (min) |",
+    lines = ["| system | greedy BLEU | beam-5 BLEU | chrF | TER | REP | DROP | parameters | steps | train time (min, machine) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for (system, seed), result in results.items():
         if seed != 1:
@@ -358,7 +389,7 @@ def systems_table(results: dict) -> str:
                           else "")
         lines.append(f"| {label} | {fmt(greedy, 2)} | {beam['bleu']:.2f} | {beam['chrf']:.2f} | {beam['ter']:.2f} | "
                      f"{beam['rep']:.2f} | {fmt(beam['drop'], 2)} | {result['parameters']:,} | {result['steps']:,} | "
-                     f"{result['train_runtime_s'] / 60:.0f} |")
+                     f"{train_time(result)} |")
     return "\n".join(lines)
 
 
@@ -373,7 +404,8 @@ def claims_tables(results: dict, references: list[str]) -> str:
                  f"Seeds: {', '.join(map(str, seeds))}. Mean ± standard deviation over seeds; p: sacrebleu's paired "
                  "bootstrap (1,000 resamples) of each seed's system against the baseline of the same seed.", ""]
         if compared == "bleu":
-            lines += ["| | greedy BLEU | beam-5 BLEU | p (greedy) per seed | p (beam 5) per seed |", "|---|---|---|---|---|"]
+            lines += ["| | greedy BLEU | beam-5 BLEU | p (greedy) per seed | p (beam 5) per seed | train time per seed "
+                      "(min, machine) |", "|---|---|---|---|---|---|"]
             for label, index in ((system, 0), (baseline, 1)):
                 greedy = [pair[index]["decoding"]["greedy"]["bleu"] for pair in pairs]
                 beam = [pair[index]["decoding"]["beam5"]["bleu"] for pair in pairs]
@@ -381,16 +413,17 @@ def claims_tables(results: dict, references: list[str]) -> str:
                 if index == 0:
                     p_values = [", ".join(f"{paired_bootstrap_p(*pair, references, decoding):.3f}" for pair in pairs)
                                 for decoding in ("greedy", "beam5")]
-                lines.append(f"| {label} | {mean_std(greedy)} | {mean_std(beam)} | {p_values[0]} | {p_values[1]} |")
+                lines.append(f"| {label} | {mean_std(greedy)} | {mean_std(beam)} | {p_values[0]} | {p_values[1]} | "
+                             f"{train_times(pairs, index)} |")
         else:
-            lines += ["| | beam-5 BLEU | REP (lower is better) | DROP (lower is better) | p (BLEU, beam 5) per seed |",
-                      "|---|---|---|---|---|"]
+            lines += ["| | beam-5 BLEU | REP (lower is better) | DROP (lower is better) | p (BLEU, beam 5) per seed | "
+                      "train time per seed (min, machine) |", "|---|---|---|---|---|---|"]
             for label, index in ((system, 0), (baseline, 1)):
                 beam = [pair[index]["decoding"]["beam5"] for pair in pairs]
                 p_values = (", ".join(f"{paired_bootstrap_p(*pair, references, 'beam5'):.3f}" for pair in pairs)
                             if index == 0 else "")
                 lines.append(f"| {label} | {mean_std([b['bleu'] for b in beam])} | {mean_std([b['rep'] for b in beam])}"
-                             f" | {mean_std([b['drop'] for b in beam])} | {p_values} |")
+                             f" | {mean_std([b['drop'] for b in beam])} | {p_values} | {train_times(pairs, index)} |")
         sections.append("\n".join(lines))
     return "\n\n".join(sections) if sections else "No claim has runs of both its system and its baseline yet."
 
@@ -454,7 +487,7 @@ def write_report(args) -> None:
         encoding="utf-8").splitlines()
     figure = records_dir / "bleu_by_length.png"
     commands = "\n".join(
-        f"{r['command']}   # {r['finished']}, train {r['train_runtime_s'] / 60:.0f} min, load average "
+        f"{r['command']}   # {r['finished']}, train {r['train_runtime_s'] / 60:.0f} min on {machine_label(r)}, load average "
         f"{r['machine_at_start']['load_average_1_5_15'][0]:.1f} at start, {r['machine_at_end']['load_average_1_5_15'][0]:.1f}"
         " at end" for r in results.values())
     sections = [
@@ -477,8 +510,9 @@ def write_report(args) -> None:
     if notes.exists():
         sections.append(f"## Notes on these runs\n\n{notes.read_text(encoding='utf-8').strip()}")
     sections += [f"## Setup\n\n{describe_runs(results)}",
-                 "## Commands that produced these results\n\nEach run, with its finish time, train time and the machine's 1-minute "
-                 "load average (2 = both cores busy; above 2 the run shared the machine with other work):\n\n"
+                 "## Commands that produced these results\n\nEach run, with its finish time, train time, machine and the "
+                 "machine's 1-minute load average (above the machine's core count, the run shared the machine with "
+                 "other work):\n\n"
                  f"```\n{commands}\n```"]
     report = "\n\n".join(sections) + "\n"
     Path(args.results_file).write_text(report, encoding="utf-8")
@@ -496,6 +530,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", nargs="+", type=int, default=[1], help="seeds of each system")
     parser.add_argument("--list", action="store_true", help="print the systems and their training flags")
     parser.add_argument("--report-only", action="store_true", help="only rewrite the report from the records")
+    parser.add_argument("--no-report", action="store_true",
+                        help="record the runs without rewriting the report (for several runs at once sharing the "
+                             "records dir; rebuild the report afterwards with --report-only)")
     parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
                         help="Multi30k folder (train/val/test_2016_flickr .de/.en); or give the six --*-source/"
                              "--*-target files of any parallel data instead")
@@ -534,7 +571,8 @@ def main(argv=None):
         for seed in args.seeds:
             for system in args.systems:
                 run(system, seed, args, data)
-                write_report(args)
+                if not args.no_report:
+                    write_report(args)
         return
     write_report(args)
 

@@ -72,6 +72,13 @@ def test_report_has_each_table_and_the_p_values(quality_run):
     kl = dhicm["head_importances"]["encoder.layers.2.self_attn"]["mean_kl"]
     assert f"| transformer dhicm | 1 | encoder.layers.2.self_attn | {kl:.3f} |" in text
     assert "--systems 'transformer softmax' --seeds 1" in text
+    # every row names where it trained, the claims per seed
+    script = quality_run[0]
+    machine = script.machine_label(result)
+    if not result["machine_at_start"]["cuda"]:
+        assert machine == f"CPU, {result['machine_at_start']['cpu_count']} cores"
+    assert f"| {result['train_runtime_s'] / 60:.0f} ({machine}) |" in text
+    assert row.endswith(f" ({machine}) |") and f"min on {machine}, load average" in text
 
 
 def test_cards_carry_seed_1_results(quality_run):
@@ -85,7 +92,7 @@ def test_cards_carry_seed_1_results(quality_run):
         assert f'pipeline("translation", model="{model_dir.as_posix()}", trust_remote_code=True)' in card.text
 
 
-def test_a_recorded_run_is_skipped_and_other_settings_are_refused(quality_run, capsys):
+def test_a_recorded_run_is_skipped_and_other_settings_are_refused_by_the_report(quality_run, capsys):
     script, tmp, args = quality_run
     script.main([*args, "--systems", "transformer softmax", "--seeds", "1"])
     assert "recorded already" in capsys.readouterr().out
@@ -95,6 +102,9 @@ def test_a_recorded_run_is_skipped_and_other_settings_are_refused(quality_run, c
     changed["settings"]["extra_flags"] += " --dropout 0.3"
     path.write_text(json.dumps(changed))
     try:
+        script.main([*args, "--systems", "transformer softmax", "--seeds", "1", "--no-report"])  # no report, no check
+        with pytest.raises(ValueError, match="different settings"):
+            script.main([*args, "--systems", "transformer softmax", "--seeds", "1"])
         with pytest.raises(ValueError, match="different settings"):
             script.main([*args, "--report-only"])
     finally:
