@@ -308,9 +308,13 @@ def machine_label(result: dict) -> str:
     return f"CPU, {start['cpu_count']} cores"
 
 
+def train_minutes(result: dict) -> str:
+    return f"{result['train_runtime_s'] / 60:.0f}"
+
+
 def train_time(result: dict) -> str:
     """Train minutes and the machine, e.g. ``36 (CPU, 2 cores)``."""
-    return f"{result['train_runtime_s'] / 60:.0f} ({machine_label(result)})"
+    return f"{train_minutes(result)} ({machine_label(result)})"
 
 
 def train_times(pairs: list[tuple[dict, dict]], index: int) -> str:
@@ -319,8 +323,7 @@ def train_times(pairs: list[tuple[dict, dict]], index: int) -> str:
     runs = [pair[index] for pair in pairs]
     labels = {machine_label(run) for run in runs}
     if len(labels) == 1:
-        minutes = ", ".join(f"{run['train_runtime_s'] / 60:.0f}" for run in runs)
-        return f"{minutes} ({labels.pop()})"
+        return f"{', '.join(train_minutes(run) for run in runs)} ({labels.pop()})"
     return ", ".join(train_time(run) for run in runs)
 
 
@@ -487,7 +490,7 @@ def write_report(args) -> None:
         encoding="utf-8").splitlines()
     figure = records_dir / "bleu_by_length.png"
     commands = "\n".join(
-        f"{r['command']}   # {r['finished']}, train {r['train_runtime_s'] / 60:.0f} min on {machine_label(r)}, load average "
+        f"{r['command']}   # {r['finished']}, train {train_minutes(r)} min on {machine_label(r)}, load average "
         f"{r['machine_at_start']['load_average_1_5_15'][0]:.1f} at start, {r['machine_at_end']['load_average_1_5_15'][0]:.1f}"
         " at end" for r in results.values())
     sections = [

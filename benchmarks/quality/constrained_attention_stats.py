@@ -3,9 +3,10 @@
 
 A diagnostic for RESULTS.md's notes, not a table row. For every cross-attention layer (one for the LSTMs), over the
 real target tokens: the share of attention that goes to the <SINK> token (1 - the attention on real source tokens),
-by fifth of the target sentence; how many real source tokens get any attention; and, at the end of each sentence,
-how many real source tokens have used up their fertility. Per sentence: the sum of the real source tokens'
-fertilities against the number of target tokens.
+by fifth of the target sentence; how many real source tokens get any attention; the weight of the most-attended
+token and how often it sits at its bound u_t = f - beta_{t-1} (where csparsemax passes its score no gradient); and,
+at the end of each sentence, how many real source tokens have used up their fertility. Per sentence: the sum of
+the real source tokens' fertilities against the number of target tokens.
 
     python benchmarks/quality/constrained_attention_stats.py --model runs/quality/lstm-csparsemax-predicted/seed-2 \\
         --source ../shared/data/multi30k/test_2016_flickr.de --target ../shared/data/multi30k/test_2016_flickr.en
@@ -28,7 +29,7 @@ def statistics(model, tokenizer, sources: list[str], targets: list[str], batch_s
     model.eval()
     sink_by_fifth = torch.zeros(FIFTHS)
     tokens_by_fifth = torch.zeros(FIFTHS)
-    attended, exhausted, source_tokens, target_tokens = 0.0, 0.0, 0, 0
+    attended, top_weight, top_at_bound, exhausted, source_tokens, target_tokens = 0.0, 0.0, 0.0, 0.0, 0, 0
     fertility_sums, target_lengths = [], []
     for start in range(0, len(sources), batch_size):
         batch = tokenizer(sources[start:start + batch_size], text_target=targets[start:start + batch_size],
@@ -54,6 +55,11 @@ def statistics(model, tokenizer, sources: list[str], targets: list[str], batch_s
             nonzero = (weights > 0).sum(-1).float().mean(1)  # [batch, target_len]
             attended += float(nonzero[target_mask].sum())
             target_tokens += int(target_mask.sum())
+            bound = (fertility[:, None, None, :] - (weights.cumsum(2) - weights)).clamp(min=0)  # u_t, Eq. 5
+            top, top_index = weights.max(-1)  # [batch, heads, target_len]
+            at_bound = (top > 0) & (top >= bound.gather(-1, top_index[..., None]).squeeze(-1) - 1e-5)
+            top_weight += float(top.mean(1)[target_mask].sum())
+            top_at_bound += float(at_bound.float().mean(1)[target_mask].sum())
             cumulative = (weights * target_mask[:, None, :, None]).sum(2)  # [batch, heads, source_len]
             used_up = (cumulative >= fertility[:, None, :] - 1e-3) & source_mask[:, None, :]
             exhausted += float(used_up.float().mean(1).sum())
@@ -63,6 +69,8 @@ def statistics(model, tokenizer, sources: list[str], targets: list[str], batch_s
         "sink_share_by_fifth_of_target": (sink_by_fifth / tokens_by_fifth).tolist(),
         "sink_share": float(sink_by_fifth.sum() / tokens_by_fifth.sum()),
         "source_tokens_attended_per_step": attended / target_tokens,
+        "weight_of_the_most_attended_token": top_weight / target_tokens,
+        "steps_whose_most_attended_token_is_at_its_bound": top_at_bound / target_tokens,
         "source_tokens_exhausted_at_end": exhausted / source_tokens,
         "fertility_sum_over_target_length": {"mean": float(ratio.mean()),
                                              "share_below_1": float((ratio < 1).float().mean())},
