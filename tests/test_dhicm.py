@@ -16,6 +16,7 @@ from hf_headattn.plotting import head_importance_figure, plot_head_importances
 from hf_headattn.presets import TABLE_2, dhicm_be_en, dhicm_de_en, dhicm_hi_en, table2_config, transformer_base
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
+from hf_headattn.runtime.transformers_compat import cache_of
 
 from helpers import random_model, source_batch, tiny_config
 
@@ -234,9 +235,9 @@ def test_generate_returns_the_importances_the_decoding_steps_computed(num_beams)
         cache, per_step = None, []
         for t in range(steps):
             step = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
-                         decoder_input_ids=out.sequences[:, t : t + 1], past_key_values=cache, use_cache=True,
+                         decoder_input_ids=out.sequences[:, t : t + 1], cache=cache, use_cache=True,
                          output_head_importances=True)
-            cache = step.past_key_values
+            cache = cache_of(step)
             per_step.append(step.head_importances["decoder.layers.1.encoder_attn"])
     torch.testing.assert_close(out.head_importances["decoder.layers.1.encoder_attn"], torch.cat(per_step, 1),
                                atol=1e-5, rtol=1e-5)

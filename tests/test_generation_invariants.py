@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hf_headattn import HeadAttnCache
+from hf_headattn.runtime.transformers_compat import CACHE_NAME, cache_of
 
 from helpers import random_model, source_batch, tiny_config
 
@@ -95,11 +96,30 @@ def test_step_by_step_decoding_with_cache_equals_full_forward(model):
         cache, steps = None, []
         for t in range(decoder_input_ids.shape[1]):
             out = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
-                        decoder_input_ids=decoder_input_ids[:, t : t + 1], past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+                        decoder_input_ids=decoder_input_ids[:, t : t + 1], cache=cache, use_cache=True)
+            cache = cache_of(out)
             steps.append(out.logits)
     assert isinstance(cache, HeadAttnCache)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-10, rtol=1e-10)
+
+
+def test_the_cache_travels_under_either_name_and_comes_back_under_this_releases_name():
+    """Transformers 5.24 renamed the decoding cache `past_key_values` -> `cache`; the models take both (older
+    releases' `generate` passes the old name) and return it under the installed release's name."""
+    model = random_model(tiny_config())
+    input_ids, attention_mask = source_batch()
+    first, second = torch.full((3, 1), model.config.decoder_start_token_id), torch.full((3, 1), 5)
+    with torch.no_grad():
+        step = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=first, use_cache=True)
+        assert isinstance(getattr(step, CACHE_NAME), HeadAttnCache)
+        after_new_name = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=second,
+                               cache=copy.deepcopy(cache_of(step)), use_cache=True)
+        after_old_name = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=second,
+                               past_key_values=copy.deepcopy(cache_of(step)), use_cache=True)
+        assert cache_of(after_old_name).get_seq_length() == 2
+        torch.testing.assert_close(after_old_name.logits, after_new_name.logits, atol=0, rtol=0)
+        with pytest.raises(ValueError, match="not as both"):
+            model(input_ids=input_ids, decoder_input_ids=second, cache=cache_of(step), past_key_values=cache_of(step))
 
 
 def test_beam_search_depends_on_reordering_the_variant_state(monkeypatch):
@@ -116,6 +136,7 @@ def test_beam_search_depends_on_reordering_the_variant_state(monkeypatch):
 
 def test_cache_state_follows_reorder_and_batch_selection():
     cache = HeadAttnCache()
+    assert cache.is_croppable  # Transformers asks before rolling steps back (5.24's deferred stop check)
     cache.set_variant_state("cross_attention.0", {"coverage": torch.arange(4.0)[:, None]})
     cache.reorder_cache(torch.tensor([3, 3, 0, 1]))
     assert cache.get_variant_state("cross_attention.0")["coverage"].squeeze(1).tolist() == [3.0, 3.0, 0.0, 1.0]
@@ -123,6 +144,7 @@ def test_cache_state_follows_reorder_and_batch_selection():
     assert cache.get_variant_state("cross_attention.0")["coverage"].squeeze(1).tolist() == [3, 3, 3, 3, 0, 0, 1, 1]
     cache.batch_select_indices(torch.tensor([0, 4]))
     assert cache.get_variant_state("cross_attention.0")["coverage"].squeeze(1).tolist() == [3.0, 0.0]
+    assert not cache.is_croppable
     with pytest.raises(ValueError, match="cannot crop per-step attention state"):
         cache.crop(1)
     cache.reset()

@@ -5,6 +5,7 @@ import torch
 
 from hf_headattn import HeadAttnForConditionalGeneration
 from hf_headattn.runtime.attention_mma import HEAD_KINDS
+from hf_headattn.runtime.transformers_compat import cache_of
 
 from helpers import random_model, source_batch, tiny_config
 
@@ -85,8 +86,8 @@ def test_decoder_mma_masks_hold_in_cached_decoding():
         cache, steps = None, []
         for t in range(6):
             out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, t:t + 1],
-                        past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+                        cache=cache, use_cache=True)
+            cache = cache_of(out)
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 

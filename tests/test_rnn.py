@@ -35,6 +35,7 @@ from hf_headattn.runtime.cache_headattn import HeadAttnRNNCache
 from hf_headattn.runtime.modeling_headattn_rnn import HeadAttnRNNGenerateOutput, HeadAttnRNNSourceAttention
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
+from hf_headattn.runtime.transformers_compat import cache_of
 
 from helpers import WITHOUT_PACKAGE, EOS, PAD, VOCAB, source_batch
 
@@ -431,8 +432,8 @@ def test_step_by_step_decoding_with_cache_equals_full_forward(model):
         cache, steps = None, []
         for t in range(decoder_input_ids.shape[1]):
             out = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
-                        decoder_input_ids=decoder_input_ids[:, t : t + 1], past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+                        decoder_input_ids=decoder_input_ids[:, t : t + 1], cache=cache, use_cache=True)
+            cache = cache_of(out)
             steps.append(out.logits)
     assert isinstance(cache, HeadAttnRNNCache) and cache.get_seq_length() == 6
     assert full.dtype == torch.float64

@@ -60,6 +60,11 @@ class HeadAttnCache(EncoderDecoderCache):
         super().batch_select_indices(indices)
         self._map_states(lambda tensor: tensor[indices])
 
+    @property
+    def is_croppable(self) -> bool:
+        """What Transformers (5.x) asks before it rolls decoding steps back with `crop`."""
+        return not self.variant_states and getattr(super(), "is_croppable", True)
+
     def crop(self, tokens_to_remove: int) -> None:
         if self.variant_states:
             raise ValueError(

@@ -8,7 +8,7 @@ from .attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SEL
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
 from .fertility import check_fertility_config
 from .remote_code import check_code_travels
-from .transformers_compat import validate_base_architecture
+from .transformers_compat import CACHE_NAME, validate_base_architecture
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
@@ -118,7 +118,7 @@ class HeadAttnConfig(PretrainedConfig):
     """
 
     model_type = "headattn"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = [CACHE_NAME]
     attribute_map = {
         "num_attention_heads": "encoder_attention_heads",
         "hidden_size": "d_model",

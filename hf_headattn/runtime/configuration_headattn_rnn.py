@@ -7,7 +7,7 @@ from .attention_multihop import check_hop_mode
 from .configuration_headattn import CUSTOM_PIPELINES, check_fractions, check_positive_integers, check_token_ids
 from .fertility import check_fertility_config
 from .remote_code import check_code_travels
-from .transformers_compat import validate_base_architecture
+from .transformers_compat import CACHE_NAME, validate_base_architecture
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
@@ -77,7 +77,7 @@ class HeadAttnRNNConfig(PretrainedConfig):
     """
 
     model_type = "headattn_rnn"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = [CACHE_NAME]
     attribute_map = {"num_hidden_layers": "decoder_layers", "num_attention_heads": "num_heads"}
 
     def __init__(

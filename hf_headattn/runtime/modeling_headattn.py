@@ -20,7 +20,12 @@ from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.generation.utils import GenerateBeamEncoderDecoderOutput, GenerateEncoderDecoderOutput
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import logging
 
@@ -37,7 +42,7 @@ from .configuration_headattn import HeadAttnConfig
 from .fertility import SourceFertility
 from .pipeline_headattn import TranslationPipeline  # noqa: F401  (config.custom_pipelines names it; imported, it travels)
 from .remote_code import check_code_travels
-from .transformers_compat import drop_cache_position, init
+from .transformers_compat import accepts_past_key_values, cache_of, drop_cache_position, init, with_cache
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
@@ -197,7 +202,7 @@ def check_seq2seq_inputs(
     decoder_inputs_embeds=None,
     labels=None,
     encoder_outputs=None,
-    past_key_values=None,
+    cache=None,
     **_other_arguments,
 ) -> None:
     """Raise ValueError, naming the argument, its shape/dtype/values and what is accepted, unless the inputs of an
@@ -245,7 +250,7 @@ def check_seq2seq_inputs(
         raise ValueError(f"{target_of} has batch size {target_shape[0]} but the source has {source_batch} "
                          f"({source_of} {source_shape}): one target per source sentence")
     if decoder_attention_mask is not None and target_shape is not None:
-        past_length = past_key_values.get_seq_length() if isinstance(past_key_values, Cache) else 0
+        past_length = cache.get_seq_length() if isinstance(cache, Cache) else 0
         expected = (target_shape[0], past_length + target_shape[1])
         cached = f" after {past_length} cached positions" if past_length else ""
         _check_mask_structure("decoder_attention_mask", decoder_attention_mask, expected,
@@ -304,11 +309,9 @@ class HeadAttnEncoderOutput(BaseModelOutput):
 
 
 @dataclass
-class HeadAttnDecoderOutput(BaseModelOutput):
+class HeadAttnDecoderOutput(BaseModelOutputWithPastAndCrossAttentions):
     """Decoder output; `aux_loss` and `head_kl` are per token, [batch, modules, target_len]."""
 
-    past_key_values: Cache | None = None
-    cross_attentions: tuple[torch.Tensor, ...] | None = None
     aux_loss: torch.Tensor | None = None
     head_kl: torch.Tensor | None = None
     head_importances: dict[str, torch.Tensor] | None = None
@@ -498,40 +501,40 @@ class HeadAttnAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: AttentionMask,
         key_value_states: torch.Tensor | None = None,
-        past_key_values: HeadAttnCache | None = None,
+        cache: HeadAttnCache | None = None,
         output_attentions: bool = False,
         output_head_importances: bool = False,
     ) -> tuple[torch.Tensor, AttentionResult]:
         query = self._split_heads(self.q_proj(hidden_states))
         if self.is_cross_attention:
-            if past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
-                cached = past_key_values.cross_attention_cache.layers[self.layer_idx]
+            if cache is not None and cache.is_updated.get(self.layer_idx):
+                cached = cache.cross_attention_cache.layers[self.layer_idx]
                 key, value = cached.keys, cached.values
             else:
                 key = self._split_heads(self.k_proj(key_value_states))
                 value = self._split_heads(self.v_proj(key_value_states))
-                if past_key_values is not None:
-                    key, value = past_key_values.cross_attention_cache.update(key, value, self.layer_idx)
-                    past_key_values.is_updated[self.layer_idx] = True
+                if cache is not None:
+                    key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+                    cache.is_updated[self.layer_idx] = True
         else:
             key = self._split_heads(self.k_proj(hidden_states))
             value = self._split_heads(self.v_proj(hidden_states))
-            if past_key_values is not None:
-                key, value = past_key_values.self_attention_cache.update(key, value, self.layer_idx)
+            if cache is not None:
+                key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
 
-        keeps_state = self.variant.stateful and past_key_values is not None
+        keeps_state = self.variant.stateful and cache is not None
         result = self.variant(
             query,
             key,
             value,
             attention_mask,
             hidden_states=hidden_states,
-            state=past_key_values.get_variant_state(self.state_key) if keeps_state else None,
+            state=cache.get_variant_state(self.state_key) if keeps_state else None,
             output_attentions=output_attentions,
             output_head_importances=output_head_importances,
         )
         if keeps_state:
-            past_key_values.set_variant_state(self.state_key, result.state)
+            cache.set_variant_state(self.state_key, result.state)
         output = result.output
         if self.out_proj is not None:
             output = self.out_proj(output.reshape(*hidden_states.shape[:-1], -1))
@@ -601,13 +604,13 @@ class HeadAttnDecoderLayer(GradientCheckpointingLayer):
         self_attention_mask: AttentionMask,
         encoder_hidden_states: torch.Tensor,
         cross_attention_mask: AttentionMask,
-        past_key_values: HeadAttnCache | None = None,
+        cache: HeadAttnCache | None = None,
         output_attentions: bool = False,
         output_head_importances: bool = False,
     ) -> tuple[torch.Tensor, AttentionResult, AttentionResult]:
         flags = {"output_attentions": output_attentions, "output_head_importances": output_head_importances}
         attended, self_result = self.self_attn(
-            hidden_states, self_attention_mask, past_key_values=past_key_values, **flags
+            hidden_states, self_attention_mask, cache=cache, **flags
         )
         hidden_states = self.self_attn_layer_norm(
             hidden_states + nn.functional.dropout(attended, p=self.dropout, training=self.training)
@@ -616,7 +619,7 @@ class HeadAttnDecoderLayer(GradientCheckpointingLayer):
             hidden_states,
             cross_attention_mask,
             key_value_states=encoder_hidden_states,
-            past_key_values=past_key_values,
+            cache=cache,
             **flags,
         )
         hidden_states = self.encoder_attn_layer_norm(
@@ -813,13 +816,14 @@ class HeadAttnDecoder(HeadAttnStack):
             allowed = allowed & attention_mask.bool()[:, None, None, :]
         return AttentionMask(allowed, is_causal=attention_mask is None and past_len == 0)
 
+    @accepts_past_key_values
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool = False,
@@ -835,10 +839,10 @@ class HeadAttnDecoder(HeadAttnStack):
         batch_size, seq_len = inputs_embeds.shape[:2]
 
         if use_cache:
-            past_key_values = HeadAttnCache() if past_key_values is None else HeadAttnCache.wrap(past_key_values)
+            cache = HeadAttnCache() if cache is None else HeadAttnCache.wrap(cache)
         else:
-            past_key_values = None
-        past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
+            cache = None
+        past_len = cache.get_seq_length() if cache is not None else 0
         if torch.is_tensor(past_len):
             raise NotImplementedError(
                 "The decoder needs a cache that grows with the decoded positions (DynamicCache, the default): a static "
@@ -865,7 +869,7 @@ class HeadAttnDecoder(HeadAttnStack):
                 self_mask,
                 encoder_hidden_states,
                 cross_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 output_attentions=output_attentions,
                 output_head_importances=output_head_importances,
             )
@@ -876,7 +880,7 @@ class HeadAttnDecoder(HeadAttnStack):
 
         return HeadAttnDecoderOutput(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values,
+            **with_cache(cache),
             hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
             attentions=records.attentions("self"),
             cross_attentions=records.attentions("cross"),
@@ -929,6 +933,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
     def get_decoder(self):
         return self.decoder
 
+    @accepts_past_key_values
     @checks_inputs
     def forward(
         self,
@@ -937,7 +942,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
@@ -979,7 +984,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             output_attentions=output_attentions,
@@ -997,7 +1002,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
                             **(decoder_outputs.head_importances or {})}
         output = HeadAttnSeq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **with_cache(cache_of(decoder_outputs)),
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -1077,6 +1082,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             bias = bias + self.lm_head.bias
         return nn.functional.linear(hidden_states, self.lm_head.weight, bias)
 
+    @accepts_past_key_values
     @checks_inputs
     def forward(
         self,
@@ -1085,7 +1091,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -1117,7 +1123,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -1144,7 +1150,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             ce_loss=ce_loss,
             aux_loss=outputs.aux_loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **with_cache(cache_of(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,

@@ -17,7 +17,12 @@ from torch import nn
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.generation.utils import GenerateBeamEncoderDecoderOutput
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import ModelOutput
 
@@ -35,7 +40,7 @@ from .modeling_headattn import (
     shift_tokens_right,
 )
 from .remote_code import check_code_travels
-from .transformers_compat import drop_cache_position, init
+from .transformers_compat import accepts_past_key_values, cache_of, drop_cache_position, init, with_cache
 from .rnn_packing import run_packed_lstm, run_packed_lstm_layers
 from .sparse_attention import csoftmax, csparsemax, sparsemax
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
@@ -80,13 +85,11 @@ class HeadAttnRNNEncoderOutput(BaseModelOutput):
 
 
 @dataclass
-class HeadAttnRNNDecoderOutput(BaseModelOutput):
+class HeadAttnRNNDecoderOutput(BaseModelOutputWithPastAndCrossAttentions):
     """`last_hidden_state`: the attentional outputs o_t [batch, target_len, d]; `cross_attentions`: one
     [batch, heads, target_len, source_len] tensor (real source tokens only; any rest went to the sink);
     `head_importances`: the last dependent hop's weights over heads [batch, target_len, heads]."""
 
-    past_key_values: Cache | None = None
-    cross_attentions: tuple[torch.Tensor, ...] | None = None
     head_importances: torch.Tensor | None = None
 
 
@@ -265,12 +268,13 @@ class HeadAttnRNNDecoder(nn.Module):
             "cumulative": final_hidden.new_zeros(batch, self.config.num_heads, num_sources),
         }
 
+    @accepts_past_key_values
     def forward(
         self,
         input_ids: torch.LongTensor,
         encoder_outputs: HeadAttnRNNEncoderOutput,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: HeadAttnRNNCache | None = None,
+        cache: HeadAttnRNNCache | None = None,
         use_cache: bool = False,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
@@ -278,15 +282,15 @@ class HeadAttnRNNDecoder(nn.Module):
     ) -> HeadAttnRNNDecoderOutput:
         memory = encoder_outputs.last_hidden_state
         num_sources = memory.shape[1]
-        if use_cache and past_key_values is None:
-            past_key_values = HeadAttnRNNCache()
+        if use_cache and cache is None:
+            cache = HeadAttnRNNCache()
         elif not use_cache:
-            past_key_values = None
-        if past_key_values is not None and not isinstance(past_key_values, HeadAttnRNNCache):
+            cache = None
+        if cache is not None and not isinstance(cache, HeadAttnRNNCache):
             raise TypeError(f"HeadAttnRNN models keep their decoding state in a HeadAttnRNNCache, got "
-                            f"{type(past_key_values).__name__}")
-        resumes = past_key_values is not None and past_key_values.get_seq_length() > 0
-        states = past_key_values.states if resumes else self.initial_states(encoder_outputs, num_sources)
+                            f"{type(cache).__name__}")
+        resumes = cache is not None and cache.get_seq_length() > 0
+        states = cache.states if resumes else self.initial_states(encoder_outputs, num_sources)
         hidden, cell = list(states["hidden"].unbind(1)), list(states["cell"].unbind(1))
         input_feed, cumulative = states["input_feed"], states["cumulative"]
 
@@ -311,13 +315,13 @@ class HeadAttnRNNDecoder(nn.Module):
             step_weights.append(weights[..., :num_sources])
             step_head_weights.append(head_weights)
 
-        if past_key_values is not None:
+        if cache is not None:
             new_states = {"hidden": torch.stack(hidden, 1), "cell": torch.stack(cell, 1), "input_feed": input_feed,
                           "cumulative": cumulative}
-            past_key_values.update_states(new_states, input_ids.shape[1])
+            cache.update_states(new_states, input_ids.shape[1])
         return HeadAttnRNNDecoderOutput(
             last_hidden_state=torch.stack(outputs, dim=1),
-            past_key_values=past_key_values,
+            **with_cache(cache),
             # As in Transformers' encoder-decoders: the embeddings, then each layer's states. Layers run one step
             # at a time (input feeding), so a layer's states over time are stacked afterwards.
             hidden_states=(
@@ -393,6 +397,7 @@ class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
     def get_decoder(self):
         return self.decoder
 
+    @accepts_past_key_values
     @checks_inputs
     def forward(
         self,
@@ -401,7 +406,7 @@ class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: HeadAttnRNNEncoderOutput | None = None,
-        past_key_values: HeadAttnRNNCache | None = None,
+        cache: HeadAttnRNNCache | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -426,7 +431,7 @@ class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
             decoder_input_ids,
             encoder_outputs,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
@@ -434,7 +439,7 @@ class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
         )
         output = HeadAttnRNNSeq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **with_cache(cache_of(decoder_outputs)),
             decoder_hidden_states=decoder_outputs.hidden_states,
             cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
@@ -481,6 +486,7 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
                                                             mean_resizing=mean_resizing)
         return embeddings
 
+    @accepts_past_key_values
     @checks_inputs
     def forward(
         self,
@@ -489,7 +495,7 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: HeadAttnRNNEncoderOutput | None = None,
-        past_key_values: HeadAttnRNNCache | None = None,
+        cache: HeadAttnRNNCache | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
@@ -514,7 +520,7 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
             attention_mask=attention_mask,
             decoder_input_ids=decoder_input_ids,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
@@ -527,7 +533,7 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
         output = HeadAttnRNNSeq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **with_cache(cache_of(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,

@@ -53,9 +53,10 @@ def _without_autocast(run, lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tens
     """`run(lstm, inputs, mask)` with autocast off and the inputs in the LSTM's parameter dtype (float32 for a
     float32 model under bf16/fp16 autocast). Autocast runs `nn.LSTM` in reduced precision, and oneDNN has no CPU
     LSTM primitive for some of those calls ("could not create a primitive descriptor for the LSTM forward
-    propagation primitive": every batch whose sentences have equal lengths, batch 1 included); a bare `nn.LSTM`
-    fails the same way. The recurrence is a small share of the model's work, and float32 keeps its numbers those
-    of the float32 model; the outputs come back in float32 and autocast casts them where they are read."""
+    propagation primitive": every batch whose sentences have equal lengths, batch 1 included; in float16, and in
+    bfloat16 on CPUs without AVX512-BF16); a bare `nn.LSTM` fails the same way. The recurrence is a small share of
+    the model's work, and float32 keeps its numbers those of the float32 model; the outputs come back in float32 and
+    autocast casts them where they are read."""
     with torch.autocast(inputs.device.type, enabled=False):
         return run(lstm, inputs.to(lstm.weight_ih_l0.dtype), mask)
 

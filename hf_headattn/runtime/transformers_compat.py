@@ -2,8 +2,10 @@
 name, so the rest of the runtime is written once against Transformers 5."""
 
 import copy
+import functools
 
 import torch
+from transformers.modeling_outputs import Seq2SeqLMOutput
 
 
 try:  # Transformers 5: initialisers that leave tensors loaded from a checkpoint alone
@@ -18,6 +20,35 @@ except ImportError:  # Transformers 4 initialises before loading, so torch's own
         @torch.no_grad()
         def copy_(tensor: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
             return tensor.copy_(other)
+
+
+# Transformers 5.24 renamed the decoding cache from `past_key_values` to `cache`, in model inputs and outputs alike.
+CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def with_cache(cache) -> dict:
+    """The keyword argument that puts `cache` into one of Transformers' output classes, under this release's name."""
+    return {CACHE_NAME: cache}
+
+
+def cache_of(outputs):
+    """The cache a Transformers output class holds, read under this release's name."""
+    return getattr(outputs, CACHE_NAME)
+
+
+def accepts_past_key_values(forward):
+    """Decorate a `forward(..., cache=...)` so that it also takes the cache as `past_key_values`, the name that
+    Transformers before 5.24 (its `generate` included) passes."""
+
+    @functools.wraps(forward)
+    def forward_taking_either_name(self, *args, past_key_values=None, **kwargs):
+        if past_key_values is not None:
+            if kwargs.get("cache") is not None:
+                raise ValueError("Pass the decoding cache once, as `cache` (or `past_key_values`), not as both")
+            kwargs["cache"] = past_key_values
+        return forward(self, *args, **kwargs)
+
+    return forward_taking_either_name
 
 
 def validate_base_architecture(base) -> None:
