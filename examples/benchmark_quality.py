@@ -102,6 +102,9 @@ SYSTEMS = {
     "lstm 2x2 dependent": System("rnn", ("--heads", "2", "--hops", "2", "--hop_mode", "dependent")),
     "lstm 2x2 independent": System("rnn", ("--heads", "2", "--hops", "2", "--hop_mode", "independent")),
     "lstm csparsemax predicted": System("rnn", ("--attention_transform", "csparsemax", "--fertility", "predicted")),
+    # what separates the LSTM's csparsemax from its baseline: sparsity alone, and the bounds without sparsity
+    "lstm sparsemax": System("rnn", ("--attention_transform", "sparsemax")),
+    "lstm csoftmax predicted": System("rnn", ("--attention_transform", "csoftmax", "--fertility", "predicted")),
     "lstm coverage vector": System("rnn", ("--coverage_vector", "true")),
     "lstm coverage penalty": System("rnn", decoded_like="lstm baseline 1x1", tune_coverage_penalty=True),
 }
