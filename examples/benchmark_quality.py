@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 from hf_headattn.evaluation import evaluate_model  # noqa: E402
@@ -155,10 +156,21 @@ def training_argv(system: str, seed: int, data: dict, model_dir: Path, args) -> 
             *spec.flags, *extra, "--seed", str(seed), "--output_dir", str(model_dir)]
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name as Linux reports it (None elsewhere): machines with the same core count differ."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), None)
+
+
 def machine() -> dict:
-    return {"processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.get_device_name() if torch.cuda.is_available()
-            else None, "load_average_1_5_15": [round(load, 2) for load in os.getloadavg()]}
+    return {"processor": platform.processor() or platform.machine(), "cpu_model": cpu_model(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "load_average_1_5_15": [round(load, 2) for load in os.getloadavg()],
+            "torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def now() -> str:
