@@ -106,6 +106,13 @@ SYSTEMS = {
     # what separates the LSTM's csparsemax from its baseline: sparsity alone, and the bounds without sparsity
     "lstm sparsemax": System("rnn", ("--attention_transform", "sparsemax")),
     "lstm csoftmax predicted": System("rnn", ("--attention_transform", "csoftmax", "--fertility", "predicted")),
+    # the same with scores divided by sqrt(d): does sparsity in one head learn when its scores start small?
+    "lstm baseline 1x1, scaled scores": System("rnn", ("--attention_score", "scaled_general")),
+    "lstm sparsemax, scaled scores": System("rnn", ("--attention_transform", "sparsemax",
+                                                    "--attention_score", "scaled_general")),
+    "lstm csparsemax predicted, scaled scores": System("rnn", ("--attention_transform", "csparsemax",
+                                                               "--fertility", "predicted",
+                                                               "--attention_score", "scaled_general")),
     "lstm coverage vector": System("rnn", ("--coverage_vector", "true")),
     "lstm coverage penalty": System("rnn", decoded_like="lstm baseline 1x1", tune_coverage_penalty=True),
 }

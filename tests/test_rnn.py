@@ -70,6 +70,8 @@ def random_rnn_model(config: HeadAttnRNNConfig, seed: int = 0, std: float = 0.3,
 CONFIGS = {
     "baseline-1x1-general": {},
     "dot": {"attention_score": "dot"},
+    "scaled-general-csparsemax": {"attention_score": "scaled_general", "attention_transform": "csparsemax",
+                                  "constant_fertility": 1.0},
     "2x1-single-hop": {"num_heads": 2},
     "2x2-dependent": {"num_heads": 2, "num_hops": 2},
     "2x3-independent": {"num_heads": 2, "num_hops": 3, "hop_mode": "independent"},
@@ -212,6 +214,8 @@ EQUATION_CONFIGS = {
     "csoftmax-sink-2x2": {"attention_transform": "csoftmax", "num_heads": 2, "num_hops": 2, "exhaustion": 0.5},
     "csparsemax-sink-2x1": {"attention_transform": "csparsemax", "num_heads": 2, "exhaustion": 0.5},
     "csparsemax-no-sink": {"attention_transform": "csparsemax", "sink_token": False},
+    "scaled-csparsemax-sink-coverage": {"attention_score": "scaled_general", "attention_transform": "csparsemax",
+                                        "num_heads": 2, "coverage_vector": True},
 }
 
 
@@ -253,11 +257,12 @@ def test_one_decoder_step_follows_the_equations_head_by_head(name):
         H = memory[b, :real]
         queries, contexts = [], []
         for k in range(heads):
-            if config.attention_score == "general":
-                s = attention.query_proj.weight[k * d : (k + 1) * d] @ decoder_state[b]  # Eq. 1
-            else:
+            if config.attention_score == "dot":
                 s = decoder_state[b]
-            z = H @ s  # s^(k) H^T (Eq. 2)
+            else:
+                s = attention.query_proj.weight[k * d : (k + 1) * d] @ decoder_state[b]  # Eq. 1
+            scale = d**-0.5 if config.attention_score == "scaled_general" else 1.0
+            z = H @ s * scale  # s^(k) H^T (Eq. 2)
             if config.coverage_vector:
                 # d_t^T (W h_j + v beta) with W = W_a^T: the first part is (W_a d_t)^T h_j
                 z = z + (decoder_state[b] @ attention.coverage[k]) * cumulative[b, k, :real]
@@ -266,7 +271,7 @@ def test_one_decoder_step_follows_the_equations_head_by_head(name):
                 bounds = (fertility[b, 0, :real] - cumulative[b, k, :real]).clamp(min=0)
                 z = z + config.exhaustion * bounds
                 if sink is not None:
-                    z = torch.cat([z, (s @ sink)[None]])
+                    z = torch.cat([z, (s @ sink * scale)[None]])
                     bounds = torch.cat([bounds, torch.tensor([math.inf], dtype=torch.float64)])
             alpha = _reference_weights(config.attention_transform, z, bounds)
             torch.testing.assert_close(weights[b, k, :real], alpha[:real], atol=1e-10, rtol=1e-9)
@@ -919,7 +924,7 @@ def test_resize_token_embeddings_resizes_the_decoder_embeddings_too(tmp_path):
     ({"attention_transform": "entmax"},
      "Unknown attention_transform 'entmax'; accepted: softmax, sparsemax, csoftmax, csparsemax"),
     ({"hop_mode": "shared"}, "Unknown `hop_mode` 'shared'; accepted: dependent, independent"),
-    ({"attention_score": "mlp"}, "Unknown attention_score 'mlp'; accepted: general, dot"),
+    ({"attention_score": "mlp"}, "Unknown attention_score 'mlp'; accepted: general, scaled_general, dot"),
     ({"attention_score": "dot", "num_heads": 2},
      "attention_score='dot' has no per-head W_a, so all 2 heads would be the same; use num_heads=1 or "
      "attention_score='general'"),

@@ -22,7 +22,7 @@ from .rnn_packing import run_packed_lstm  # noqa: F401
 from .sparse_attention import sparsemax  # noqa: F401
 
 
-ATTENTION_SCORES = ("general", "dot")
+ATTENTION_SCORES = ("general", "scaled_general", "dot")
 ATTENTION_TRANSFORMS = ("softmax", "sparsemax", "csoftmax", "csparsemax")
 CONSTRAINED_TRANSFORMS = ("csoftmax", "csparsemax")
 
@@ -52,8 +52,9 @@ class HeadAttnRNNConfig(PretrainedConfig):
         dropout (`float`, defaults to 0.3): Dropout on embeddings, between LSTM layers and on the attentional
             output o_t.
         attention_score (`str`, defaults to `"general"`): Luong's `"general"` (bilinear, z = (W_a^(k) d_t)^T h_j;
-            Malaviya et al.'s choice and Iida et al.'s Eq. 1-2) or `"dot"` (z = d_t^T h_j; one head only, since
-            without W_a every head would be the same).
+            Malaviya et al.'s choice and Iida et al.'s Eq. 1-2), `"scaled_general"` (the same divided by
+            sqrt(hidden_size), as Transformers scale theirs; the sink's score too, not the coverage term) or `"dot"`
+            (z = d_t^T h_j; one head only, since without W_a every head would be the same).
         num_heads (`int`, defaults to 1): N, the heads of the source attention (Iida et al., Eq. 1-2).
         num_hops (`int`, defaults to 1): K, the hops, counting the first: K - 1 second-level hops over the heads
             (Eq. 7-9 or 19). N = 1, K = 1 is Luong's attention.

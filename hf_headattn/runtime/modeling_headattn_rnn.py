@@ -177,7 +177,8 @@ class HeadAttnRNNSourceAttention(nn.Module):
         self.transform = config.attention_transform
         self.exhaustion = config.exhaustion
         # s^(k) = W_a^(k) d_t (Eq. 1); Luong's "general" score for one head
-        self.query_proj = nn.Linear(d, heads * d, bias=False) if config.attention_score == "general" else None
+        self.query_proj = nn.Linear(d, heads * d, bias=False) if config.attention_score != "dot" else None
+        self.score_scale = d**-0.5 if config.attention_score == "scaled_general" else 1.0
         # v of z_tj = d_t^T (W h_j + v beta_{t-1,j}) (Malaviya et al.'s COVVECTOR), per head
         self.coverage = nn.Parameter(torch.zeros(heads, d)) if config.coverage_vector else None
         # the <SINK> token's encoder state; its fertility is unbounded (Malaviya et al., Sec. 4)
@@ -195,7 +196,7 @@ class HeadAttnRNNSourceAttention(nn.Module):
 
     def _weights(self, scores, queries, allowed, fertility, cumulative):
         if self.transform in CONSTRAINED:
-            sink_scores = queries @ self.sink_state if self.sink_state is not None else None
+            sink_scores = (queries @ self.sink_state) * self.score_scale if self.sink_state is not None else None
             return constrained_attention_step(  # Malaviya et al., Eq. 4-6
                 CONSTRAINED[self.transform], scores, fertility, cumulative, exhaustion=self.exhaustion,
                 sink_scores=sink_scores, allowed=allowed,
@@ -224,7 +225,7 @@ class HeadAttnRNNSourceAttention(nn.Module):
             queries = self.query_proj(decoder_state).view(batch, self.num_heads, d)  # Eq. 1
         else:
             queries = decoder_state[:, None, :]
-        scores = torch.einsum("bnd,bsd->bns", queries, memory)  # s^(k) H^T (Eq. 2)
+        scores = torch.einsum("bnd,bsd->bns", queries, memory) * self.score_scale  # s^(k) H^T (Eq. 2)
         if self.coverage is not None:
             scores = scores + (decoder_state @ self.coverage.T)[..., None] * cumulative
         weights = self._weights(scores, queries, allowed, fertility, cumulative)
