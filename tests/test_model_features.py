@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from hf_headattn import HeadAttnForConditionalGeneration, HeadAttnModel
+from hf_headattn.runtime.transformers_compat import cache_of
 
 from helpers import random_model, source_batch, tiny_config
 
@@ -65,6 +66,20 @@ def test_gradient_checkpointing_gives_same_gradients():
     assert plain.keys() == checkpointed.keys()
     for name in plain:
         torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=1e-5)
+
+
+def test_gradient_checkpointing_in_training_leaves_the_cache_unwritten():
+    """Transformers' GradientCheckpointingLayer drops the cache it finds under its release's name (`cache` from
+    5.24, `past_key_values` before), so that the backward replay does not append the keys a second time; the decoder
+    must hand the cache to its layers under that name."""
+    model = random_model(tiny_config(cross_attention="running_sum"), std=0.1).train()
+    model.activation_checkpointing_enable()
+    input_ids, attention_mask, labels = _batch()
+    decoder_input_ids = labels.clamp(min=model.config.pad_token_id)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                use_cache=True)
+    out.logits.sum().backward()
+    assert cache_of(out).get_seq_length() == 0 and not cache_of(out).variant_states
 
 
 def test_resize_token_embeddings_keeps_ties_and_logits_bias():

@@ -99,6 +99,21 @@ USER_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
         tokenizer.save_pretrained(final)
         return final, os.path.join(work, "checkpoint-5")
 
+    def cached_positions_under_checkpointing(source):
+        # a training-mode forward with the cache on and activation checkpointing: GradientCheckpointingLayer drops the
+        # cache it finds under its release's name, so the layers must not write it (else the backward replay fails)
+        model = AutoModelForSeq2SeqLM.from_pretrained(source, trust_remote_code=True)
+        if not model.supports_gradient_checkpointing:
+            return None
+        model.train()
+        model.gradient_checkpointing_enable()
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=True)
+        batch = tokenizer(job["sentences"], return_tensors="pt", padding=True, return_token_type_ids=False)
+        out = model(**batch, decoder_input_ids=batch["input_ids"][:, :3], use_cache=True)
+        out.logits.sum().backward()
+        cache = out.cache if "cache" in out.__dataclass_fields__ else out.past_key_values  # 5.24 renamed it
+        return cache.get_seq_length()
+
     def push(model, tokenizer, repo_id, remote):
         # push_to_hub with the HTTP layer replaced: what would be uploaded lands in the folder `remote`
         import shutil
@@ -137,6 +152,7 @@ USER_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
         trained = outputs(final)[0]
         pushed = push(model, tokenizer, f"someone/{name}-finetuned", os.path.join(job["work"], name, "pushed"))
         results[name] = {"folder": from_folder, "hub": from_hub, "trained": trained,
+                         "checkpointed_cache": cached_positions_under_checkpointing(sources["folder"]),
                          "saved": {"final": final, "checkpoint": checkpoint, "pushed": pushed}}
     print()
     print("RESULT" + json.dumps(results))
@@ -237,5 +253,8 @@ def test_hub_lifecycle_in_a_clean_environment(release, saved_systems, tmp_path):
         _assert_same(fresh[name]["final"], first[name]["trained"], f"{where}, saved after fine-tuning, fresh process")
         _assert_same(fresh[name]["checkpoint"], first[name]["trained"], f"{where}, Trainer checkpoint, fresh process")
         _assert_same(fresh[name]["pushed"], first[name]["trained"], f"{where}, pushed to the (mocked) Hub, fresh process")
+        checkpointable = name in TRANSFORMER_SYSTEMS  # the LSTMs do not support gradient checkpointing
+        assert first[name]["checkpointed_cache"] == (0 if checkpointable else None), \
+            f"{where}: a checkpointed training forward left {first[name]['checkpointed_cache']} cached positions"
         saved = Path(first[name]["saved"]["final"])
         assert not any(path.name.startswith("hf_headattn") for path in saved.iterdir())

@@ -598,6 +598,7 @@ class HeadAttnDecoderLayer(GradientCheckpointingLayer):
         self.ffn = HeadAttnFeedForward(config, config.decoder_ffn_dim)
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
+    @accepts_past_key_values
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -869,7 +870,8 @@ class HeadAttnDecoder(HeadAttnStack):
                 self_mask,
                 encoder_hidden_states,
                 cross_mask,
-                cache=cache,
+                # under the release's name, which GradientCheckpointingLayer drops when it checkpoints in training
+                **with_cache(cache),
                 output_attentions=output_attentions,
                 output_head_importances=output_head_importances,
             )

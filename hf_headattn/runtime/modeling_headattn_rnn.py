@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.generation.utils import GenerateBeamEncoderDecoderOutput
 from transformers.modeling_outputs import (

@@ -27,7 +27,8 @@ CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "pa
 
 
 def with_cache(cache) -> dict:
-    """The keyword argument that puts `cache` into one of Transformers' output classes, under this release's name."""
+    """`cache` as a keyword argument under this release's name: what Transformers' output classes take, and what
+    `GradientCheckpointingLayer` drops when it checkpoints a layer in training."""
     return {CACHE_NAME: cache}
 
 
