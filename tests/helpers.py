@@ -103,9 +103,14 @@ def train_tiny_model(data: dict[str, Path], output_dir: Path, family: str, *extr
     return output_dir
 
 
-def load_example(name: str):
-    """The script examples/<name>.py as a module (examples/ is not a package), to call its functions."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+def load_script(path: Path):
+    """A script of the repository (examples/, benchmarks/: not packages) as a module, to call its functions."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_example(name: str):
+    """The script examples/<name>.py as a module."""
+    return load_script(REPO / "examples" / f"{name}.py")

@@ -1,23 +1,17 @@
 """benchmarks/quality/constrained_attention_stats.py, the diagnostic behind RESULTS.md's notes on the LSTM's sparse
 attention: its statistics on models whose attention is known by construction."""
 
-import importlib.util
-
 import pytest
 import torch
 
 from hf_headattn import HeadAttnRNNConfig, HeadAttnRNNForConditionalGeneration, train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus
 
-from helpers import REPO
+from helpers import REPO, load_script
 
 
 def load_diagnostic():
-    path = REPO / "benchmarks" / "quality" / "constrained_attention_stats.py"
-    spec = importlib.util.spec_from_file_location("constrained_attention_stats", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "benchmarks" / "quality" / "constrained_attention_stats.py")
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,8 @@ def statistics(model, tokenizer, sources: list[str], targets: list[str], batch_s
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="a model folder (fertility statistics need one trained with --fertility)")
+    parser.add_argument("--model", required=True,
+                        help="a model folder (fertility statistics need one trained with --fertility)")
     parser.add_argument("--source", required=True)
     parser.add_argument("--target", required=True)
     parser.add_argument("--batch-size", type=int, default=64)
