@@ -12,6 +12,8 @@ All functions take plain lists of strings, one per sentence, and a single refere
 * :func:`bleu_by_length`: corpus BLEU per source-length bucket (Cui et al., 2019, Mixed Multi-Head
   Self-Attention, Fig. 2; Iida et al., 2019, A Multi-Hop Attention for RNN based NMT, Table 3).
 * :func:`all_metrics`: all of the above in one dict.
+* :func:`paired_bootstrap_p`: sacrebleu's paired bootstrap test for any corpus score computed from per-sentence
+  statistics, such as REP (:func:`rep_sentence_counts`) and DROP (``sentence_counts`` of :func:`drop_details`).
 
 REP and DROP follow the authors' evaluation scripts (``coverage-eval/rep_score.py`` and ``drop_score.py`` in
 github.com/Unbabel/sparse_constrained_attention); the docstrings give the exact definitions and the few points
@@ -43,6 +45,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 
 __all__ = [
     "DEFAULT_LENGTH_BUCKETS",
@@ -62,7 +65,10 @@ __all__ = [
     "length_bucket_labels",
     "load_metric",
     "metric_path",
+    "paired_bootstrap_p",
+    "ratio_score",
     "rep_score",
+    "rep_sentence_counts",
     "rep_sentence_score",
 ]
 
@@ -204,6 +210,27 @@ def rep_sentence_score(
     return lambda1 * repeated + lambda2 * doubled
 
 
+def rep_sentence_counts(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    *,
+    n: int = 2,
+    lambda1: float = 1.0,
+    lambda2: float = 2.0,
+    tokenize: str | Tokenizer = "whitespace",
+) -> list[tuple[float, int]]:
+    """Per sentence k, ``(sigma_k, number of reference words)``: the statistics :func:`rep_score` sums (and
+    :func:`paired_bootstrap_p` resamples). Arguments as for :func:`rep_score`."""
+    hypotheses, references = _check_parallel(hypotheses=hypotheses, references=references)
+    split = _get_tokenizer(tokenize)
+    counts = []
+    for hypothesis, reference in zip(hypotheses, references):
+        reference_words = split(reference)
+        sigma = rep_sentence_score(split(hypothesis), reference_words, n=n, lambda1=lambda1, lambda2=lambda2)
+        counts.append((sigma, len(reference_words)))
+    return counts
+
+
 def rep_score(
     hypotheses: Sequence[str],
     references: Sequence[str],
@@ -226,16 +253,11 @@ def rep_score(
         ValueError: for mismatched or empty lists, or if the references contain no word at all (the score is
             undefined; the authors' script stops with "The reference file is empty.").
     """
-    hypotheses, references = _check_parallel(hypotheses=hypotheses, references=references)
-    split = _get_tokenizer(tokenize)
-    total, reference_words = 0.0, 0
-    for hypothesis, reference in zip(hypotheses, references):
-        reference_tokens = split(reference)
-        reference_words += len(reference_tokens)
-        total += rep_sentence_score(split(hypothesis), reference_tokens, n=n, lambda1=lambda1, lambda2=lambda2)
+    counts = rep_sentence_counts(hypotheses, references, n=n, lambda1=lambda1, lambda2=lambda2, tokenize=tokenize)
+    reference_words = sum(words for _, words in counts)
     if reference_words == 0:
         raise ValueError("REP is normalised by the number of reference words, and the references contain none")
-    return 100.0 * total / reference_words
+    return 100.0 * sum(sigma for sigma, _ in counts) / reference_words
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -309,13 +331,18 @@ def drop_counts(
     hypothesis_links = _check_alignments(
         hypothesis_alignments, "hypothesis_alignments", source_lengths, hypothesis_lengths
     )
-    dropped = aligned = 0
+    counts = _drop_sentence_counts(reference_links, hypothesis_links)
+    return sum(dropped for dropped, _ in counts), sum(aligned for _, aligned in counts)
+
+
+def _drop_sentence_counts(reference_links: list[Links], hypothesis_links: list[Links]) -> list[tuple[int, int]]:
+    """Per sentence k, ``(|R_k - H_k|, |R_k|)`` (see :func:`drop_counts`)."""
+    counts = []
     for ref_links, hyp_links in zip(reference_links, hypothesis_links):
         reference_aligned = {i for i, _ in ref_links}
         hypothesis_aligned = {i for i, _ in hyp_links}
-        aligned += len(reference_aligned)
-        dropped += len(reference_aligned - hypothesis_aligned)
-    return dropped, aligned
+        counts.append((len(reference_aligned - hypothesis_aligned), len(reference_aligned)))
+    return counts
 
 
 def default_cache_dir() -> Path:
@@ -560,10 +587,12 @@ def drop_details(
 
     Returns:
         ``{"drop": DROP, "dropped_words": sum_k |R_k - H_k|, "reference_aligned_words": sum_k |R_k|,
-        "reference_alignments": [...], "hypothesis_alignments": [...], "drop_runs": [DROP of each run],
-        "drop_std": their sample standard deviation (0.0 for one run), "alignment": how they were obtained (see
-        :func:`drop_alignment_runs`; None for precomputed alignments)}``: the counts are means over the runs, the
-        alignments those of the first run, as lists of ``(source word, target word)`` links per sentence.
+        "reference_alignments": [...], "hypothesis_alignments": [...], "sentence_counts": [(|R_k - H_k|, |R_k|)
+        per sentence], "drop_runs": [DROP of each run], "drop_std": their sample standard deviation (0.0 for one
+        run), "alignment": how they were obtained (see :func:`drop_alignment_runs`; None for precomputed
+        alignments)}``: the counts are means over the runs (so DROP is ``100 * sum dropped / sum aligned`` over
+        ``sentence_counts``, what :func:`paired_bootstrap_p` resamples), the alignments those of the first run, as
+        lists of ``(source word, target word)`` links per sentence.
     """
     sources, hypotheses, references = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
     split = _get_tokenizer(tokenize)
@@ -602,14 +631,15 @@ def drop_details(
         runs = [(reference_alignments, hypothesis_alignments)]
     source_lengths = [len(split(s)) for s in sources]
     reference_lengths, hypothesis_lengths = [len(split(r)) for r in references], [len(split(h)) for h in hypotheses]
-    checked, counts = [], []
+    checked, sentence_counts = [], []
     for reference_alignments, hypothesis_alignments in runs:
         reference_links = _check_alignments(reference_alignments, "reference_alignments", source_lengths,
                                             reference_lengths)
         hypothesis_links = _check_alignments(hypothesis_alignments, "hypothesis_alignments", source_lengths,
                                              hypothesis_lengths)
         checked.append((reference_links, hypothesis_links))
-        counts.append(drop_counts(reference_links, hypothesis_links))
+        sentence_counts.append(_drop_sentence_counts(reference_links, hypothesis_links))
+    counts = [(sum(d for d, _ in run), sum(a for _, a in run)) for run in sentence_counts]
     dropped, aligned = sum(d for d, _ in counts), sum(a for _, a in counts)
     if aligned == 0:
         warnings.warn(
@@ -626,10 +656,59 @@ def drop_details(
         "reference_aligned_words": aligned_words,
         "reference_alignments": checked[0][0],
         "hypothesis_alignments": checked[0][1],
+        "sentence_counts": [(sum(d for d, _ in sentence) / len(runs), sum(a for _, a in sentence) / len(runs))
+                            for sentence in zip(*sentence_counts)],
         "drop_runs": per_run,
         "drop_std": statistics.stdev(per_run) if len(per_run) > 1 else 0.0,
         "alignment": how,
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Paired bootstrap
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def ratio_score(totals: np.ndarray) -> float:
+    """``100 * totals[0] / totals[1]``: REP from summed :func:`rep_sentence_counts`, DROP from summed
+    ``sentence_counts`` of :func:`drop_details` (0.0 when the denominator is 0, as :func:`drop_score`)."""
+    return 100.0 * float(totals[0]) / float(totals[1]) if totals[1] else 0.0
+
+
+def paired_bootstrap_p(
+    system_statistics: Sequence[Sequence[float]],
+    baseline_statistics: Sequence[Sequence[float]],
+    score: Callable[[np.ndarray], float] = ratio_score,
+    *,
+    n_samples: int = 1000,
+    seed: int = 12345,
+) -> float:
+    """p-value of paired bootstrap resampling (Koehn, 2004), computed exactly as sacrebleu's ``PairedTest`` with
+    ``test_type="bs"`` does for BLEU, for any corpus score that is a function of summed per-sentence statistics.
+
+    Both systems are scored on the same `n_samples` resamples of the test sentences (drawn with sacrebleu's
+    default seed, so the resamples are sacrebleu's). With ``d`` the absolute difference of the two systems'
+    scores on a resample, the p-value is ``(1 + #{resamples : d - mean(d) > |real difference|}) / (n_samples +
+    1)``: how often a difference at least as large as the observed one arises when the mean difference is
+    removed.
+
+    Args:
+        system_statistics, baseline_statistics: Per test sentence, the same number of statistics for each system
+            (e.g. :func:`rep_sentence_counts`, or ``sentence_counts`` of :func:`drop_details`).
+        score: Maps the statistics summed over sentences (a 1-D array) to the corpus score; by default
+            :func:`ratio_score`, ``100 * first / second``, which is REP's and DROP's.
+        n_samples, seed: Resamples and the seed of NumPy's ``default_rng`` that draws them.
+    """
+    system, baseline = np.asarray(system_statistics, dtype=float), np.asarray(baseline_statistics, dtype=float)
+    if system.ndim != 2 or system.shape != baseline.shape or len(system) == 0:
+        raise ValueError(f"Per-sentence statistics of both systems must be non-empty [sentences, statistics] arrays of "
+                         f"one shape, got {system.shape} and {baseline.shape}")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
+        raise ValueError(f"n_samples must be a positive int, got {n_samples!r}")
+    resamples = np.random.default_rng(seed).choice(len(system), size=(n_samples, len(system)), replace=True)
+    real_difference = abs(score(system.sum(0)) - score(baseline.sum(0)))
+    differences = np.array([abs(score(system[rows].sum(0)) - score(baseline[rows].sum(0))) for rows in resamples])
+    return (int(np.sum(differences - differences.mean() > real_difference)) + 1) / (n_samples + 1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

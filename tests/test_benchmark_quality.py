@@ -81,6 +81,29 @@ def test_report_has_each_table_and_the_p_values(quality_run):
     assert row.endswith(f" ({machine}) |") and f"min on {machine}, load average" in text
 
 
+def test_coverage_claims_get_rep_and_drop_p_values_from_the_recorded_hypotheses(quality_run, monkeypatch):
+    script, tmp, _ = quality_run
+    monkeypatch.setattr(script, "CLAIMS", [("coverage of MMA", "transformer mma", "transformer softmax", "coverage")])
+    results = script.collect(tmp / "records")
+    references = (tmp / "data" / "test.tgt").read_text(encoding="utf-8").splitlines()
+    text = script.claims_tables(results, references)
+    row = next(line for line in text.splitlines() if line.startswith("| transformer mma |"))
+    p_values = [float(p) for cell in row.split("|")[5:8] for p in cell.split(",")]  # BLEU, REP, DROP; 2 seeds
+    assert len(p_values) == 6 and all(0 < p <= 1 for p in p_values)
+    assert "the DROP those counts give is within 0.00 of the recorded DROP" in text  # the evaluations' alignments
+    # the counts are recomputed from the hypotheses, which must still give the recorded scores
+    hypotheses = tmp / "records" / "transformer-mma" / "seed-2" / results["transformer mma", 2]["decoding"]["beam5"][
+        "hypotheses"]
+    original = hypotheses.read_text(encoding="utf-8")
+    hypotheses.write_text("".join("we we we we\n" for _ in original.splitlines()), encoding="utf-8")
+    try:
+        changed = r"transformer mma seed 2 \(beam5\): the recorded hypotheses give (BLEU|REP)"
+        with pytest.raises(RuntimeError, match=changed):
+            script.claims_tables(results, references)
+    finally:
+        hypotheses.write_text(original, encoding="utf-8")
+
+
 def test_cards_carry_seed_1_results(quality_run):
     _, tmp, _ = quality_run
     for system in SYSTEMS:

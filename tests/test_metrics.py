@@ -4,6 +4,7 @@ import os
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sacrebleu
 
@@ -23,7 +24,9 @@ from hf_headattn.metrics import (  # noqa: E402
     length_bucket_labels,
     load_metric,
     metric_path,
+    paired_bootstrap_p,
     rep_score,
+    rep_sentence_counts,
     rep_sentence_score,
 )
 
@@ -109,6 +112,12 @@ def test_rep_tokenisation():
         rep_score([hypothesis], [reference], tokenize="moses")
 
 
+def test_rep_sentence_counts_are_what_rep_score_sums():
+    hypotheses, references = ["the dog dog barks", "a cat"], ["the dog barks", "a black cat"]
+    assert rep_sentence_counts(hypotheses, references) == [(2.0, 3), (0.0, 3)]  # "dog dog" absent: lambda2 * 1
+    assert rep_score(hypotheses, references) == pytest.approx(100 * 2 / 6)
+
+
 def test_rep_input_errors():
     with pytest.raises(ValueError, match="Mismatched"):
         rep_score(["a"], ["a", "b"])
@@ -147,6 +156,18 @@ def test_drop_hand_made_alignments():
     assert drop_score(SOURCES, HYPOTHESES, REFERENCES, alignments=as_mapping) == score
     pharaoh = (["0-0 1-1 2-2", "", "0-0 0-0"], ["0-0 2-1", "0-0", ""])
     assert drop_score(SOURCES, HYPOTHESES, REFERENCES, alignments=pharaoh) == score
+
+
+def test_drop_sentence_counts_sum_to_the_score_pooled_over_runs(monkeypatch):
+    details = drop_details(SOURCES, HYPOTHESES, REFERENCES, alignments=(REFERENCE_ALIGNMENTS, HYPOTHESIS_ALIGNMENTS))
+    assert details["sentence_counts"] == [(1, 3), (0, 0), (1, 1)]
+    # Two alignment runs: per sentence, the mean of the runs' counts, and DROP the ratio of their sums.
+    all_dropped = [[(0, 0), (1, 1), (2, 2)], [], [(0, 0)]]
+    runs = [(REFERENCE_ALIGNMENTS, HYPOTHESIS_ALIGNMENTS), (all_dropped, [[], [], []])]
+    monkeypatch.setattr(hf_headattn.metrics, "drop_alignment_runs", lambda *args, **kwargs: (runs, {"runs": 2}))
+    details = drop_details(SOURCES, HYPOTHESES, REFERENCES, train_sources=SOURCES, train_targets=REFERENCES)
+    assert details["sentence_counts"] == [(2.0, 3.0), (0.0, 0.0), (1.0, 1.0)]
+    assert details["drop"] == pytest.approx(100 * 6 / 8) and details["drop_runs"] == [50.0, 100.0]
 
 
 def test_drop_identical_alignments_and_one_to_many_links():
@@ -247,6 +268,46 @@ def test_corpus_scores_match_sacrebleu():
         corpus_scores(HYPS, REFS[:2])
     with pytest.raises(ValueError, match="Empty input"):
         corpus_scores([], [])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Paired bootstrap
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_paired_bootstrap_reproduces_sacrebleus_test_on_bleu():
+    """Given BLEU's per-sentence statistics and score, the p-value is sacrebleu's own paired bootstrap's."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    references = [f"a man number {i} rides a red bike down the hill" for i in range(40)]
+    baseline = [f"a man number {i} rides a bike down a hill" for i in range(40)]
+    system = [f"a man number {i} rides a red bike down hill" if i % 3 else f"man {i} on a bike" for i in range(40)]
+    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()}, [references], test_type="bs",
+                      n_samples=200)
+    expected = test()[1]["BLEU"][1].p_value
+    bleu = BLEU()
+    statistics_of = lambda hypotheses: bleu._extract_corpus_statistics(hypotheses, [references])  # noqa: E731
+    p = paired_bootstrap_p(statistics_of(system), statistics_of(baseline),
+                           lambda totals: bleu._compute_score_from_stats(list(totals)).score, n_samples=200)
+    assert p == pytest.approx(expected)
+
+
+def test_paired_bootstrap_on_ratio_scores():
+    rng = np.random.default_rng(0)
+    words = rng.integers(5, 20, size=300)
+    baseline = [(float(w // 4), w) for w in words]  # REP 25
+    # sacrebleu's rule counts resamples whose centred difference exceeds the real one strictly: a system against
+    # itself gets the smallest p, (0 + 1) / 1001 (sacrebleu's PairedTest gives the same)
+    assert paired_bootstrap_p(baseline, baseline) == pytest.approx(1 / 1001)
+    clearly_lower = [(float(w // 10), w) for w in words]
+    assert paired_bootstrap_p(clearly_lower, baseline) < 0.01
+    noise = [(float(w // 4 + rng.integers(-1, 2)), w) for w in words]
+    assert paired_bootstrap_p(noise, baseline) > 0.05
+    with pytest.raises(ValueError, match="one shape"):
+        paired_bootstrap_p(baseline[:-1], baseline)
+    with pytest.raises(ValueError, match="n_samples"):
+        paired_bootstrap_p(baseline, baseline, n_samples=0)
 
 
 def test_length_buckets():
