@@ -22,7 +22,9 @@ without the models and grow run by run across sessions. A finished run (its resu
 
 The report (--results-file) has one table per question: the anchor check, every system at seed 1, and the papers'
 claims with mean +- standard deviation over seeds and sacrebleu's paired bootstrap (1,000 resamples) of each seed
-against the baseline of the same seed; --records-dir/notes.md, if present (diagnostics kept by hand), goes in too.
+against the baseline of the same seed: of BLEU, and for the coverage claims of REP and DROP too (recomputed from the
+recorded hypotheses; DROP from its cached alignments, else aligned again); --records-dir/notes.md, if present
+(diagnostics kept by hand), goes in too.
 Every row names its machine (the GPU, else the CPU's cores) beside its train time. The cards in --cards-dir are
 written from seed 1's model folder.
 """
