@@ -50,7 +50,8 @@ import transformers
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 from hf_headattn.evaluation import evaluate_model  # noqa: E402
 from hf_headattn.hub import write_model_card  # noqa: E402
-from hf_headattn.metrics import corpus_scores, drop_details, paired_bootstrap_p, rep_sentence_counts  # noqa: E402
+from hf_headattn.metrics import (corpus_scores, drop_details, paired_bootstrap_p, ratio_score,  # noqa: E402
+                                 rep_sentence_counts)
 from hf_headattn.plotting import plot_bleu_by_length  # noqa: E402
 from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS  # noqa: E402
 from hf_headattn.training import TRAINING_PRESETS, multi30k_paths, read_parallel_files, train  # noqa: E402
@@ -403,7 +404,7 @@ def coverage_statistics(result: dict, decoding: str) -> dict:
     tokenize = settings["rep_drop_tokenize"]
     rep = rep_sentence_counts(outputs, references, tokenize=tokenize)
     recomputed = {"bleu": corpus_scores(outputs, references)["bleu"],
-                  "rep": 100 * sum(sigma for sigma, _ in rep) / sum(words for _, words in rep)}
+                  "rep": ratio_score([sum(column) for column in zip(*rep)])}
     for name, value in recomputed.items():
         if not math.isclose(value, metrics[name], rel_tol=1e-9):
             raise RuntimeError(f"{result['system']} seed {result['seed']} ({decoding}): the recorded hypotheses give "
