@@ -15,10 +15,18 @@ class TokenBudgetBatchSampler:
     """Batches of pair indices whose padded size, pairs x (longest source + longest target), is at most
     `max_tokens`: padding counts, since it is what the model computes on.
 
-    Pairs are sorted by source then target length and packed greedily in that order; ties (pairs of equal
-    lengths) are broken by a shuffle drawn anew every epoch, and the batches come out in a shuffled order. The
-    packing depends only on the lengths, so every epoch has the same number of batches (Trainer counts steps
-    from `len()`) while the batches themselves differ.
+    By default pairs are sorted by source then target length over the whole training set and packed greedily in
+    that order (fairseq's batches); ties (pairs of equal lengths) are broken by a shuffle drawn anew every epoch,
+    and the batches come out in a shuffled order. The packing depends only on the lengths, so every epoch has the
+    same number of batches (Trainer counts steps from `len()`), while the batches themselves differ little: a pair
+    meets the same companions epoch after epoch.
+
+    With `pool_pairs`, every epoch draws the pairs in a new random order and sorts and packs them only within
+    consecutive pools of that many pairs (OpenNMT's pooled batches, Transformers' `group_by_length`): a pair's
+    companions change every epoch, at the cost of some padding. The packing then differs between epochs, and so
+    would the number of batches: every epoch is brought up to the count of the fullest of the first
+    max(32, `epochs`) epochs by halving its largest batches. The floor of 32 keeps a run's batches independent of
+    how long it trains, so a run extended by `--max_steps` resumes onto the batches it started with.
 
     Under several processes, Accelerate's `BatchSamplerShard` deals the batches out round-robin, so each rank
     trains on its own batches. The number of batches is made a multiple of `num_replicas` (by halving the
@@ -28,7 +36,8 @@ class TokenBudgetBatchSampler:
     run (Trainer skips the batches it already trained on) see the batches an uninterrupted run sees.
     """
 
-    def __init__(self, source_lengths, target_lengths, max_tokens: int, seed: int = 0, num_replicas: int = 1):
+    def __init__(self, source_lengths, target_lengths, max_tokens: int, seed: int = 0, num_replicas: int = 1,
+                 pool_pairs: int | None = None, epochs: int = 32):
         self.source_lengths = np.asarray(source_lengths, dtype=np.int64)
         self.target_lengths = np.asarray(target_lengths, dtype=np.int64)
         if self.source_lengths.shape != self.target_lengths.shape or self.source_lengths.ndim != 1:
@@ -40,16 +49,28 @@ class TokenBudgetBatchSampler:
         if longest > max_tokens:
             raise ValueError(f"--max_tokens {max_tokens} is smaller than the longest pair ({longest} tokens, "
                              "source + target)")
+        if pool_pairs is not None and pool_pairs < 1:
+            raise ValueError(f"--bucket_pool_pairs must be positive, got {pool_pairs}")
         self.max_tokens = max_tokens
         self.seed = seed
         self.num_replicas = num_replicas
+        self.pool_pairs = pool_pairs
         self.epoch = 0
-        order = np.lexsort((self.target_lengths, self.source_lengths))
-        self.batch_sizes = self._pack(self.source_lengths[order], self.target_lengths[order])
+        if pool_pairs is None:
+            order = np.lexsort((self.target_lengths, self.source_lengths))
+            self.batch_sizes = self._pack(self.source_lengths[order], self.target_lengths[order])
+            self.num_batches = self._round_up(len(self.batch_sizes))
+            self._split_largest(self.batch_sizes, self.num_batches)
+        else:
+            self.epochs_covered = max(32, epochs)
+            fullest = max(len(self._pooled_packing(epoch)[1]) for epoch in range(self.epochs_covered))
+            self.num_batches = self._round_up(fullest)
+
+    def _round_up(self, count: int) -> int:
+        return count + -count % self.num_replicas
 
     def _pack(self, source_lengths: np.ndarray, target_lengths: np.ndarray) -> list[int]:
-        """Sizes of consecutive batches over pairs in length order, each within the budget, as many as a
-        multiple of `num_replicas`."""
+        """Sizes of consecutive batches over pairs in length order, each within the budget."""
         sizes, count, longest_source, longest_target = [], 0, 0, 0
         for source_length, target_length in zip(source_lengths.tolist(), target_lengths.tolist()):
             longest_source, longest_target = max(longest_source, source_length), max(longest_target, target_length)
@@ -58,30 +79,60 @@ class TokenBudgetBatchSampler:
                 count, longest_source, longest_target = 0, source_length, target_length
             count += 1
         sizes.append(count)
-        while len(sizes) % self.num_replicas:
+        return sizes
+
+    def _split_largest(self, sizes: list[int], count: int) -> None:
+        """Halve the largest batch (the first of equal ones; smaller half first) until there are `count`."""
+        while len(sizes) < count:
             largest = int(np.argmax(sizes))
             if sizes[largest] < 2:
                 raise ValueError(f"--max_tokens {self.max_tokens} leaves one pair per batch; the {len(sizes)} "
-                                 f"batches cannot be dealt out evenly to {self.num_replicas} processes")
+                                 f"batches cannot be split into {count}")
             half = sizes[largest] // 2
-            sizes[largest : largest + 1] = [sizes[largest] - half, half]
-        return sizes
+            sizes[largest : largest + 1] = [half, sizes[largest] - half]
+
+    def _pooled_packing(self, epoch: int) -> tuple[np.ndarray, list[int]]:
+        """This epoch's pair order (random pools, each sorted by length) and the sizes of its batches."""
+        shuffled = np.random.default_rng([self.seed, epoch]).permutation(len(self.source_lengths))
+        pools, sizes = [], []
+        for start in range(0, len(shuffled), self.pool_pairs):
+            pool = shuffled[start : start + self.pool_pairs]
+            pool = pool[np.lexsort((self.target_lengths[pool], self.source_lengths[pool]))]
+            pools.append(pool)
+            sizes += self._pack(self.source_lengths[pool], self.target_lengths[pool])
+        return np.concatenate(pools), sizes
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return len(self.batch_sizes)
+        return self.num_batches
 
     def __iter__(self):
-        rng = np.random.default_rng([self.seed, self.epoch])
-        shuffled = rng.permutation(len(self.source_lengths))
-        # lexsort is stable: pairs of equal lengths keep this epoch's random order, and the length sequence (hence
-        # the packing) is the same as in __init__
-        order = shuffled[np.lexsort((self.target_lengths[shuffled], self.source_lengths[shuffled]))]
-        batches = np.split(order, np.cumsum(self.batch_sizes)[:-1])
+        if self.pool_pairs is None:
+            rng = np.random.default_rng([self.seed, self.epoch])
+            shuffled = rng.permutation(len(self.source_lengths))
+            # lexsort is stable: pairs of equal lengths keep this epoch's random order, and the length sequence
+            # (hence the packing) is the same as in __init__
+            order = shuffled[np.lexsort((self.target_lengths[shuffled], self.source_lengths[shuffled]))]
+            sizes = self.batch_sizes
+        else:
+            order, sizes = self._pooled_packing(self.epoch)
+            if len(sizes) > self.num_batches:
+                raise RuntimeError(
+                    f"epoch {self.epoch} packs into {len(sizes)} batches, more than the {self.num_batches} every "
+                    f"epoch must have (the fullest of the first {self.epochs_covered} epochs): build the sampler "
+                    f"with epochs={self.epoch + 1} or more")
+            self._split_largest(sizes, self.num_batches)
+            rng = np.random.default_rng([self.seed, self.epoch, 1])  # the batches' order: a stream of its own
+        batches = np.split(order, np.cumsum(sizes)[:-1])
         for batch in rng.permutation(len(batches)):
             yield batches[batch].tolist()
+
+
+def optimizer_steps_per_epoch(sampler: TokenBudgetBatchSampler, gradient_accumulation_steps: int) -> int:
+    """The optimizer steps each rank takes in an epoch of the sampler's batches, counted as Trainer counts them."""
+    return max(math.ceil(len(sampler) // sampler.num_replicas / gradient_accumulation_steps), 1)
 
 
 class TokenBudgetEpochCallback(TrainerCallback):
@@ -91,8 +142,7 @@ class TokenBudgetEpochCallback(TrainerCallback):
 
     def __init__(self, sampler: TokenBudgetBatchSampler, gradient_accumulation_steps: int):
         self.sampler = sampler
-        batches_per_rank = len(sampler) // sampler.num_replicas
-        self.steps_per_epoch = max(math.ceil(batches_per_rank / gradient_accumulation_steps), 1)
+        self.steps_per_epoch = optimizer_steps_per_epoch(sampler, gradient_accumulation_steps)
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.sampler.set_epoch(state.global_step // self.steps_per_epoch)

@@ -6,6 +6,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 """
 
 import logging
+import math
 import time
 from functools import partial
 
@@ -16,7 +17,7 @@ from transformers import ProgressCallback, Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import seed_worker
 
-from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
+from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, optimizer_steps_per_epoch, pair_lengths
 from .training import score_translations
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,8 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` that logs the parts of the loss the attention variants add, `aux_loss` and `head_kl`
     (DHICM's KL(importances || uniform)), and `real_token_ratio` (real over padded source + target tokens), each
     averaged over the micro-batches since the last log; with `max_tokens`, it trains on token-budget batches
-    (`batching.TokenBudgetBatchSampler`) instead of batches of `per_device_train_batch_size` sentences. `train()`
+    (`batching.TokenBudgetBatchSampler`) instead of batches of `per_device_train_batch_size` sentences, sorted by
+    length over the whole training set or, with `bucket_pool_pairs`, within random pools of that many pairs. `train()`
     adds `train_runtime_total` to its metrics: the training time of every part of a resumed run
     (`TrainingClockCallback`).
 
@@ -85,7 +87,7 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
 
     LOGGED_PARTS = ("aux_loss", "head_kl")
 
-    def __init__(self, *args, max_tokens: int | None = None, **kwargs):
+    def __init__(self, *args, max_tokens: int | None = None, bucket_pool_pairs: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         if self.args.label_smoothing_factor:
             raise ValueError(
@@ -96,7 +98,10 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
         if self.pop_callback(ProgressCallback) is not None:
             self.add_callback(NumericProgressCallback)
         self.add_callback(TrainingClockCallback)
+        if bucket_pool_pairs is not None and max_tokens is None:
+            raise ValueError("bucket_pool_pairs pools the token-budget batches of max_tokens; give max_tokens too")
         self.max_tokens = max_tokens
+        self.bucket_pool_pairs = bucket_pool_pairs
         self._loss_parts: dict[str, list] = {}
         self._real_tokens: list[torch.Tensor] = []  # per micro-batch since the last log, on the device
         self._padded_tokens = 0
@@ -108,7 +113,11 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
             source_lengths, target_lengths = pair_lengths(self.train_dataset)
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=seed,
-                                          num_replicas=self.args.world_size)
+                                          num_replicas=self.args.world_size, pool_pairs=self.bucket_pool_pairs)
+        if self.bucket_pool_pairs is not None and self._epochs_to_train(sampler) > sampler.epochs_covered:
+            sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=seed,
+                                              num_replicas=self.args.world_size, pool_pairs=self.bucket_pool_pairs,
+                                              epochs=self._epochs_to_train(sampler))
         self.callback_handler.pop_callback(TokenBudgetEpochCallback)  # one per train() call
         self.add_callback(TokenBudgetEpochCallback(sampler, self.args.gradient_accumulation_steps))
         dataset = self._remove_unused_columns(self.train_dataset, description="training")
@@ -125,6 +134,13 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
         )
         # Accelerate moves batches to the device and, under several processes, deals the batches out to the ranks
         return self.accelerator.prepare(dataloader)
+
+    def _epochs_to_train(self, sampler: TokenBudgetBatchSampler) -> int:
+        """The epochs Trainer will run over this sampler's batches, counted as Trainer counts them."""
+        if self.args.max_steps <= 0:
+            return math.ceil(self.args.num_train_epochs)
+        steps_per_epoch = optimizer_steps_per_epoch(sampler, self.args.gradient_accumulation_steps)
+        return math.ceil(self.args.max_steps / steps_per_epoch)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)

@@ -440,6 +440,11 @@ class DataArguments:
     max_tokens: int | None = field(default=None, metadata={
         "help": "token-budget batches: length-bucketed batches of at most this many source + target tokens, padding "
                 "included (at least 2 x --max_length), instead of --per_device_train_batch_size sentences"})
+    bucket_pool_pairs: int | None = field(default=None, metadata={
+        "help": "with --max_tokens: sort pairs by length only within pools of N pairs drawn at random every epoch "
+                "(OpenNMT's pooled batches, Transformers' group_by_length), so that a pair's batch companions change "
+                "from epoch to epoch, at the cost of some padding; by default pairs are sorted over the whole "
+                "training set and meet the same companions every epoch"})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenisation"})
     streaming: bool = field(default=False, metadata={
         "help": "read the training split of --dataset as a stream (nothing downloaded or cached whole; tokenised on "
@@ -548,7 +553,8 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
         path = getattr(data_args, name)
         if path is not None and not Path(path).is_file():
             raise ValueError(f"--{name} {path}: no such file")
-    for name in ("max_train_pairs", "max_valid_pairs", "max_length", "max_tokens", "preprocessing_num_workers"):
+    for name in ("max_train_pairs", "max_valid_pairs", "max_length", "max_tokens", "bucket_pool_pairs",
+                 "preprocessing_num_workers"):
         value = getattr(data_args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be positive, got {value}")
@@ -560,6 +566,9 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
         if not all(needed.values()) or any(refused.values()):
             raise ValueError(f"--streaming needs {', '.join(needed)} (a stream has no length and is not read twice) "
                              f"and excludes {' and '.join(refused)} (they read the whole corpus first)")
+    if data_args.bucket_pool_pairs is not None and data_args.max_tokens is None:
+        raise ValueError(f"--bucket_pool_pairs {data_args.bucket_pool_pairs} pools the token-budget batches of "
+                         "--max_tokens; give --max_tokens too")
     if data_args.max_tokens is not None:
         if data_args.max_tokens < 2 * data_args.max_length:
             raise ValueError(f"--max_tokens {data_args.max_tokens} cannot hold a pair of --max_length "
@@ -831,6 +840,7 @@ def train(argv=None) -> dict:
         callbacks=([EarlyStoppingCallback(run_args.early_stopping_patience)]
                    if run_args.early_stopping_patience is not None else None),
         max_tokens=data_args.max_tokens,
+        bucket_pool_pairs=data_args.bucket_pool_pairs,
     )
     metrics = dict(trainer.train(resume_from_checkpoint=checkpoint).metrics)
     if training_args.eval_strategy != "no":

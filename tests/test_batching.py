@@ -1,13 +1,15 @@
 """Token-budget batches (--max_tokens): the budget, coverage, shuffling, determinism and the split across ranks,
 alone and inside HeadAttnSeq2SeqTrainer's dataloader."""
 
+import math
+
 import numpy as np
 import pytest
 from accelerate.data_loader import BatchSamplerShard
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from hf_headattn import HeadAttnForConditionalGeneration
-from hf_headattn.batching import TokenBudgetBatchSampler, padding_statistics
+from hf_headattn.batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, padding_statistics
 from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
@@ -53,18 +55,77 @@ def test_batches_differ_between_epochs_and_repeat_for_a_seed():
     assert epoch_batches(TokenBudgetBatchSampler(sources, targets, 200, seed=1), 1) != second
 
 
+def companions(batches) -> dict:
+    return {index: frozenset(batch) for batch in batches for index in batch}
+
+
+@pytest.mark.parametrize("pool_pairs", [1, 37, 150, 1000])
+def test_pooled_batches_respect_the_budget_and_cover_every_pair_once_in_every_epoch(pool_pairs):
+    sources, targets = lengths(500)
+    sampler = TokenBudgetBatchSampler(sources, targets, 200, seed=3, pool_pairs=pool_pairs)
+    for epoch in (0, 1, 2, 40):  # 40: past the 32 epochs the batch count is taken from
+        batches = epoch_batches(sampler, epoch)
+        assert len(batches) == len(sampler)
+        assert sorted(index for batch in batches for index in batch) == list(range(500))
+        for batch in batches:
+            assert len(batch) * (sources[batch].max() + targets[batch].max()) <= 200
+
+
+def test_pooled_batches_change_companions_where_the_global_sort_keeps_them():
+    sources, targets = lengths(600)
+    sources, targets = sources * 7 + np.arange(600) % 7, targets  # nearly every source length distinct: few ties
+    changed = {}
+    for name, pool_pairs in (("global sort", None), ("pools", 150)):
+        sampler = TokenBudgetBatchSampler(sources, targets, 400, seed=0, pool_pairs=pool_pairs)
+        first, second = companions(epoch_batches(sampler, 0)), companions(epoch_batches(sampler, 1))
+        changed[name] = sum(first[index] != second[index] for index in range(600)) / 600
+    assert changed["global sort"] < 0.3 and changed["pools"] > 0.9, changed
+    # a pool sorts its pairs: less padding than batches drawn at random, more than the global sort
+    pooled = TokenBudgetBatchSampler(sources, targets, 400, seed=0, pool_pairs=150)
+    exact = TokenBudgetBatchSampler(sources, targets, 400, seed=0)
+    ratio = {name: padding_statistics(epoch_batches(sampler, 0), sources, targets)["real_token_ratio"]
+             for name, sampler in (("pools", pooled), ("global sort", exact))}
+    random_batches = np.array_split(np.random.default_rng(0).permutation(600), len(pooled))
+    assert padding_statistics(random_batches, sources, targets)["real_token_ratio"] < ratio["pools"] < ratio[
+        "global sort"]
+
+
+def test_pooled_batches_repeat_for_a_seed_and_do_not_depend_on_the_length_of_the_run():
+    sources, targets = lengths(400)
+    reference = TokenBudgetBatchSampler(sources, targets, 200, seed=4, pool_pairs=100)
+    for epochs in (1, 10, 32):  # a run extended from 1 to 32 epochs resumes onto the batches it started with
+        sampler = TokenBudgetBatchSampler(sources, targets, 200, seed=4, pool_pairs=100, epochs=epochs)
+        assert len(sampler) == len(reference) and epoch_batches(sampler, 3) == epoch_batches(reference, 3)
+    assert epoch_batches(TokenBudgetBatchSampler(sources, targets, 200, seed=5, pool_pairs=100), 3) != \
+        epoch_batches(reference, 3)
+    longer = TokenBudgetBatchSampler(sources, targets, 200, seed=4, pool_pairs=100, epochs=200)
+    assert len(longer) == max(len(longer._pooled_packing(epoch)[1]) for epoch in range(200)) >= len(reference)
+
+
+def test_an_epoch_past_the_ones_the_sampler_was_built_for_is_refused_rather_than_cut():
+    sources, targets = lengths(400)
+    sampler = TokenBudgetBatchSampler(sources, targets, 200, seed=4, pool_pairs=100)
+    counts = [len(sampler._pooled_packing(epoch)[1]) for epoch in range(32, 400)]
+    late = 32 + counts.index(max(counts))
+    assert max(counts) > len(sampler)  # this corpus has such an epoch
+    with pytest.raises(RuntimeError, match=rf"epoch {late} packs into {max(counts)} batches, more than the "
+                                           rf"{len(sampler)} every epoch must have .* epochs={late + 1} or more"):
+        epoch_batches(sampler, late)
+
+
 def test_two_ranks_get_disjoint_batches_equal_in_number():
     odd_counts = 0
     for n in range(200, 212):  # some of these corpora pack into an odd number of batches
         sources, targets = lengths(n, seed=n)
         odd_counts += len(TokenBudgetBatchSampler(sources, targets, 150)) % 2
-        sampler = TokenBudgetBatchSampler(sources, targets, 150, seed=5, num_replicas=2)
-        for epoch in range(2):
-            sampler.set_epoch(epoch)
-            ranks = [list(BatchSamplerShard(sampler, num_processes=2, process_index=rank)) for rank in (0, 1)]
-            assert len(ranks[0]) == len(ranks[1]) == len(sampler) // 2
-            seen = [{index for batch in batches for index in batch} for batches in ranks]
-            assert not seen[0] & seen[1] and seen[0] | seen[1] == set(range(n))
+        for pool_pairs in (None, 60):
+            sampler = TokenBudgetBatchSampler(sources, targets, 150, seed=5, num_replicas=2, pool_pairs=pool_pairs)
+            for epoch in range(2):
+                sampler.set_epoch(epoch)
+                ranks = [list(BatchSamplerShard(sampler, num_processes=2, process_index=rank)) for rank in (0, 1)]
+                assert len(ranks[0]) == len(ranks[1]) == len(sampler) // 2
+                seen = [{index for batch in batches for index in batch} for batches in ranks]
+                assert not seen[0] & seen[1] and seen[0] | seen[1] == set(range(n))
     assert odd_counts  # the split of a batch that makes the count even was exercised
 
 
@@ -73,7 +134,8 @@ def test_a_pair_longer_than_the_budget_is_refused():
         TokenBudgetBatchSampler([5, 12], [3, 13], 20)
 
 
-def test_trainer_dataloader_yields_padded_batches_within_the_budget(tmp_path):
+def toy_trainer(tmp_path, **kwargs) -> HeadAttnSeq2SeqTrainer:
+    """A trainer over 120 toy pairs with batches of at most 128 tokens; `kwargs` go to its arguments."""
     pairs = make_toy_corpus(120, seed=0)
     tokenizer = train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=150)
     from datasets import Dataset
@@ -81,10 +143,26 @@ def test_trainer_dataloader_yields_padded_batches_within_the_budget(tmp_path):
     dataset = tokenize_parallel(Dataset.from_dict({"source": [s for s, _ in pairs], "target": [t for _, t in pairs]}),
                                 tokenizer, max_length=32)
     model = HeadAttnForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
-    trainer = HeadAttnSeq2SeqTrainer(
-        model=model, args=Seq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none"),
+    pool_pairs = kwargs.pop("bucket_pool_pairs", None)
+    return HeadAttnSeq2SeqTrainer(
+        model=model, args=Seq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kwargs),
         train_dataset=dataset, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), max_tokens=128,
+        bucket_pool_pairs=pool_pairs,
     )
-    batches = list(trainer.get_train_dataloader())
+
+
+@pytest.mark.parametrize("bucket_pool_pairs", [None, 40])
+def test_trainer_dataloader_yields_padded_batches_within_the_budget(bucket_pool_pairs, tmp_path):
+    batches = list(toy_trainer(tmp_path, bucket_pool_pairs=bucket_pool_pairs).get_train_dataloader())
     assert sum(len(batch["input_ids"]) for batch in batches) == 120
     assert all(batch["input_ids"].numel() + batch["labels"].numel() <= 128 for batch in batches)
+
+
+@pytest.mark.parametrize("max_steps", [20, 5000])
+def test_the_trainer_builds_pooled_batches_for_every_epoch_it_will_run(max_steps, tmp_path):
+    trainer = toy_trainer(tmp_path, bucket_pool_pairs=40, max_steps=max_steps)
+    trainer.get_train_dataloader()
+    callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, TokenBudgetEpochCallback))
+    epochs = math.ceil(max_steps / callback.steps_per_epoch)
+    assert (epochs > 32) == (max_steps == 5000)
+    assert callback.sampler.epochs_covered == max(32, epochs)

@@ -20,6 +20,7 @@ STEPS = 48  # 4 steps an epoch with sentence batches of 16: the runs cross many 
 BATCHING = {
     "sentence batches": ["--per_device_train_batch_size", "16"],
     "max_tokens": ["--max_tokens", "160"],
+    "max_tokens in pools": ["--max_tokens", "160", "--bucket_pool_pairs", "24"],  # pools differ every epoch
 }
 
 

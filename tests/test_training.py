@@ -202,6 +202,9 @@ FAIL_FAST = {  # flags -> the error, which names the flag
     "missing text file": (["--valid_source", "/nowhere.de", "--valid_target", "/nowhere.en"],
                           "--valid_source /nowhere.de: no such file"),
     "budget below a pair": (["--max_tokens", "100"], "--max_tokens 100 cannot hold a pair of --max_length 128"),
+    "pools without a budget": (["--bucket_pool_pairs", "500"], "--bucket_pool_pairs 500 pools the token-budget "
+                                                               "batches of --max_tokens; give --max_tokens too"),
+    "empty pools": (["--max_tokens", "4000", "--bucket_pool_pairs", "0"], "--bucket_pool_pairs must be positive"),
     "Trainer's label smoothing": (["--label_smoothing_factor", "0.1"], "--label_smoothing_factor makes Trainer"),
     "early stopping alone": (["--early_stopping_patience", "2"], "--early_stopping_patience needs"),
 }
