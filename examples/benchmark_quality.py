@@ -475,9 +475,10 @@ def systems_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def claims_tables(results: dict, references: list[str], claims=tuple(CLAIMS)) -> str:
+def claims_tables(results: dict, references: list[str], claims: list | None = None) -> str:
+    """A table for each claim (by default the papers', `CLAIMS`) whose system and baseline share a seed."""
     sections = []
-    for question, system, baseline, compared in claims:
+    for question, system, baseline, compared in CLAIMS if claims is None else claims:
         seeds = sorted(seed for (name, seed) in results if name == system and (baseline, seed) in results)
         if not seeds:
             continue
