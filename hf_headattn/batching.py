@@ -62,9 +62,17 @@ class TokenBudgetBatchSampler:
             self.num_batches = self._round_up(len(self.batch_sizes))
             self._split_largest(self.batch_sizes, self.num_batches)
         else:
-            self.epochs_covered = max(32, epochs)
-            fullest = max(len(self._pooled_packing(epoch)[1]) for epoch in range(self.epochs_covered))
-            self.num_batches = self._round_up(fullest)
+            self.epochs_covered, self.num_batches = 0, 0
+            self.cover_epochs(max(32, epochs))
+
+    def cover_epochs(self, epochs: int) -> None:
+        """Pooled batches: make every one of the first `epochs` epochs fit the batch count, raising the count to
+        that of the fullest epoch not covered yet."""
+        if epochs <= self.epochs_covered:
+            return
+        fullest = max(len(self._pooled_packing(epoch)[1]) for epoch in range(self.epochs_covered, epochs))
+        self.num_batches = max(self.num_batches, self._round_up(fullest))
+        self.epochs_covered = epochs
 
     def _round_up(self, count: int) -> int:
         return count + -count % self.num_replicas

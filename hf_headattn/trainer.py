@@ -114,10 +114,8 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=seed,
                                           num_replicas=self.args.world_size, pool_pairs=self.bucket_pool_pairs)
-        if self.bucket_pool_pairs is not None and self._epochs_to_train(sampler) > sampler.epochs_covered:
-            sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=seed,
-                                              num_replicas=self.args.world_size, pool_pairs=self.bucket_pool_pairs,
-                                              epochs=self._epochs_to_train(sampler))
+        if self.bucket_pool_pairs is not None:
+            sampler.cover_epochs(self._epochs_to_train(sampler))
         self.callback_handler.pop_callback(TokenBudgetEpochCallback)  # one per train() call
         self.add_callback(TokenBudgetEpochCallback(sampler, self.args.gradient_accumulation_steps))
         dataset = self._remove_unused_columns(self.train_dataset, description="training")

@@ -134,7 +134,7 @@ def test_a_pair_longer_than_the_budget_is_refused():
         TokenBudgetBatchSampler([5, 12], [3, 13], 20)
 
 
-def toy_trainer(tmp_path, **kwargs) -> HeadAttnSeq2SeqTrainer:
+def toy_trainer(tmp_path, bucket_pool_pairs=None, **kwargs) -> HeadAttnSeq2SeqTrainer:
     """A trainer over 120 toy pairs with batches of at most 128 tokens; `kwargs` go to its arguments."""
     pairs = make_toy_corpus(120, seed=0)
     tokenizer = train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=150)
@@ -143,11 +143,10 @@ def toy_trainer(tmp_path, **kwargs) -> HeadAttnSeq2SeqTrainer:
     dataset = tokenize_parallel(Dataset.from_dict({"source": [s for s, _ in pairs], "target": [t for _, t in pairs]}),
                                 tokenizer, max_length=32)
     model = HeadAttnForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
-    pool_pairs = kwargs.pop("bucket_pool_pairs", None)
     return HeadAttnSeq2SeqTrainer(
         model=model, args=Seq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kwargs),
         train_dataset=dataset, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), max_tokens=128,
-        bucket_pool_pairs=pool_pairs,
+        bucket_pool_pairs=bucket_pool_pairs,
     )
 
 
