@@ -12,7 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_headattn.training import train, multi30k_paths, translate_and_score
+from hf_headattn.evaluation import translate_and_score
+from hf_headattn.training import train, multi30k_paths
 
 
 def main(argv=None):

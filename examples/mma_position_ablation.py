@@ -11,7 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_headattn.training import train, multi30k_paths, translate_and_score
+from hf_headattn.evaluation import translate_and_score
+from hf_headattn.training import train, multi30k_paths
 
 
 SYSTEMS = {

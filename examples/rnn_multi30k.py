@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from hf_headattn.metrics import all_metrics
-from hf_headattn.training import train, multi30k_paths, read_parallel_files, translate_and_score
+from hf_headattn.evaluation import translate_and_score
+from hf_headattn.training import train, multi30k_paths, read_parallel_files
 
 
 SYSTEMS = {

@@ -27,3 +27,24 @@ def configure_logging(verbose: bool) -> None:
         import transformers
 
         transformers.logging.set_verbosity_info()
+
+
+class UnderscoreArgumentParser(argparse.ArgumentParser):
+    """Flags spelled as Transformers spells them (`--output_dir`, `--num_beams`), with the dashed spelling
+    (`--output-dir`) accepted as an alias; `--help` shows the underscore form only."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        import sys
+
+        args = list(sys.argv[1:] if args is None else args)
+        known = {option for action in self._actions for option in action.option_strings}
+        respelled = []
+        for position, argument in enumerate(args):
+            if argument == "--":  # what follows is not a flag
+                respelled += args[position:]
+                break
+            name, equals, value = argument.partition("=")
+            underscored = "--" + name[2:].replace("-", "_")
+            use = underscored if name.startswith("--") and name not in known and underscored in known else name
+            respelled.append(use + equals + value)
+        return super().parse_known_args(respelled, namespace)

@@ -53,7 +53,7 @@ def run(output_dir: str | Path, epochs: float = 5, cross_attention: str = "softm
     translator = pipeline("translation", model=str(model_dir), trust_remote_code=True)
     sources = data["test.src"].read_text(encoding="utf-8").splitlines()
     references = data["test.tgt"].read_text(encoding="utf-8").splitlines()
-    hypotheses = [item["translation_text"] for item in translator(sources, batch_size=32, num_beams=4)]
+    hypotheses = [item["translation_text"] for item in translator(sources, num_beams=4)]
     summary = {
         "test_sentences": len(sources),
         "exact_match": sum(h == r for h, r in zip(hypotheses, references)) / len(sources),

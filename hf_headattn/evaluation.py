@@ -27,34 +27,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .cli import HelpFormatter, add_verbose_argument, configure_logging
+from .loading import DEVICES, resolve_device
 from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS
 
 # torch, the models and the training helpers are imported where they are used, so that `--help` is instant.
 
 
-__all__ = ["DEVICES", "EXAMPLES_IN_RESULTS", "decoding_name", "evaluate_model", "main", "resolve_device"]
+__all__ = ["DEVICES", "EXAMPLES_IN_RESULTS", "decoding_name", "evaluate_model", "main", "resolve_device",
+           "translate_and_score"]
 
-DEVICES = ("auto", "cpu", "cuda")
 EXAMPLES_IN_RESULTS = 3  # the first test sentences, kept in the JSON as worked examples (the model card shows one)
 TOKENIZE_CHOICES = ("13a", "whitespace")
-
-
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` -> a torch device."""
-    import torch
-
-    if not isinstance(device, str) or not (device in DEVICES or device.startswith("cuda:")):
-        raise ValueError(f"Unknown device {device!r}; accepted: auto, cpu, cuda, cuda:N")
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} was asked for, but this PyTorch sees no CUDA device; use cpu or auto")
-        resolved = torch.device(device)
-        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise ValueError(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
-        return resolved
-    return torch.device("cpu")
 
 
 def _check_model_dir(model_dir: Path) -> None:
@@ -169,7 +152,8 @@ def evaluate_model(
         raise ValueError("Pass both train_source and train_target (the DROP aligner's training corpus), or neither")
     from .loading import load_model_and_tokenizer
     from .metrics import all_metrics
-    from .training import read_parallel_files, translate_sentences
+    from .training import read_parallel_files
+    from .translation import translate_sentences
 
     torch_device = resolve_device(device)
     # Read (and check) every file before the model loads, so that a typo fails in a second, not after loading.
@@ -256,6 +240,22 @@ def evaluate_model(
     hypotheses_path.write_text("".join(hypothesis + "\n" for hypothesis in hypotheses), encoding="utf-8")
     metrics_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return results
+
+
+def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,
+                        num_beams: int = 4, batch_size: int = 32) -> dict:
+    """Translate a test file with a saved model folder (loaded through its own code) and score it with sacrebleu:
+    ``{"bleu", "chrf", "sentences", "hypotheses"}``."""
+    from .loading import load_model_and_tokenizer
+    from .metrics import score_translations
+    from .training import read_parallel_files
+    from .translation import translate_sentences
+
+    test = read_parallel_files(source_path, reference_path)
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    hypotheses = translate_sentences(model, tokenizer, list(test["source"]), num_beams, batch_size,
+                                     desc=f"translating {Path(source_path).name}")
+    return {**score_translations(hypotheses, test["target"]), "sentences": len(hypotheses), "hypotheses": hypotheses}
 
 
 EXAMPLES = """examples:

@@ -19,7 +19,9 @@ import argparse
 from pathlib import Path
 
 
-__all__ = ["add_trust_remote_code_argument", "load_model_and_tokenizer", "remote_code_allowed"]
+__all__ = ["DEVICES", "add_trust_remote_code_argument", "load_model_and_tokenizer", "remote_code_allowed", "resolve_device"]
+
+DEVICES = ("auto", "cpu", "cuda")
 
 TRUST_REMOTE_CODE_HELP = (
     "allow a Hugging Face Hub repository id to run the code it ships (read it first); local folders are "
@@ -43,19 +45,38 @@ def remote_code_allowed(name_or_path: str | Path, trust_remote_code: bool = Fals
     )
 
 
-def load_model_and_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False):
+def load_model_and_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False, **model_kwargs):
     """(model in eval mode, tokenizer) of a saved folder or, with `trust_remote_code`, a Hub repository id; checked
-    with :func:`remote_code_allowed` before anything is downloaded or run."""
+    with :func:`remote_code_allowed` before anything is downloaded or run. `model_kwargs` go to the model's
+    ``from_pretrained`` (e.g. ``dtype``)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from . import auto_classes  # noqa: F401  (a folder's model type resolves as after `import hf_headattn` used to)
 
     allowed = remote_code_allowed(name_or_path, trust_remote_code)
-    model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, trust_remote_code=allowed).eval()
+    model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, trust_remote_code=allowed, **model_kwargs).eval()
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=allowed)
     return model, tokenizer
 
 
-def add_trust_remote_code_argument(parser: argparse.ArgumentParser) -> None:
-    """The tools' ``--trust-remote-code`` flag (off by default)."""
-    parser.add_argument("--trust-remote-code", action="store_true", help=TRUST_REMOTE_CODE_HELP)
+def resolve_device(device: str) -> "torch.device":
+    """``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` -> a torch device."""
+    import torch
+
+    if not isinstance(device, str) or not (device in DEVICES or device.startswith("cuda:")):
+        raise ValueError(f"Unknown device {device!r}; accepted: auto, cpu, cuda, cuda:N")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} was asked for, but this PyTorch sees no CUDA device; use cpu or auto")
+        resolved = torch.device(device)
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+        return resolved
+    return torch.device("cpu")
+
+
+def add_trust_remote_code_argument(parser: argparse.ArgumentParser, flag: str = "--trust-remote-code") -> None:
+    """The tools' ``--trust-remote-code`` flag (off by default; `flag` spells it)."""
+    parser.add_argument(flag, action="store_true", help=TRUST_REMOTE_CODE_HELP)

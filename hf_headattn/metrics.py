@@ -58,6 +58,7 @@ __all__ = [
     "all_metrics",
     "bleu_by_length",
     "corpus_scores",
+    "score_translations",
     "drop_counts",
     "drop_details",
     "drop_score",
@@ -148,6 +149,18 @@ def _get_tokenizer(tokenize: str | Tokenizer | None) -> Tokenizer:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def score_translations(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Corpus BLEU and chrF with sacrebleu's default settings, as the training command reports them. `force=True`
+    only silences sacrebleu's "forgot to detokenize" warning (same score, same signature), which the toy corpus
+    (tokenised text) sets off."""
+    import sacrebleu
+
+    return {
+        "bleu": sacrebleu.corpus_bleu(list(hypotheses), [list(references)], force=True).score,
+        "chrf": sacrebleu.corpus_chrf(list(hypotheses), [list(references)]).score,
+    }
+
+
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """Corpus BLEU, chrF and TER with sacrebleu's default settings (one reference per sentence).
 
@@ -155,8 +168,6 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[
     ``corpus_chrf`` and ``corpus_ter`` (all on a 0-100 scale; lower TER is better).
     """
     import sacrebleu
-
-    from .training import score_translations  # BLEU and chrF, as the training command reports them
 
     hypotheses, references = _check_parallel(hypotheses=hypotheses, references=references)
     return {

@@ -18,7 +18,7 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import seed_worker
 
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, optimizer_steps_per_epoch, pair_lengths
-from .training import score_translations
+from .metrics import score_translations
 
 logger = logging.getLogger(__name__)
 

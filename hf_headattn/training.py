@@ -150,49 +150,6 @@ def load_hub_translation_dataset(
     return dataset.map(lambda row: {"source": row[source_lang], "target": row[target_lang]}, remove_columns=columns)
 
 
-def score_translations(hypotheses: list[str], references: list[str]) -> dict:
-    """Corpus BLEU and chrF with sacrebleu's default settings. `force=True` only silences sacrebleu's "forgot to
-    detokenize" warning (same score, same signature), which the toy corpus (tokenised text) sets off."""
-    import sacrebleu
-
-    return {
-        "bleu": sacrebleu.corpus_bleu(hypotheses, [references], force=True).score,
-        "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
-    }
-
-
-def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,
-                        num_beams: int = 4, batch_size: int = 32) -> dict:
-    """Translate a test file with a saved model folder (loaded through its own code) and score it with sacrebleu."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    test = read_parallel_files(source_path, reference_path)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=True).eval()
-    hypotheses = translate_sentences(model, tokenizer, test["source"], num_beams, batch_size,
-                                     desc=f"translating {Path(source_path).name}")
-    return {**score_translations(hypotheses, test["target"]), "sentences": len(hypotheses), "hypotheses": hypotheses}
-
-
-def translate_sentences(model, tokenizer, sources: list[str], num_beams: int = 4, batch_size: int = 32,
-                        desc: str = "translating", **generate_kwargs) -> list[str]:
-    """Batched beam-search translation with a progress bar; `generate_kwargs` go to every `generate` call.
-    Sources longer than the tokenizer's `model_max_length` are truncated, with a warning that counts them."""
-    from tqdm.auto import tqdm
-
-    lengths = [len(ids) for ids in tokenizer(list(sources), verbose=False)["input_ids"]]
-    if truncated := sum(length > tokenizer.model_max_length for length in lengths):
-        logger.warning(f"{truncated} of {len(sources)} sources are longer than the tokenizer's model_max_length "
-                       f"({tokenizer.model_max_length} tokens) and are translated truncated")
-    hypotheses = []
-    for start in tqdm(range(0, len(sources), batch_size), desc=desc):
-        batch = tokenizer(sources[start : start + batch_size], return_tensors="pt", padding=True, truncation=True)
-        with torch.no_grad():
-            output_ids = model.generate(**batch.to(model.device), num_beams=num_beams, **generate_kwargs)
-        hypotheses += [text.strip() for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
-    return hypotheses
-
-
 def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenizer, max_length: int = 128,
                       num_proc: int | None = None, split: str = "training"):
     """Add `input_ids`, `attention_mask` and `labels` (a batched `datasets.map`, cached on disk; on the fly for a

@@ -27,6 +27,8 @@ from helpers import MULTI30K, REPO, toy_data, train_tiny_model
 COMMANDS = {
     "hf-headattn-train": ("hf_headattn.training", ["--cross_attention", *ATTENTION_VARIANTS]),
     "hf-headattn-evaluate": ("hf_headattn.evaluation", ["--num-beams", "(default: 4)"]),
+    "hf-headattn-translate": ("hf_headattn.translation", ["--num_beams", "--nbest", "--alignments", "jsonl", "|||"]),
+    "hf-headattn-average": ("hf_headattn.averaging", ["--last", "--checkpoints", "--output_dir"]),
     "hf-headattn-plot": ("hf_headattn.plotting", ["attention-map", "head-importances", "bleu-by-length"]),
     "hf-headattn-hub": ("hf_headattn.hub", ["card", "push"]),
     "hf-headattn-demo": ("hf_headattn.demo", ["(default: runs/demo)", "csparsemax", "dhicm", "multihop"]),
@@ -72,7 +74,8 @@ def check_help_imports_none_of(command: str, modules: tuple[str, ...]) -> None:
     assert not imported, f"{command} --help imported {imported}"
 
 
-@pytest.mark.parametrize("command", ["hf-headattn-evaluate", "hf-headattn-plot", "hf-headattn-hub"])
+@pytest.mark.parametrize("command", ["hf-headattn-evaluate", "hf-headattn-plot", "hf-headattn-hub",
+                                     "hf-headattn-translate", "hf-headattn-average"])
 def test_help_of_the_tools_imports_no_heavy_library(command):
     """--help of the commands whose flags need no model code answers without torch, Transformers, matplotlib or
     sacrebleu (train's flags are Trainer's dataclass and demo's choices the variant registry, which need torch)."""

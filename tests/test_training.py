@@ -16,8 +16,9 @@ from hf_headattn import HeadAttnForConditionalGeneration, demo, training
 from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
-from hf_headattn.training import (load_hub_translation_dataset, parse_args, read_parallel_files, tokenize_parallel,
-                                  train, translate_and_score, translate_sentences)
+from hf_headattn.evaluation import translate_and_score
+from hf_headattn.training import load_hub_translation_dataset, parse_args, read_parallel_files, tokenize_parallel, train
+from hf_headattn.translation import translate_sentences
 
 from helpers import MULTI30K, tiny_config
 
@@ -89,10 +90,10 @@ def test_pairs_longer_than_max_length_are_truncated_and_counted(caplog):
 
     caplog.clear()
     tokenizer.model_max_length = max_length
-    with caplog.at_level(logging.WARNING, logger="hf_headattn.training"):
+    with caplog.at_level(logging.WARNING, logger="hf_headattn.translation"):
         translate_sentences(HeadAttnForConditionalGeneration(tiny_config(vocab_size=len(tokenizer))), tokenizer,
                             [long_source, pairs[0][0]], num_beams=1, max_new_tokens=2)
-    assert "1 of 2 sources are longer than the tokenizer's model_max_length (24 tokens)" in caplog.text
+    assert "1 line(s) longer than the model's 24 tokens are translated cut to 24: line 1" in caplog.text
 
 
 def test_flags_parse_under_underscore_and_dash_names_and_from_json_or_yaml_files(toy_files, tmp_path, capsys):

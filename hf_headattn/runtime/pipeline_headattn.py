@@ -3,7 +3,9 @@
 `pipeline("translation", model=folder_or_repo, trust_remote_code=True)` finds this class through the
 config's `custom_pipelines`; it takes a string or a list of strings, passes generation keyword arguments to
 `generate`, and returns `[{"translation_text": ...}]` (one dict per input; a list of dicts per input when
-`num_return_sequences > 1`). Empty or whitespace-only inputs translate to `""` without reaching the model (a model
+`num_return_sequences > 1`). A list is translated in batches of `DEFAULT_BATCH_SIZE` inputs sorted by token length
+(so that a batch holds little padding), and the results come back in input order; `batch_size` (the pipeline's or
+the call's) overrides that, batching the inputs in the order given. Empty or whitespace-only inputs translate to `""` without reaching the model (a model
 would invent text for them); inputs cut by `truncation=True` are reported once per pipeline.
 """
 
@@ -12,6 +14,9 @@ import warnings
 from transformers import GenerationConfig, Pipeline
 
 from .transformers_compat import prepare_pipeline_generate_kwargs
+
+
+DEFAULT_BATCH_SIZE = 32  # inputs per generate call when a list is given without batch_size
 
 
 class TranslationPipeline(Pipeline):
@@ -56,7 +61,16 @@ class TranslationPipeline(Pipeline):
                 raise TypeError(f"The translation pipeline takes a string or a list of strings, got "
                                 f"{type(text).__name__} at position {position}")
         texts = [text for text in inputs if text.strip()]
-        translations = iter(super().__call__(texts, **kwargs) if texts else [])
+        order = list(range(len(texts)))
+        if texts and kwargs.get("batch_size") is None and self._batch_size is None:
+            lengths = [len(ids) for ids in self.tokenizer(texts, return_token_type_ids=False)["input_ids"]]
+            order.sort(key=lambda index: -lengths[index])
+            kwargs["batch_size"] = DEFAULT_BATCH_SIZE
+        translated = super().__call__([texts[index] for index in order], **kwargs) if texts else []
+        in_input_order = [None] * len(texts)
+        for index, translation in zip(order, translated):
+            in_input_order[index] = translation
+        translations = iter(in_input_order)
         results = [next(translations) if text.strip() else self._empty(kwargs) for text in inputs]
         return [result[0] if len(result) == 1 else result for result in results]
 

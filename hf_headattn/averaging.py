@@ -1,0 +1,239 @@
+r"""Checkpoint averaging (fairseq's ``scripts/average_checkpoints.py``, OpenNMT's ``onmt_average_models``): the
+element-wise mean of the weights of several checkpoints of one run, saved as a model folder of its own.
+
+    hf-headattn-average --last 5 runs/de-en --output_dir runs/de-en-avg5
+    hf-headattn-average --checkpoints runs/de-en/checkpoint-1800 runs/de-en/checkpoint-2000 --output_dir avg
+
+The mean is accumulated in float32 and cast back to each weight's dtype. The folder is written as the training
+command writes one: the model through ``save_pretrained`` (weights, config, generation config and the runtime
+code, so it loads with ``trust_remote_code``) and the tokenizer, both taken from the newest checkpoint, first into a
+temporary sibling folder that is renamed into place, so an interrupted run leaves no half-written folder.
+
+Checkpoints are refused when their configs, parameter names or shapes differ (naming the first difference), and
+the output folder may be none of the inputs (nor inside one).
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
+
+__all__ = ["average_checkpoints", "average_state_dicts", "last_checkpoints", "main"]
+
+logger = logging.getLogger(__name__)
+
+# config.json entries that say where or with what a checkpoint was written, not what the model is
+CONFIG_BOOKKEEPING = ("_name_or_path", "transformers_version", "auto_map", "custom_pipelines")
+
+
+def last_checkpoints(run_dir: str | Path, count: int) -> list[Path]:
+    """The `count` newest ``checkpoint-<step>`` folders of a training run's output folder, oldest first."""
+    from .training import checkpoint_folders
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"Run folder not found: {run_dir}")
+    folders = sorted(checkpoint_folders(run_dir), key=lambda folder: int(folder.name.rpartition("-")[2]))
+    if count < 1 or len(folders) < count:
+        raise ValueError(f"--last {count}: {run_dir} holds {len(folders)} checkpoint folder(s) "
+                         f"({', '.join(folder.name for folder in folders) or 'none'}); keep more with "
+                         "--save_total_limit, or average fewer")
+    return folders[-count:]
+
+
+def _config_of(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} is not a saved model folder: it has no config.json")
+    config = json.loads(path.read_text(encoding="utf-8"))
+    return {key: value for key, value in config.items() if key not in CONFIG_BOOKKEEPING}
+
+
+def _first_difference(first: dict, other: dict) -> str | None:
+    for key in sorted(set(first) | set(other)):
+        if first.get(key, "<absent>") != other.get(key, "<absent>"):
+            return f"{key}: {first.get(key, '<absent>')!r} against {other.get(key, '<absent>')!r}"
+    return None
+
+
+def _load_weights(folder: Path) -> dict:
+    """A checkpoint folder's weights (one safetensors file or a sharded set), by parameter name."""
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder} holds no *.safetensors weights")
+    state = {}
+    for file in files:
+        state.update(load_file(file))
+    return state
+
+
+def average_state_dicts(states: Sequence[dict], names: Sequence[str] | None = None) -> dict:
+    """The element-wise mean of state dicts with equal names and shapes, accumulated in float32 and cast back to
+    each tensor's dtype (integer tensors, such as position ids, must be equal and are kept).
+
+    Raises:
+        ValueError: differing parameter names, shapes or integer buffers, naming the first and the two states
+            (`names`, default their positions).
+    """
+    import torch
+
+    names = list(names) if names is not None else [f"state {k}" for k in range(len(states))]
+    if not states:
+        raise ValueError("Nothing to average: give at least one checkpoint")
+    first = states[0]
+    for name, state in zip(names[1:], states[1:]):
+        if set(state) != set(first):
+            only_first = sorted(set(first) - set(state))
+            only_other = sorted(set(state) - set(first))
+            difference = (f"{only_first[0]!r} is in {names[0]} only" if only_first
+                          else f"{only_other[0]!r} is in {name} only")
+            raise ValueError(f"Cannot average {names[0]} and {name}: their parameter names differ ({difference})")
+        for key in first:
+            if state[key].shape != first[key].shape:
+                raise ValueError(f"Cannot average {names[0]} and {name}: {key!r} has shape "
+                                 f"{tuple(first[key].shape)} against {tuple(state[key].shape)}")
+    averaged = {}
+    for key, tensor in first.items():
+        if not tensor.is_floating_point():
+            for name, state in zip(names[1:], states[1:]):
+                if not torch.equal(state[key], tensor):
+                    raise ValueError(f"Cannot average {names[0]} and {name}: integer tensor {key!r} differs")
+            averaged[key] = tensor.clone()
+            continue
+        total = torch.zeros(tensor.shape, dtype=torch.float32)
+        for state in states:
+            total += state[key].to(torch.float32)
+        averaged[key] = (total / len(states)).to(tensor.dtype)
+    return averaged
+
+
+def _check_output(output_dir: Path, checkpoints: Sequence[Path], overwrite: bool) -> None:
+    resolved = output_dir.resolve()
+    for checkpoint in checkpoints:
+        inside = checkpoint.resolve()
+        if resolved == inside or inside in resolved.parents:
+            raise ValueError(f"--output_dir {output_dir} is (inside) the input checkpoint {checkpoint}; "
+                             "write the average to a folder of its own")
+    if output_dir.exists() and not overwrite:
+        raise FileExistsError(f"--output_dir {output_dir} exists; choose another folder or pass --overwrite")
+
+
+def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Path, *, overwrite: bool = False) -> Path:
+    """Average the weights of `checkpoints` (model folders of one run: same config, same parameters) and write a
+    complete model folder to `output_dir` (see the module's docstring). Returns the folder.
+
+    Raises:
+        FileNotFoundError: a missing folder, config.json or weights.
+        FileExistsError: `output_dir` exists and not `overwrite`.
+        ValueError: fewer than one checkpoint, differing configs / names / shapes, an output among the inputs.
+    """
+    from transformers import AutoModelForSeq2SeqLM
+
+    from . import auto_classes  # noqa: F401  (the folder's model type resolves)
+    from .tokenization import load_tokenizer
+
+    checkpoints = [Path(checkpoint) for checkpoint in checkpoints]
+    output_dir = Path(output_dir)
+    if not checkpoints:
+        raise ValueError("Nothing to average: give at least one checkpoint")
+    for checkpoint in checkpoints:
+        if not checkpoint.is_dir():
+            raise FileNotFoundError(f"Checkpoint folder not found: {checkpoint}")
+    if len(set(checkpoint.resolve() for checkpoint in checkpoints)) < len(checkpoints):
+        raise ValueError("A checkpoint is named twice; each counts once in the mean")
+    _check_output(output_dir, checkpoints, overwrite)
+    configs = [_config_of(checkpoint) for checkpoint in checkpoints]
+    for checkpoint, config in zip(checkpoints[1:], configs[1:]):
+        if difference := _first_difference(configs[0], config):
+            raise ValueError(f"Cannot average {checkpoints[0]} and {checkpoint}: their configs differ ({difference})")
+    states = [_load_weights(checkpoint) for checkpoint in checkpoints]
+    averaged = average_state_dicts(states, [str(checkpoint) for checkpoint in checkpoints])
+    del states
+
+    newest = checkpoints[-1]
+    model = AutoModelForSeq2SeqLM.from_pretrained(newest, trust_remote_code=True)  # local folders of one run
+    missing, unexpected = model.load_state_dict(averaged, strict=False)
+    # a tied weight (shared embeddings) is saved once, under one of its names; its other names are not missing
+    parameters = dict(model.named_parameters(remove_duplicate=False))
+    loaded = {id(parameters[key]) for key in averaged if key in parameters}
+    missing = [key for key in missing if key not in parameters or id(parameters[key]) not in loaded]
+    if unexpected or missing:
+        raise ValueError(f"{newest}: its weights do not fit its model (unexpected: {unexpected[:3]}, "
+                         f"missing: {missing[:3]})")
+    tokenizer = load_tokenizer(newest)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial", dir=output_dir.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "averaged_from.json").write_text(json.dumps(
+            {"checkpoints": [str(checkpoint.resolve()) for checkpoint in checkpoints]}, indent=2) + "\n",
+            encoding="utf-8")
+        if output_dir.exists():  # --overwrite: the old folder goes only once the new one is complete
+            shutil.rmtree(output_dir)
+        staging.rename(output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return output_dir
+
+
+EXAMPLES = """examples:
+  # the last 5 checkpoints of a run (train with e.g. --save_steps 200 --save_total_limit 5 to keep them)
+  hf-headattn-average --last 5 runs/de-en --output_dir runs/de-en-avg5
+  # named checkpoints
+  hf-headattn-average --checkpoints runs/de-en/checkpoint-1800 runs/de-en/checkpoint-2000 --output_dir avg
+"""
+
+
+def make_parser():
+    parser = UnderscoreArgumentParser(
+        prog="hf-headattn-average", formatter_class=HelpFormatter, epilog=EXAMPLES,
+        description="Average the weights of checkpoints of one training run into a model folder that loads like\n"
+                    "any other (trust_remote_code), as fairseq's average_checkpoints.py does.")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoints", nargs="+", metavar="DIR", help="checkpoint folders to average")
+    which.add_argument("--last", nargs=2, metavar=("N", "RUN_DIR"),
+                       help="the N newest checkpoint-* folders of a training run's output folder")
+    parser.add_argument("--output_dir", required=True, help="the averaged model's folder (must not exist)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --output_dir if it exists")
+    add_verbose_argument(parser)
+    return parser
+
+
+def main(argv=None) -> None:
+    """The `hf-headattn-average` command (also `python -m hf_headattn.averaging`)."""
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
+    if not args.verbose:  # loading and writing bars for a few seconds' work
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    try:
+        if args.last:
+            count, run_dir = args.last
+            if not count.isdigit():
+                parser.error(f"--last N RUN_DIR: N must be a positive whole number, got {count!r}")
+            checkpoints = last_checkpoints(run_dir, int(count))
+        else:
+            checkpoints = [Path(checkpoint) for checkpoint in args.checkpoints]
+        output = average_checkpoints(checkpoints, args.output_dir, overwrite=args.overwrite)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
+    print(f"averaged {len(checkpoints)} checkpoints ({', '.join(checkpoint.name for checkpoint in checkpoints)}) "
+          f"-> {output}")
+
+
+if __name__ == "__main__":
+    main()
