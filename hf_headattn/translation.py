@@ -223,20 +223,20 @@ def translate(
         _alignment_layer_index(model, alignment_layer)  # a bad layer fails before any decoding
     sources = list(sources)
     kept = [index for index, source in enumerate(sources) if source.strip()]
-    encoded = tokenizer([sources[index] for index in kept], return_token_type_ids=False, verbose=False)["input_ids"]
-    lengths = [len(ids) for ids in encoded]
+    lengths = [len(ids) for ids in tokenizer([sources[index] for index in kept], return_token_type_ids=False,
+                                             verbose=False)["input_ids"]] if kept else []
     limit = source_token_limit(model, tokenizer)
     too_long = [kept[k] + 1 for k, length in enumerate(lengths) if limit is not None and length > limit]
     if too_long and strict:
         raise ValueError(f"{len(too_long)} line(s) are longer than the model's {limit} tokens: line "
                          f"{_line_numbers(too_long)}; shorten or split them (or translate them cut: leave out strict)")
-    if too_long:
+    state = _distributed_state()
+    if too_long and (state is None or state.is_main_process):
         logger.warning(f"{len(too_long)} line(s) longer than the model's {limit} tokens are translated cut to "
                        f"{limit}: line {_line_numbers(too_long)}")
     batches = [[kept[k] for k in batch] for batch in length_sorted_batches(
         [min(length, limit or length) for length in lengths], batch_size, max_tokens)]
 
-    state = _distributed_state()
     results: dict[int, list[Hypothesis]] = {}
     with (state.split_between_processes(batches) if state else contextlib.nullcontext(batches)) as own_batches:
         bar = tqdm(total=sum(len(batch) for batch in own_batches), desc=desc, unit="sentence",
@@ -261,9 +261,10 @@ def _distributed_state():
     """Accelerate's process state when this runs under torchrun / accelerate launch with several processes."""
     if int(os.environ.get("WORLD_SIZE", "1")) < 2:
         return None
+    import torch
     from accelerate import PartialState
 
-    return PartialState()
+    return PartialState(cpu=not torch.cuda.is_available())  # without cpu=True, CPU processes would not form a group
 
 
 def _translate_batch(model, tokenizer, texts, *, nbest, limit, scores, alignments, alignment_layer, alignment_heads,

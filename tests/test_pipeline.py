@@ -3,6 +3,7 @@
 import warnings
 
 import pytest
+import torch
 from transformers import pipeline
 
 from hf_headattn import TranslationPipeline, train_tokenizer
@@ -97,3 +98,25 @@ def test_truncation_is_reported_once(tokenizer):
         warnings.simplefilter("error")
         translator(long_sentence, truncation=True, max_input_length=5, max_new_tokens=3)  # reported already
         translator("der hund .", truncation=True, max_input_length=50, max_new_tokens=3)
+
+
+@pytest.mark.parametrize("variant", [{}, {"cross_attention": "csparsemax", "constant_fertility": 1.0},
+                                     {"encoder_self_attention": "mma", "cross_attention": "multihop"}])
+def test_a_list_is_batched_by_length_by_default_and_comes_back_in_input_order(tokenizer, variant, monkeypatch):
+    translator = TranslationPipeline(model=random_model(tiny_config(vocab_size=len(tokenizer), **variant)),
+                                     tokenizer=tokenizer)
+    texts = [source for source, _ in make_toy_corpus(40, seed=5)]
+    alone = [translator(text, num_beams=2, max_new_tokens=6)[0] for text in texts]
+    batches = []
+    generate = translator.model.generate
+    monkeypatch.setattr(translator.model, "generate",
+                        lambda *args, **kwargs: batches.append(kwargs["input_ids"]) or generate(*args, **kwargs))
+    assert translator(texts, num_beams=2, max_new_tokens=6) == alone
+    assert [len(batch) for batch in batches] == [32, 8]  # DEFAULT_BATCH_SIZE, longest sentences first
+    widths = [int(mask.sum()) for batch in batches for mask in (batch != tokenizer.pad_token_id)]
+    assert widths == sorted(widths, reverse=True)
+    batches.clear()
+    assert translator(texts, batch_size=16, num_beams=2, max_new_tokens=6) == alone  # batch_size: as given
+    assert [len(batch) for batch in batches] == [16, 16, 8]
+    first = tokenizer(texts[:16], return_tensors="pt", padding=True)["input_ids"]
+    assert torch.equal(batches[0], first)

@@ -1,0 +1,291 @@
+"""The translation module and `hf-headattn-translate`: input order, blank lines, n-best lists and their scores,
+word alignments for every variant of both families, the command's output formats and its refusals."""
+
+import json
+import os
+import random
+
+import pytest
+import torch
+
+from hf_headattn import train_tokenizer
+from hf_headattn.toy_corpus import make_toy_corpus
+from hf_headattn.translation import (Translation, _decoded_word_indices, _pharaoh, _source_word_indices, align,
+                                     length_sorted_batches, main, read_lines, translate)
+
+from helpers import VOCAB, random_model, tiny_config, toy_data, train_tiny_model
+from test_generation_invariants import VARIANT_CONFIGS
+from test_rnn import CONFIGS as RNN_CONFIGS, EOS_BIAS, random_rnn_model, rnn_config
+
+GENERATION = dict(max_new_tokens=8, no_repeat_ngram_size=1)
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return make_toy_corpus(300, seed=3)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(pairs):
+    tokenizer = train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=VOCAB)
+    assert len(tokenizer) == VOCAB
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def sources(pairs):
+    """Sentences of mixed lengths in no length order, with blank and whitespace-only lines among them."""
+    texts = [source for source, _ in pairs[:9]]
+    random.Random(0).shuffle(texts)
+    return texts[:3] + [""] + texts[3:6] + ["   "] + texts[6:]
+
+
+def transformer_model(name):
+    return random_model(tiny_config(**VARIANT_CONFIGS[name]))
+
+
+def rnn_model(name):
+    return random_rnn_model(rnn_config(**RNN_CONFIGS[name]), eos_bias=EOS_BIAS.get(name, 0.0))
+
+
+MODELS = {**{f"transformer {name}": (transformer_model, name) for name in VARIANT_CONFIGS},
+          **{f"lstm {name}": (rnn_model, name) for name in RNN_CONFIGS}}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def model(request):
+    build, name = MODELS[request.param]
+    return build(name)
+
+
+# ------------------------------------------------------------------------------------------------ batching
+def test_length_sorted_batches_cover_every_sentence_once_within_both_limits():
+    lengths = [random.Random(k).randint(1, 40) for k in range(200)]
+    for batch_size, max_tokens in ((7, None), (None, 100), (16, 120), (200, 40)):
+        batches = length_sorted_batches(lengths, batch_size, max_tokens)
+        assert sorted(index for batch in batches for index in batch) == list(range(200))
+        flat = [lengths[index] for batch in batches for index in batch]
+        assert flat == sorted(flat, reverse=True)
+        for batch in batches:
+            assert batch_size is None or len(batch) <= batch_size
+            longest = max(lengths[index] for index in batch)
+            assert max_tokens is None or len(batch) * longest <= max_tokens or len(batch) == 1
+    assert length_sorted_batches([50, 3], None, 10) == [[0], [1]]  # a sentence over the budget: a batch of its own
+    with pytest.raises(ValueError, match="batch_size, max_tokens or both"):
+        length_sorted_batches([1], None, None)
+    with pytest.raises(ValueError, match="max_tokens must be a positive int, got 0"):
+        length_sorted_batches([1], 4, 0)
+
+
+# ------------------------------------------------------------------------------------------------ translate
+def test_output_keeps_input_order_and_blank_lines_whatever_the_batches(model, tokenizer, sources):
+    alone = [translate(model, tokenizer, [source], num_beams=3, **GENERATION)[0] for source in sources]
+    for batch_size, max_tokens in ((2, None), (32, None), (None, 40)):
+        batched = translate(model, tokenizer, sources, batch_size=batch_size, max_tokens=max_tokens, num_beams=3,
+                            **GENERATION)
+        assert [translation.source for translation in batched] == sources
+        assert [translation.text for translation in batched] == [translation.text for translation in alone]
+    assert batched[3] == Translation("", []) and batched[7] == Translation("   ", [])
+    assert all(translation.hypotheses for k, translation in enumerate(batched) if k not in (3, 7))
+
+
+def test_nbest_lists_are_sorted_by_the_score_beam_search_ranks_by(model, tokenizer, sources):
+    translations = translate(model, tokenizer, sources, nbest=4, num_beams=4, batch_size=3, **GENERATION)
+    for translation in translations:
+        if not translation.source.strip():
+            continue
+        scores = [hypothesis.score for hypothesis in translation.hypotheses]
+        assert len(scores) == 4 and scores == sorted(scores, reverse=True)
+    # the scores are generate's own sequences_scores, recomputed: compare with beam search's for one sentence
+    batch = tokenizer([sources[0]], return_tensors="pt", return_token_type_ids=False)
+    generated = model.generate(**batch, num_beams=4, num_return_sequences=4, return_dict_in_generate=True,
+                               output_scores=True, **GENERATION)
+    expected = sorted(generated.sequences_scores.tolist(), reverse=True)
+    assert [hypothesis.score for hypothesis in translations[0].hypotheses] == pytest.approx(expected, abs=1e-4)
+
+
+def test_alignment_links_stay_within_both_sentences_for_every_variant(model, tokenizer, sources):
+    translations = translate(model, tokenizer, sources, nbest=2, num_beams=2, alignments=True, **GENERATION)
+    linked = 0
+    for translation in translations:
+        for hypothesis in translation.hypotheses:
+            source_words, target_words = len(translation.source.split()), len(hypothesis.text.split())
+            for link in hypothesis.alignment.split():
+                i, j = (int(x) for x in link.split("-"))
+                assert 0 <= i < source_words and 0 <= j < target_words, (link, translation.source, hypothesis.text)
+                linked += 1
+    assert linked > 0
+    forced = align(model, tokenizer, [source for source in sources if source.strip()][:3],
+                   ["a man sleeps .", "the dog sees the big house .", "he says that a child laughs ."])
+    for links, target in zip(forced, ["a man sleeps .", "the dog sees the big house .", "he says that a child laughs ."]):
+        assert all(0 <= int(link.split("-")[1]) < len(target.split()) for link in links.split())
+
+
+def test_hop_alignments_need_weights_over_heads(tokenizer, sources):
+    for model in (transformer_model("multihop-dependent-2-hops"), transformer_model("dhicm-every-layer-and-site"),
+                  rnn_model("2x2-dependent")):
+        translation = translate(model, tokenizer, sources[:2], alignments=True, alignment_heads="hop",
+                                alignment_layer=-1, **GENERATION)[0]
+        assert translation.hypotheses[0].alignment
+    with pytest.raises(ValueError, match="has no weights over heads"):
+        translate(transformer_model("softmax"), tokenizer, sources[:1], alignments=True, alignment_heads="hop",
+                  **GENERATION)
+    with pytest.raises(ValueError, match="decoder has 2 attention layer"):
+        translate(transformer_model("softmax"), tokenizer, sources[:1], alignments=True, alignment_layer=2)
+
+
+def test_pharaoh_takes_the_argmax_word_skips_special_tokens_and_keeps_exact_zeros_unlinked():
+    attention = torch.tensor([
+        [0.1, 0.7, 0.2, 0.0],  # -> source token 1, word 0
+        [0.0, 0.1, 0.3, 0.6],  # token 3 is special (-1): argmax over the words -> token 2, word 1
+        [0.0, 0.0, 0.0, 1.0],  # everything on the special token (or the sink): no link
+        [0.5, 0.0, 0.5, 0.0],  # a tie: the first
+    ])
+    assert _pharaoh(attention, [0, 0, 1, -1], [0, 0, 1, 2]) == "0-0 0-2 1-0"
+    assert _pharaoh(attention, [0, 0, 1, -1], [-1, -1, -1, -1]) == ""
+
+
+def test_word_indices_follow_whitespace_words_of_source_and_decoded_text(tokenizer):
+    text = "der mann sieht den hund ."
+    encoded = tokenizer([text], return_tensors="pt", return_token_type_ids=False)
+    words = _source_word_indices(tokenizer, [text], encoded["input_ids"])[0]
+    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])
+    assert words[-1] == -1 and tokens[-1] == "</s>"
+    assert sorted(set(words[:-1])) == list(range(6)) and words[:-1] == sorted(words[:-1])
+    ids = tokenizer("the man sees the dog .")["input_ids"]
+    target_words = _decoded_word_indices(tokenizer, ids)
+    assert target_words[-1] == -1 and sorted(set(target_words[:-1])) == list(range(6))
+
+
+def test_too_long_lines_are_cut_with_one_warning_or_refused_with_strict(tokenizer, sources, caplog):
+    model = transformer_model("softmax")
+    long_line = " ".join(["der große hund sieht die katze ."] * 12)  # beyond 64 positions
+    with caplog.at_level("WARNING", logger="hf_headattn.translation"):
+        translations = translate(model, tokenizer, [sources[0], long_line, long_line], **GENERATION)
+    assert caplog.text.count("line(s) longer than the model's 64 tokens are translated cut to 64: line 2, 3") == 1
+    assert translations[1].text
+    with pytest.raises(ValueError, match=r"2 line\(s\) are longer than the model's 64 tokens: line 2, 3"):
+        translate(model, tokenizer, [sources[0], long_line, long_line], strict=True)
+    with pytest.raises(ValueError, match="nbest=3 is more than num_beams=2"):
+        translate(model, tokenizer, sources, nbest=3, num_beams=2)
+
+
+def test_read_lines_keeps_line_count_and_names_the_bad_line(tmp_path):
+    path = tmp_path / "in.de"
+    path.write_bytes("\ufeffeins\r\nzwei\u2028drei\n\nvier".encode())
+    assert read_lines(path) == ["eins", "zwei\u2028drei", "", "vier"]
+    path.write_bytes(b"gut\nauch gut\nschlecht \xff\n")
+    with pytest.raises(ValueError, match=r"in.de, line 3: not UTF-8 \(byte 0xff at offset 9"):
+        read_lines(path)
+    with pytest.raises(FileNotFoundError, match="Input file not found"):
+        read_lines(tmp_path / "missing.de")
+
+
+# ------------------------------------------------------------------------------------------------ the command
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("translate")
+    data = toy_data(directory / "data")
+    return train_tiny_model(data, directory / "model", "transformer", "--cross_attention", "csparsemax",
+                            "--fertility", "guided"), data
+
+
+def run(argv, capsys):
+    main([str(argument) for argument in argv])
+    return capsys.readouterr()
+
+
+def test_command_writes_one_line_per_input_line(folder, tmp_path, capsys):
+    model_dir, data = folder
+    lines = read_lines(data["test.src"])[:6]
+    source = tmp_path / "in.de"
+    source.write_text("\n".join(lines[:2] + [""] + lines[2:] + ["  "]) + "\n", encoding="utf-8")
+    out = run(["--model", model_dir, "--input", source, "--output", tmp_path / "out.en", "--num-beams", "2",
+               "--batch_size", "2"], capsys)
+    written = (tmp_path / "out.en").read_text(encoding="utf-8").split("\n")
+    assert len(written) == 9 and written[-1] == "" and written[2] == "" and written[7] == ""
+    assert all(written[k] for k in (0, 1, 3, 4, 5, 6))
+    assert out.out == "" and "6 lines translated (2 blank)" in out.err and "out.en" in out.err
+    assert not list(tmp_path.glob(".*partial"))  # the temporary file was renamed
+
+    out = run(["--model", model_dir, "--input", source, "--num_beams", "3", "--nbest", "2", "--alignments",
+               "--quiet"], capsys)
+    nbest = out.out.splitlines()
+    assert len(nbest) == 12 and out.err == ""
+    assert [int(line.split(" ||| ")[0]) for line in nbest] == [0, 0, 1, 1, 3, 3, 4, 4, 5, 5, 6, 6]
+    assert all(len(line.split(" ||| ")) == 4 for line in nbest)
+
+    out = run(["--model", model_dir, "--input", source, "--num_beams", "3", "--nbest", "3", "--alignments",
+               "--output_format", "jsonl", "-q"], capsys)
+    records = [json.loads(line) for line in out.out.splitlines()]
+    assert len(records) == 8 and records[2] == {"source": "", "translations": []}
+    for record in records:
+        scores = [hypothesis["score"] for hypothesis in record["translations"]]
+        assert scores == sorted(scores, reverse=True) and len(scores) in (0, 3)
+        assert all(set(hypothesis) == {"text", "score", "alignment"} for hypothesis in record["translations"])
+
+
+def test_command_refuses_bad_input_before_translating(folder, tmp_path, capsys):
+    model_dir, data = folder
+    source = tmp_path / "in.de"
+    source.write_text("der hund .\n", encoding="utf-8")
+    cases = [
+        (["--model", model_dir, "--input", tmp_path / "missing.de"], "input file not found"),
+        (["--model", tmp_path / "no-model", "--input", source], "cannot load --model"),
+        (["--model", model_dir, "--input", source, "--nbest", "3", "--num_beams", "2"], "--nbest 3 is more than"),
+        (["--model", model_dir, "--input", source, "--output", source], "is the input file"),
+        (["--model", tmp_path / "no-model", "--input", source, "--output", tmp_path / "no" / "out.en"],
+         "its folder"),  # the output is checked before the model loads
+        (["--model", model_dir, "--input", source, "--output", tmp_path], "is a folder"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            run(argv, capsys)
+        assert exit_info.value.code != 0
+        assert message in capsys.readouterr().err, message
+    source.write_bytes(b"gut\n\xfcbel\n")
+    with pytest.raises(SystemExit):
+        run(["--model", model_dir, "--input", source], capsys)
+    assert "in.de, line 2: not UTF-8" in capsys.readouterr().err
+
+
+def test_an_interrupted_run_leaves_no_output_file(folder, tmp_path, capsys, monkeypatch):
+    model_dir, data = folder
+    output = tmp_path / "out.en"
+    output.write_text("the previous translation\n", encoding="utf-8")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("hf_headattn.translation.translate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(["--model", model_dir, "--input", data["test.src"], "--output", output], capsys)
+    assert output.read_text(encoding="utf-8") == "the previous translation\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.en"]
+
+
+@pytest.mark.slow
+def test_two_processes_translate_their_shares_into_one_file_in_input_order(folder, tmp_path):
+    """torchrun with 2 processes: Accelerate splits the batches, the first process writes everything in order."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun is not on PATH")
+    model_dir, data = folder
+    lines = read_lines(data["test.src"])
+    source = tmp_path / "in.de"
+    source.write_text("\n".join(lines[:5] + [""] + lines[5:]) + "\n", encoding="utf-8")
+    flags = ["-m", "hf_headattn.translation", "--model", str(model_dir), "--input", str(source), "--batch_size", "2",
+             "--num_beams", "2", "--output_format", "jsonl", "--alignments"]
+    one = subprocess.run([sys.executable, *flags, "--output", str(tmp_path / "one.jsonl")], capture_output=True,
+                         text=True)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run(["torchrun", "--nproc_per_node", "2", *flags, "--output", str(tmp_path / "two.jsonl")],
+                         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert two.returncode == 0, two.stderr
+    records = [json.loads(line) for line in (tmp_path / "two.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [record["source"] for record in records] == lines[:5] + [""] + lines[5:]
+    assert (tmp_path / "two.jsonl").read_text(encoding="utf-8") == (tmp_path / "one.jsonl").read_text(encoding="utf-8")
+    assert two.stderr.count("lines translated") == 1  # one summary, from the process that wrote
