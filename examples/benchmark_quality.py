@@ -384,11 +384,19 @@ def hypotheses(result: dict, decoding: str) -> list[str]:
 def bleu_bootstrap_p(system: dict, baseline: dict, references: list[str], decoding: str) -> float:
     """sacrebleu's paired bootstrap resampling (1,000 samples, sacrebleu's fixed seed): the p-value of the
     system's BLEU differing from the baseline's by chance."""
+    return paired_bleu_p(hypotheses(system, decoding), hypotheses(baseline, decoding), references)
+
+
+def paired_bleu_p(system: list[str], baseline: list[str], references: list[str]) -> float:
+    """:func:`bleu_bootstrap_p` on hypothesis lists; 1 for identical lists (sacrebleu's rule would give
+    1 / 1,001: a zero difference is not attributed to chance, which reads wrongly where there is none)."""
+    if list(system) == list(baseline):
+        return 1.0
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    test = PairedTest([("baseline", hypotheses(baseline, decoding)), ("system", hypotheses(system, decoding))],
-                      {"BLEU": BLEU()}, [references], test_type="bs", n_samples=1000)
+    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()}, [references], test_type="bs",
+                      n_samples=1000)
     _, scores = test()
     return scores["BLEU"][1].p_value
 
@@ -605,6 +613,7 @@ def write_report(args) -> None:
     notes = records_dir / "notes.md"  # what was learnt beside the runs (diagnostics, partial runs), kept by hand
     if notes.exists():
         sections.append(f"## Notes on these runs\n\n{notes.read_text(encoding='utf-8').strip()}")
+    sections += kept_sections(Path(args.results_file))
     sections += [f"## Setup\n\n{describe_runs(results)}",
                  "## Commands that produced these results\n\nEach run, with its finish time, train time, machine and the "
                  "machine's 1-minute load average (above the machine's core count, the run shared the machine with "
@@ -613,6 +622,43 @@ def write_report(args) -> None:
     report = "\n\n".join(sections) + "\n"
     Path(args.results_file).write_text(report, encoding="utf-8")
     print(f"wrote {args.results_file} ({len(results)} runs)")
+
+
+# Sections other scripts write into the report between markers (examples/benchmark_<name>.py); a rewrite keeps them
+OTHER_SECTIONS = ("alignment", "averaging")
+
+
+def section_markers(name: str) -> tuple[str, str]:
+    return f"<!-- section written by examples/benchmark_{name}.py -->", f"<!-- end of section {name} -->"
+
+
+def kept_sections(results_file: Path) -> list[str]:
+    """The other scripts' sections of the report as it stands, markers included."""
+    current = results_file.read_text(encoding="utf-8") if results_file.exists() else ""
+    kept = []
+    for name in OTHER_SECTIONS:
+        start, end = section_markers(name)
+        if start in current and end in current:
+            kept.append(start + current.partition(start)[2].partition(end)[0] + end)
+    return kept
+
+
+def replace_section(results_file: Path, name: str, text: str) -> None:
+    """Put `text` into the report as section `name` (between its markers), in place of the old one, else at the end
+    (the report is written by :func:`write_report`, which keeps such sections)."""
+    if name not in OTHER_SECTIONS:
+        raise ValueError(f"Unknown report section {name!r}; known: {', '.join(OTHER_SECTIONS)}")
+    start, end = section_markers(name)
+    block = f"{start}\n{text.strip()}\n{end}"
+    current = results_file.read_text(encoding="utf-8") if results_file.exists() else ""
+    if start in current and end in current:
+        before, _, rest = current.partition(start)
+        updated = before + block + rest.partition(end)[2]
+    else:
+        updated = (current.rstrip("\n") + "\n\n" if current else "") + block + "\n"
+    temporary = results_file.with_name(f".{results_file.name}.partial")
+    temporary.write_text(updated, encoding="utf-8")
+    os.replace(temporary, results_file)
 
 
 # ------------------------------------------------------------------------------------------------ the command

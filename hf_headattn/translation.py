@@ -286,7 +286,7 @@ def _translate_batch(model, tokenizer, texts, *, nbest, limit, scores, alignment
                                  batch["attention_mask"].repeat_interleave(nbest, 0), sequences,
                                  length_penalty=length_penalty, alignments=alignments,
                                  alignment_layer=alignment_layer, alignment_heads=alignment_heads)
-        source_words = _source_word_indices(tokenizer, texts, batch["input_ids"])
+        source_words = _source_word_indices(tokenizer, texts, batch["input_ids"], limit)
         for k, (hypothesis, (score, attention)) in enumerate(zip(hypotheses, scored)):
             hypothesis.score = score
             if alignments:
@@ -371,11 +371,13 @@ def _word_of_character(text: str) -> list[int]:
     return indices
 
 
-def _source_word_indices(tokenizer, texts: list[str], input_ids) -> list[list[int]]:
-    """For each text, the word index of each source token position (-1: special tokens, padding)."""
+def _source_word_indices(tokenizer, texts: list[str], input_ids, limit: int | None = None) -> list[list[int]]:
+    """For each text, the word index of each source token position (-1: special tokens, padding), the text cut
+    to `limit` tokens as the model read it."""
     if getattr(tokenizer, "is_fast", False):
         encoded = tokenizer(texts, return_offsets_mapping=True, return_special_tokens_mask=True,
-                            return_token_type_ids=False, verbose=False)
+                            return_token_type_ids=False, verbose=False, truncation=limit is not None,
+                            max_length=limit)
         result = []
         for text, offsets, special in zip(texts, encoded["offset_mapping"], encoded["special_tokens_mask"]):
             characters = _word_of_character(text)
@@ -430,19 +432,21 @@ def align(model, tokenizer, sources: Sequence[str], targets: Sequence[str], *, b
         raise ValueError(f"Unknown alignment_heads={alignment_heads!r}; accepted: {', '.join(ALIGNMENT_HEADS)}")
     _alignment_layer_index(model, alignment_layer)
     start_id = model.config.decoder_start_token_id
+    limit = source_token_limit(model, tokenizer)  # longer sentences are aligned as far as the model reads them
+    cut = {"truncation": limit is not None, "max_length": limit}
     results = []
     for start in range(0, len(sources), batch_size):
         texts, labels = list(sources[start:start + batch_size]), list(targets[start:start + batch_size])
-        batch = tokenizer(texts, return_tensors="pt", padding=True, return_token_type_ids=False).to(model.device)
+        batch = tokenizer(texts, return_tensors="pt", padding=True, return_token_type_ids=False, **cut).to(model.device)
         target = tokenizer(text_target=labels, return_offsets_mapping=True, return_special_tokens_mask=True,
-                           return_token_type_ids=False)
+                           return_token_type_ids=False, **cut)
         width = max(len(ids) for ids in target["input_ids"])
         pad = model.config.pad_token_id
         sequences = torch.tensor([[start_id, *ids, *[pad] * (width - len(ids))] for ids in target["input_ids"]],
                                  device=model.device)
         scored = _teacher_forced(model, batch["input_ids"], batch["attention_mask"], sequences, length_penalty=1.0,
                                  alignments=True, alignment_layer=alignment_layer, alignment_heads=alignment_heads)
-        source_words = _source_word_indices(tokenizer, texts, batch["input_ids"])
+        source_words = _source_word_indices(tokenizer, texts, batch["input_ids"], limit)
         for k, (_, attention) in enumerate(scored):
             characters = _word_of_character(labels[k])
             target_words = []
