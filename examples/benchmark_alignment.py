@@ -160,6 +160,15 @@ def section_text(records: list[dict], baselines: dict) -> str:
     )
 
 
+def write_table(records_dir: Path, baselines: dict, results_file: Path) -> None:
+    records = [json.loads(path.read_text()) for path in sorted(records_dir.glob("*-seed-*.json"))]
+    order = {name: k for k, name in enumerate(SYSTEMS)}
+    records.sort(key=lambda record: (order.get(record["system"], len(order)), record["seed"]))
+    text = section_text(records, baselines)
+    (records_dir / "section.md").write_text(text + "\n")
+    replace_section(results_file, SECTION, text)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--systems", nargs="+", default=DEFAULT_SYSTEMS, choices=list(SYSTEMS))
@@ -182,12 +191,6 @@ def main(argv=None) -> None:
     records_dir.mkdir(parents=True, exist_ok=True)
 
     runs, how = reference_alignments(data, args.sentences, args.reference_runs)
-    for system in args.systems:
-        record = measure(system, args.seed, data, runs, args)
-        (records_dir / f"{slug(system)}-seed-{args.seed}.json").write_text(json.dumps(record, indent=2) + "\n")
-        best = min(record["rows"], key=lambda row: row["aer"])
-        print(f"{system}: AER {best['aer']:.1f} at layer {best['layer']} ({best['heads']})")
-
     sources, references = read_lines(data["test_source"]), read_lines(data["test_target"])
     if args.sentences:
         sources, references = sources[:args.sentences], references[:args.sentences]
@@ -199,12 +202,12 @@ def main(argv=None) -> None:
         baselines["rows"]["eflomal, another run"] = {
             key: statistics.mean(other[key] for other in others) for key in others[0]}
     (records_dir / "baselines.json").write_text(json.dumps(baselines, indent=2) + "\n")
-    records = [json.loads(path.read_text()) for path in sorted(records_dir.glob("*-seed-*.json"))]
-    order = {name: k for k, name in enumerate(SYSTEMS)}
-    records.sort(key=lambda record: (order.get(record["system"], len(order)), record["seed"]))
-    text = section_text(records, baselines)
-    (records_dir / "section.md").write_text(text + "\n")
-    replace_section(Path(args.results_file), SECTION, text)
+    for system in args.systems:  # the table is rewritten after each system, so a long list reports as it goes
+        record = measure(system, args.seed, data, runs, args)
+        (records_dir / f"{slug(system)}-seed-{args.seed}.json").write_text(json.dumps(record, indent=2) + "\n")
+        best = min(record["rows"], key=lambda row: row["aer"])
+        print(f"{system}: AER {best['aer']:.1f} at layer {best['layer']} ({best['heads']})")
+        write_table(records_dir, baselines, Path(args.results_file))
     print(f"table: {records_dir / 'section.md'} and {args.results_file}")
 
 

@@ -290,7 +290,7 @@ def _translate_batch(model, tokenizer, texts, *, nbest, limit, scores, alignment
         for k, (hypothesis, (score, attention)) in enumerate(zip(hypotheses, scored)):
             hypothesis.score = score
             if alignments:
-                target_ids = sequences[k, 1:].tolist()
+                target_ids = sequences[k, 1:1 + attention.shape[0]].tolist()  # up to its end of sentence
                 target_words = _decoded_word_indices(tokenizer, target_ids)
                 hypothesis.alignment = _pharaoh(attention, source_words[k // nbest], target_words)
     grouped = [hypotheses[start:start + nbest] for start in range(0, len(hypotheses), nbest)]
