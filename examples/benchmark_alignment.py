@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's systems and helpers
-from benchmark_quality import (DEFAULT_DATA_DIR, SYSTEMS, data_files, replace_section, slug,  # noqa: E402
+from benchmark_quality import (SYSTEMS, add_data_arguments, data_files, replace_section, slug,  # noqa: E402
                                training_argv)
 from hf_headattn.loading import load_model_and_tokenizer  # noqa: E402
 from hf_headattn.metrics import drop_alignment_runs  # noqa: E402
@@ -176,10 +176,7 @@ def main(argv=None) -> None:
     parser.add_argument("--reference-runs", type=int, default=3, help="eflomal runs of the reference alignments")
     parser.add_argument("--sentences", type=int, default=None, help="only the first N test pairs")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
-    for split in ("train", "valid", "test"):
-        parser.add_argument(f"--{split}-source")
-        parser.add_argument(f"--{split}-target")
+    add_data_arguments(parser)
     parser.add_argument("--output-dir", default="runs/quality", help="model folders (benchmark_quality's)")
     parser.add_argument("--records-dir", default="benchmarks/alignment")
     parser.add_argument("--results-file", default="RESULTS.md")

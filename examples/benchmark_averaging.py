@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's recipe and helpers
-from benchmark_quality import (DEFAULT_DATA_DIR, data_files, mean_std, paired_bleu_p,  # noqa: E402
+from benchmark_quality import (add_data_arguments, data_files, mean_std, paired_bleu_p,  # noqa: E402
                                replace_section, training_argv)
 from hf_headattn.averaging import average_checkpoints, last_checkpoints  # noqa: E402
 from hf_headattn.evaluation import evaluate_model  # noqa: E402
@@ -101,10 +101,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--last", type=int, default=5, help="checkpoints averaged")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
-    for split in ("train", "valid", "test"):
-        parser.add_argument(f"--{split}-source")
-        parser.add_argument(f"--{split}-target")
+    add_data_arguments(parser)
     parser.add_argument("--output-dir", default="runs/averaging/transformer-softmax", help="model folders")
     parser.add_argument("--records-dir", default="benchmarks/averaging")
     parser.add_argument("--results-file", default="RESULTS.md")

@@ -665,6 +665,16 @@ def replace_section(results_file: Path, name: str, text: str) -> None:
 DEFAULT_DATA_DIR = "../shared/data/multi30k"
 
 
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """The data flags :func:`data_files` reads (shared with the other benchmarks that train these systems)."""
+    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                        help="Multi30k folder (train/val/test_2016_flickr .de/.en); or give the six --*-source/"
+                             "--*-target files of any parallel data instead")
+    for split in ("train", "valid", "test"):
+        parser.add_argument(f"--{split}-source")
+        parser.add_argument(f"--{split}-target")
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--systems", nargs="+", default=["transformer softmax"], choices=list(SYSTEMS),
@@ -675,12 +685,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-report", action="store_true",
                         help="record the runs without rewriting the report (for several runs at once sharing the "
                              "records dir; rebuild the report afterwards with --report-only)")
-    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
-                        help="Multi30k folder (train/val/test_2016_flickr .de/.en); or give the six --*-source/"
-                             "--*-target files of any parallel data instead")
-    for split in ("train", "valid", "test"):
-        parser.add_argument(f"--{split}-source")
-        parser.add_argument(f"--{split}-target")
+    add_data_arguments(parser)
     parser.add_argument("--output-dir", default="runs/quality", help="model folders (not committed)")
     parser.add_argument("--records-dir", default="benchmarks/quality", help="what the report is built from")
     parser.add_argument("--results-file", default="RESULTS.md")
