@@ -86,3 +86,36 @@ def test_from_marian_can_swap_in_a_variant(marian_pair):
     model = HeadAttnForConditionalGeneration.from_marian(marian, cross_attention={"type": "running_sum", "layers": [-1]})
     assert model.config.attention_variant("cross_attention", 2) == ("running_sum", {})
     assert model.config.attention_variant("cross_attention", 0) == ("softmax", {})
+
+
+def test_to_marian_gives_back_marian_with_the_same_logits_and_translations(marian_pair):
+    marian, model = marian_pair
+    back = model.to_marian()
+    assert type(back) is MarianMTModel and back.config.share_encoder_decoder_embeddings == \
+        marian.config.share_encoder_decoder_embeddings
+    for key, value in marian.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value), key
+    input_ids, attention_mask = _inputs()
+    decoder_input_ids = torch.randint(1, 69, (3, 6), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+        actual = back(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    torch.testing.assert_close(actual.logits, expected.logits, atol=1e-5, rtol=0)
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=12, num_beams=4,
+                  do_sample=False, no_repeat_ngram_size=1)
+    assert torch.equal(back.generate(**kwargs), model.generate(**kwargs))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"cross_attention": {"type": "sparsemax", "layers": [-1]}},
+     "cross_attention of layer 2 uses the 'sparsemax' attention variant"),
+    ({"encoder_self_attention": "mma"}, "encoder_self_attention of layer 0 uses the 'mma' attention variant"),
+])
+def test_to_marian_refuses_what_marian_cannot_compute(marian_pair, overrides, message):
+    marian, _ = marian_pair
+    with pytest.raises(ValueError, match=message):
+        HeadAttnForConditionalGeneration.from_marian(marian, **overrides).to_marian()
+    pruned = HeadAttnForConditionalGeneration.from_marian(marian)
+    pruned.prune_heads({"decoder.layers.0.encoder_attn": [1]})
+    with pytest.raises(ValueError, match="pruned heads"):
+        pruned.to_marian()

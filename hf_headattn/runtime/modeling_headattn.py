@@ -33,6 +33,7 @@ from .attention_base import (
     CROSS_ATTENTION,
     DECODER_SELF_ATTENTION,
     ENCODER_SELF_ATTENTION,
+    SITES,
     AttentionMask,
     AttentionResult,
 )
@@ -1252,10 +1253,68 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         return model.to(marian.dtype).eval()
 
 
+    def to_marian(self):
+        """The inverse of `from_marian`: this model as a `MarianMTModel` with the same config, weights and generation
+        config, so the same logits (e.g. for CTranslate2's or Optimum's Marian converters).
+
+        Raises:
+            ValueError: a model Marian cannot express, naming what: an attention variant other than softmax (with
+                its site and layer), pruned heads, or positions other than Marian's sinusoidal table.
+        """
+        from transformers import MarianConfig, MarianMTModel
+
+        config = self.config
+        for site in SITES:
+            for layer in range(config.encoder_layers if site == ENCODER_SELF_ATTENTION else config.decoder_layers):
+                variant, _ = config.attention_variant(site, layer)
+                if variant != "softmax":
+                    raise ValueError(f"to_marian: {site} of layer {layer} uses the {variant!r} attention variant; "
+                                     "MarianMTModel computes softmax attention only")
+        if config.pruned_heads:
+            raise ValueError(f"to_marian: the model has pruned heads ({config.pruned_heads}); MarianMTModel keeps "
+                             "every head")
+        if config.position_embedding != "sinusoidal":
+            raise ValueError(f"to_marian: position_embedding={config.position_embedding!r}; MarianMTModel has "
+                             "sinusoidal positions only")
+        marian_config = MarianConfig(
+            vocab_size=config.vocab_size, decoder_vocab_size=config.decoder_vocab_size, d_model=config.d_model,
+            encoder_layers=config.encoder_layers, decoder_layers=config.decoder_layers,
+            encoder_attention_heads=config.encoder_attention_heads,
+            decoder_attention_heads=config.decoder_attention_heads, encoder_ffn_dim=config.encoder_ffn_dim,
+            decoder_ffn_dim=config.decoder_ffn_dim, activation_function=config.activation_function,
+            dropout=config.dropout, attention_dropout=config.attention_dropout,
+            activation_dropout=config.activation_dropout, encoder_layerdrop=config.encoder_layerdrop,
+            decoder_layerdrop=config.decoder_layerdrop, max_position_embeddings=config.max_position_embeddings,
+            scale_embedding=config.scale_embedding,
+            share_encoder_decoder_embeddings=config.share_encoder_decoder_embeddings,
+            tie_word_embeddings=config.tie_word_embeddings, init_std=config.init_std,
+            pad_token_id=config.pad_token_id, eos_token_id=config.eos_token_id,
+            decoder_start_token_id=config.decoder_start_token_id, forced_eos_token_id=None,
+        )
+        marian = MarianMTModel(marian_config)
+        state = {_headattn_key_to_marian(key): value for key, value in self.state_dict().items()}
+        missing, unexpected = marian.load_state_dict(state, strict=False)
+        if unexpected:
+            raise ValueError(f"to_marian: weights with no place in MarianMTModel: {unexpected[:5]}")
+        really_missing = [key for key in missing if "embed_positions" not in key]  # Marian builds its own table
+        if really_missing:
+            raise ValueError(f"to_marian: MarianMTModel weights this model lacks: {really_missing[:5]}")
+        marian.tie_weights()
+        marian.generation_config = copy.deepcopy(self.generation_config)
+        return marian.to(self.dtype).eval()
+
+
 def _marian_key_to_headattn(key: str) -> str:
     """Marian and this model name weights alike, except that the feed-forward sits in its own module."""
     for name in ("fc1", "fc2"):
         key = key.replace(f".{name}.", f".ffn.{name}.")
+    return key
+
+
+def _headattn_key_to_marian(key: str) -> str:
+    """The inverse of `_marian_key_to_headattn`."""
+    for name in ("fc1", "fc2"):
+        key = key.replace(f".ffn.{name}.", f".{name}.")
     return key
 
 
