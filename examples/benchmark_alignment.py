@@ -37,7 +37,7 @@ from benchmark_quality import (SYSTEMS, add_data_arguments, data_files, replace_
 from hf_headattn.loading import load_model_and_tokenizer  # noqa: E402
 from hf_headattn.metrics import drop_alignment_runs  # noqa: E402
 from hf_headattn.training import train  # noqa: E402
-from hf_headattn.translation import _alignment_layer_index, align, read_lines  # noqa: E402
+from hf_headattn.translation import align, default_alignment_layer, read_lines  # noqa: E402
 
 DEFAULT_SYSTEMS = ["transformer softmax", "transformer sparsemax", "transformer csoftmax predicted",
                    "transformer csparsemax predicted", "transformer multihop", "lstm baseline 1x1",
@@ -95,7 +95,6 @@ def measure(system: str, seed: int, data: dict, runs: list[list[set]], args) -> 
     if args.sentences:
         sources, references = sources[:args.sentences], references[:args.sentences]
     layers = 1 if model.config.model_type == "headattn_rnn" else model.config.decoder_layers
-    default_layer = _alignment_layer_index(model, None)
     rows = []
     for layer in range(layers):
         for heads in ("mean", "hop"):
@@ -107,7 +106,7 @@ def measure(system: str, seed: int, data: dict, runs: list[list[set]], args) -> 
                 if heads == "hop" and "no weights over heads" in str(error):
                     continue  # only models with weights over heads have this reduction
                 raise
-            rows.append({"layer": layer, "heads": heads, "default": layer == default_layer and heads == "mean",
+            rows.append({"layer": layer, "heads": heads,
                          "seconds": round(time.perf_counter() - started, 1),
                          **against_runs([links_of(links) for links in predicted], runs)})
     return {"system": system, "seed": seed, "model_dir": str(model_dir), "sentences": len(sources),
@@ -137,9 +136,10 @@ def table(records: list[dict], baselines: dict) -> str:
     for name, summary in baselines["rows"].items():
         lines.append(f"| {name} | | | | {fmt(summary)} | {summary['links'] / words:.2f} |")
     for record in records:
+        default_layer = default_alignment_layer(max(row["layer"] for row in record["rows"]) + 1)
         for row in record["rows"]:
             layer = "(one attention)" if record["system"].startswith("lstm") else str(row["layer"])
-            marker = " (default)" if row["default"] else ""
+            marker = " (default)" if row["layer"] == default_layer and row["heads"] == "mean" else ""
             lines.append(f"| {record['system']} | {record['seed']} | {layer}{marker} | {row['heads']} | "
                          f"{fmt(row)} | {row['links'] / words:.2f} |")
     return "\n".join(lines)
@@ -182,9 +182,13 @@ def main(argv=None) -> None:
     parser.add_argument("--results-file", default="RESULTS.md")
     parser.add_argument("--transformer-flags", default="", help="training flags added to every Transformer's")
     parser.add_argument("--lstm-flags", default="", help="training flags added to every LSTM's")
+    parser.add_argument("--report-only", action="store_true", help="only rewrite the table from the records")
     args = parser.parse_args(argv)
-    data = data_files(args)
     records_dir = Path(args.records_dir)
+    if args.report_only:
+        write_table(records_dir, json.loads((records_dir / "baselines.json").read_text()), Path(args.results_file))
+        return
+    data = data_files(args)
     records_dir.mkdir(parents=True, exist_ok=True)
 
     runs, how = reference_alignments(data, args.sentences, args.reference_runs)

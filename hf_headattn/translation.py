@@ -26,9 +26,9 @@ by it, best first.
 
 **Alignments** (Pharaoh ``i-j`` pairs: source word i, target word j, 0-based, words split at whitespace of the
 source line and of the detokenised translation). The cross-attention is reduced to one source distribution per
-target token: Transformers average the heads of one decoder layer (``alignment_layer``; by default the penultimate
-layer, the best single layer in Garg et al., 2019, and the only one of a 1-layer decoder); the LSTM family has one
-attention, averaged over its heads. ``alignment_heads="hop"`` weighs the heads instead by the model's own weights
+target token: Transformers average the heads of one decoder layer (``alignment_layer``; by default the last layer,
+which aligns best of the 3 layers of the Multi30k models in RESULTS.md, while Garg et al., 2019 found the
+penultimate of 6 best); the LSTM family has one attention, averaged over its heads. ``alignment_heads="hop"`` weighs the heads instead by the model's own weights
 over heads (the second hop of multi-hop models with dependent hops, DHICM's head importances). Every target token
 links to the source word of its highest-weighted source token, special tokens excluded; a token whose attention
 on the source words is exactly zero (all of it on the end-of-sentence token or on the constrained variants' sink)
@@ -61,6 +61,7 @@ __all__ = [
     "Hypothesis",
     "Translation",
     "align",
+    "default_alignment_layer",
     "length_sorted_batches",
     "main",
     "read_lines",
@@ -197,7 +198,7 @@ def translate(
             :func:`length_sorted_batches`).
         scores: Give each hypothesis its score (see the module's docstring); implied by ``nbest > 1``.
         alignments, alignment_layer, alignment_heads: Give each hypothesis its Pharaoh word alignment, from this
-            decoder layer (Transformers; negative counts from the end; default the penultimate) with the heads
+            decoder layer (Transformers; negative counts from the end; default the last) with the heads
             averaged (``"mean"``) or weighed by the model's weights over heads (``"hop"``).
         strict: Refuse sources longer than the model takes (:func:`source_token_limit`) instead of translating
             them cut, with a warning that names their line numbers (1-based positions in `sources`).
@@ -327,11 +328,16 @@ def _teacher_forced(model, input_ids, attention_mask, sequences, *, length_penal
     return results
 
 
+def default_alignment_layer(layers: int) -> int:
+    """The decoder layer alignments are read from by default, of `layers`: the last."""
+    return layers - 1
+
+
 def _alignment_layer_index(model, alignment_layer: int | None) -> int:
     """The decoder layer alignments are read from (0 for the LSTM family, whose attention is one)."""
     layers = getattr(model.config, "decoder_layers", 1) if model.config.model_type != "headattn_rnn" else 1
     if alignment_layer is None:
-        return max(layers - 2, 0)
+        return default_alignment_layer(layers)
     if not -layers <= alignment_layer < layers:
         raise ValueError(f"alignment_layer={alignment_layer}: the model's decoder has {layers} attention layer(s) "
                          f"(accepted: {-layers} to {layers - 1})")
@@ -512,7 +518,7 @@ def make_parser() -> argparse.ArgumentParser:
     files.add_argument("--nbest", type=int, default=1, help="hypotheses per sentence (at most --num_beams)")
     files.add_argument("--alignments", action="store_true", help="add Pharaoh word alignments (see below)")
     files.add_argument("--alignment_layer", type=int, default=None,
-                       help="decoder layer of the alignments (negative: from the end; None: the penultimate)")
+                       help="decoder layer of the alignments (negative: from the end; None: the last)")
     files.add_argument("--alignment_heads", default="mean", choices=ALIGNMENT_HEADS,
                        help="mean: heads averaged; hop: weighed by the model's weights over heads (multi-hop "
                             "models with dependent hops, DHICM)")

@@ -52,12 +52,16 @@ def test_alignment_benchmark_end_to_end(tmp_path):
                  "--lstm-flags", f"{TINY} --embedding_size 16 --hidden_size 16"])
     record = json.loads((tmp_path / "records" / "transformer-softmax-seed-1.json").read_text())
     assert [row["layer"] for row in record["rows"]] == [0, 1, 2] and record["reference_runs"] == 2
-    assert [row["default"] for row in record["rows"]] == [False, True, False]  # the penultimate of 3 layers
     assert all(0 <= row["aer"] <= 100 for row in record["rows"])
     lstm = json.loads((tmp_path / "records" / "lstm-2x2-dependent-seed-1.json").read_text())
     assert [row["heads"] for row in lstm["rows"]] == ["mean", "hop"]  # dependent hops have weights over heads
     text = (tmp_path / "RESULTS.md").read_text()
-    assert "## Word alignments from attention (AER)" in text and "| transformer softmax | 1 | 1 (default) | mean |" in text
+    assert "## Word alignments from attention (AER)" in text and "| transformer softmax | 1 | 2 (default) | mean |" in text
+    assert "| lstm 2x2 dependent | 1 | (one attention) (default) | mean |" in text
+    (tmp_path / "RESULTS.md").write_text("# Results\n")
+    script.main(["--report-only", "--records-dir", str(tmp_path / "records"), "--results-file",
+                 str(tmp_path / "RESULTS.md")])
+    assert (tmp_path / "RESULTS.md").read_text().startswith("# Results\n\n<!-- section written by")
     assert "| diagonal (position only) |" in text and "| eflomal, another run |" in text
 
 
