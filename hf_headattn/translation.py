@@ -64,6 +64,7 @@ __all__ = [
     "default_alignment_layer",
     "length_sorted_batches",
     "main",
+    "quantize",
     "read_lines",
     "translate",
     "translate_sentences",
@@ -74,6 +75,7 @@ logger = logging.getLogger(__name__)
 ALIGNMENT_HEADS = ("mean", "hop")
 OUTPUT_FORMATS = ("text", "jsonl")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+QUANTIZATIONS = ("none", "int8")
 LISTED_LINES = 10  # line numbers a truncation warning names before it only counts
 
 
@@ -163,6 +165,32 @@ def source_token_limit(model, tokenizer) -> int | None:
     if positions and getattr(model.config, "position_embedding", "sinusoidal") != "none":
         limits.append(positions)
     return min(limits) if limits else None
+
+
+def quantize(model, method: str = "int8"):
+    """`model` with its `nn.Linear` layers replaced by their int8 dynamically quantized versions (weights stored in
+    int8, activations quantized per batch at run time; torch's `quantize_dynamic`), for CPU inference. The attention
+    kernels, embeddings, layer norms and LSTM cells keep their float weights, and so do the linear layers a variant
+    multiplies by directly (its `weight_read_linears`, e.g. DHICM's W), so every variant runs quantized.
+
+    Raises:
+        ValueError: a method other than ``"int8"``, or a model that is not on the CPU.
+    """
+    import warnings
+
+    import torch
+
+    if method not in QUANTIZATIONS[1:]:
+        raise ValueError(f"Unknown quantization {method!r}; accepted: {', '.join(QUANTIZATIONS[1:])}")
+    if model.device.type != "cpu":
+        raise ValueError(f"int8 dynamic quantization runs on the CPU; the model is on {model.device}")
+    kept_float = {f"{name}.{linear}" for name, module in model.named_modules()
+                  for linear in getattr(module, "weight_read_linears", ())}
+    linears = {name for name, module in model.named_modules()
+               if isinstance(module, torch.nn.Linear) and name not in kept_float}
+    with warnings.catch_warnings():  # torch announces the move of this API to torchao; it works as documented
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, linears, dtype=torch.qint8)
 
 
 def _line_numbers(numbers: list[int]) -> str:
@@ -510,6 +538,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_trust_remote_code_argument(model, "--trust_remote_code")
     model.add_argument("--device", default="auto", help=f"{', '.join(DEVICES)} or cuda:N")
     model.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype (auto: as saved)")
+    model.add_argument("--quantize", default="none", choices=QUANTIZATIONS,
+                       help="int8: the linear layers quantized to int8 (dynamic quantization, CPU only)")
     files = parser.add_argument_group("input and output")
     files.add_argument("--input", default="-", help="UTF-8 text, one sentence a line (-: standard input)")
     files.add_argument("--output", default="-", help="where the translations go (-: standard output); written "
@@ -648,6 +678,11 @@ def _load_and_translate(parser, args, sources, state):
     except (OSError, ValueError) as error:
         parser.exit(1, f"{parser.prog}: error: cannot load --model {args.model}: {error}\n")
     model.to(device)
+    if args.quantize != "none":
+        if device.type != "cpu":
+            parser.error(f"--quantize {args.quantize} runs on the CPU; use --device cpu (on {device}, use --dtype "
+                         "float16 or bfloat16)")
+        model = quantize(model, args.quantize)
     generate_kwargs = {name: getattr(args, name) for name in GENERATION_FLAGS if getattr(args, name) is not None}
     if args.do_sample:
         generate_kwargs["do_sample"] = True

@@ -11,7 +11,7 @@ import torch
 from hf_headattn import train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.translation import (Translation, _decoded_word_indices, _pharaoh, _source_word_indices, align,
-                                     length_sorted_batches, main, read_lines, translate)
+                                     length_sorted_batches, main, quantize, read_lines, translate)
 
 from helpers import VOCAB, random_model, tiny_config, toy_data, train_tiny_model
 from test_generation_invariants import VARIANT_CONFIGS
@@ -121,6 +121,28 @@ def test_alignment_links_stay_within_both_sentences_for_every_variant(model, tok
         assert all(0 <= int(link.split("-")[1]) < len(target.split()) for link in links.split())
 
 
+def test_every_variant_translates_with_int8_linear_layers(model, tokenizer, sources):
+    import copy
+
+    quantized = quantize(copy.deepcopy(model))
+    kinds = {type(module).__module__ for module in quantized.modules()}
+    assert "torch.ao.nn.quantized.dynamic.modules.linear" in kinds
+    still_float = [name for name, module in quantized.named_modules() if type(module) is torch.nn.Linear]
+    assert still_float == [f"{name}.{linear}" for name, module in quantized.named_modules()
+                           for linear in getattr(module, "weight_read_linears", ())]  # DHICM's W only
+    translations = translate(quantized, tokenizer, sources, num_beams=2, nbest=2, alignments=True, **GENERATION)
+    assert all(len(translation.hypotheses) == 2 for translation in translations if translation.source.strip())
+    batch = tokenizer(sources[:2], return_tensors="pt", padding=True, return_token_type_ids=False)
+    labels = tokenizer(text_target=["a man sleeps .", "the dog sees the house ."], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        exact = model(**batch, labels=labels["input_ids"]).logits
+        approximate = quantized(**batch, labels=labels["input_ids"]).logits
+    # int8 weights: close, not equal (random weights this large give 0.93-1.0 across the variants)
+    assert torch.nn.functional.cosine_similarity(approximate.flatten(), exact.flatten(), dim=0) > 0.9
+    with pytest.raises(ValueError, match="Unknown quantization 'int4'; accepted: int8"):
+        quantize(model, "int4")
+
+
 def test_hop_alignments_need_weights_over_heads(tokenizer, sources):
     for model in (transformer_model("multihop-dependent-2-hops"), transformer_model("dhicm-every-layer-and-site"),
                   rnn_model("2x2-dependent")):
@@ -214,6 +236,9 @@ def test_command_writes_one_line_per_input_line(folder, tmp_path, capsys):
     assert len(nbest) == 12 and out.err == ""
     assert [int(line.split(" ||| ")[0]) for line in nbest] == [0, 0, 1, 1, 3, 3, 4, 4, 5, 5, 6, 6]
     assert all(len(line.split(" ||| ")) == 4 for line in nbest)
+
+    out = run(["--model", model_dir, "--input", source, "--num_beams", "2", "--quantize", "int8", "-q"], capsys)
+    assert len(out.out.split("\n")) == 9 and out.out.split("\n")[2] == ""
 
     out = run(["--model", model_dir, "--input", source, "--num_beams", "3", "--nbest", "3", "--alignments",
                "--output_format", "jsonl", "-q"], capsys)

@@ -115,7 +115,9 @@ class AttentionVariant(nn.Module):
     used, the layers a spec without `layers` places them at (`default_layers`, None = every layer), whether
     they `combine_heads` themselves, whether they are `stateful` (keep per-step state across decoding steps)
     whether their heads may be pruned (`prunable`: nothing in the variant is tied to a head's index) and
-    whether they need the source tokens' fertilities (`needs_fertility`; the encoder then computes them).
+    whether they need the source tokens' fertilities (`needs_fertility`; the encoder then computes them), and
+    which of their `nn.Linear` submodules they use by weight matrix rather than only by calling them
+    (`weight_read_linears`: tools that swap linear layers, such as int8 quantization, leave those as they are).
     They implement `forward` and may refine `check_options`.
     """
 
@@ -127,6 +129,7 @@ class AttentionVariant(nn.Module):
     stateful: ClassVar[bool] = False
     prunable: ClassVar[bool] = True
     needs_fertility: ClassVar[bool] = False
+    weight_read_linears: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config, site: str, layer_idx: int, num_heads: int, head_dim: int, **options):
         """num_heads: the heads this module has (fewer than the site's when some were pruned); head_dim: the

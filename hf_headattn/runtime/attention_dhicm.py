@@ -32,6 +32,7 @@ class DynamicHeadImportanceAttention(AttentionVariant):
     options = {"d_m": None, "dropout": None, "kl_weight": 0.1, "score": "dot"}
     default_layers = (-1,)  # the paper's best placement: the last layer
     combines_heads = True
+    weight_read_linears = ("w",)  # Eq. 2's W^T U x multiplies by W's matrix, once for all heads
 
     def __init__(self, config, site, layer_idx, num_heads, head_dim, **options):
         super().__init__(config, site, layer_idx, num_heads, head_dim, **options)

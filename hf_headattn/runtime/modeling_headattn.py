@@ -1081,6 +1081,8 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         """lm_head(hidden_states) + final_logits_bias, with the bias added inside the output GEMM (addmm) rather
         than by a separate pass over the [batch, length, vocab] logits."""
         bias = self.final_logits_bias.view(-1).to(hidden_states.dtype)
+        if not isinstance(self.lm_head, nn.Linear):  # e.g. replaced by a quantized linear, whose weight is a method
+            return self.lm_head(hidden_states) + bias
         if self.lm_head.bias is not None:
             bias = bias + self.lm_head.bias
         return nn.functional.linear(hidden_states, self.lm_head.weight, bias)
