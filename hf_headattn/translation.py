@@ -76,6 +76,7 @@ ALIGNMENT_HEADS = ("mean", "hop")
 OUTPUT_FORMATS = ("text", "jsonl")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATIONS = ("none", "int8")
+DEFAULT_BATCH_SIZE = 32
 LISTED_LINES = 10  # line numbers a truncation warning names before it only counts
 
 
@@ -205,7 +206,7 @@ def translate(
     sources: Sequence[str],
     *,
     nbest: int = 1,
-    batch_size: int | None = 32,
+    batch_size: int | None = DEFAULT_BATCH_SIZE,
     max_tokens: int | None = None,
     scores: bool = False,
     alignments: bool = False,
@@ -564,7 +565,8 @@ def make_parser() -> argparse.ArgumentParser:
     decoding.add_argument("--temperature", type=float, default=None, help="sampling temperature")
     decoding.add_argument("--seed", type=int, default=None, help="random seed (sampling)")
     batching = parser.add_argument_group("batching (sentences are sorted by length, output keeps input order)")
-    batching.add_argument("--batch_size", type=int, default=32, help="sentences per batch")
+    batching.add_argument("--batch_size", type=int, default=None,
+                          help="sentences per batch (None: 32, or no limit but --max_tokens' when that is given)")
     batching.add_argument("--max_tokens", type=int, default=None, help="padded source tokens per batch")
     batching.add_argument("--strict", action="store_true",
                           help="refuse lines longer than the model takes (default: translate them cut, warning once)")
@@ -696,7 +698,8 @@ def _load_and_translate(parser, args, sources, state):
     progress = not args.quiet and (args.progress or (args.input != "-" and sys.stderr.isatty()))
     started = time.perf_counter()
     try:
-        translations = translate(model, tokenizer, sources, nbest=args.nbest, batch_size=args.batch_size,
+        batch_size = args.batch_size if args.batch_size or args.max_tokens else DEFAULT_BATCH_SIZE
+        translations = translate(model, tokenizer, sources, nbest=args.nbest, batch_size=batch_size,
                                  max_tokens=args.max_tokens, scores=args.nbest > 1 or args.output_format == "jsonl",
                                  alignments=args.alignments, alignment_layer=args.alignment_layer,
                                  alignment_heads=args.alignment_heads, strict=args.strict, progress=progress,

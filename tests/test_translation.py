@@ -237,6 +237,9 @@ def test_command_writes_one_line_per_input_line(folder, tmp_path, capsys):
     assert [int(line.split(" ||| ")[0]) for line in nbest] == [0, 0, 1, 1, 3, 3, 4, 4, 5, 5, 6, 6]
     assert all(len(line.split(" ||| ")) == 4 for line in nbest)
 
+    out = run(["--model", model_dir, "--input", source, "--num-beams", "2", "--max_tokens", "30", "-q"], capsys)
+    assert out.out == (tmp_path / "out.en").read_text(encoding="utf-8")  # other batches, same translations
+
     out = run(["--model", model_dir, "--input", source, "--num_beams", "2", "--quantize", "int8", "-q"], capsys)
     assert len(out.out.split("\n")) == 9 and out.out.split("\n")[2] == ""
 
