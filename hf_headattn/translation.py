@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
@@ -59,6 +59,7 @@ from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, 
 __all__ = [
     "ALIGNMENT_HEADS",
     "Hypothesis",
+    "HypothesisAttention",
     "Translation",
     "align",
     "default_alignment_layer",
@@ -81,12 +82,37 @@ LISTED_LINES = 10  # line numbers a truncation warning names before it only coun
 
 
 @dataclass
+class HypothesisAttention:
+    """Where the model looked while producing one hypothesis (``translate(..., attention=True)``), read from the
+    teacher-forced pass that scores and aligns it; what the web demo (``hf_headattn.app``) draws.
+
+    Tokens as the model read and produced them (the source cut as it was read; the target from its first token
+    through its end of sentence); each token's word index (-1: special tokens), words as the alignment counts
+    them; ``cross_attentions``, one [heads, target tokens, source tokens] tensor per decoder layer (heads differ
+    between layers where some were pruned; the LSTM family: its one source attention); ``alignment_attention``
+    [target tokens, source tokens], the reduction the Pharaoh alignment reads; ``head_importances``, the model's
+    weights over heads: module name -> [tokens, heads] (DHICM and dependent multi-hop modules; ``"source
+    attention"`` for the LSTM's dependent hops), tokens being the source's for encoder modules, else the
+    target's."""
+
+    source_tokens: list[str]
+    target_tokens: list[str]
+    source_words: list[int]
+    target_words: list[int]
+    cross_attentions: "tuple[torch.Tensor, ...]"  # noqa: F821  (torch is imported where it is used)
+    alignment_attention: "torch.Tensor"  # noqa: F821
+    head_importances: dict = field(default_factory=dict)
+
+
+@dataclass
 class Hypothesis:
-    """One translation of a sentence: its text, its score (None unless asked for) and its Pharaoh alignment."""
+    """One translation of a sentence: its text, its score (None unless asked for), its Pharaoh alignment and,
+    with ``translate(..., attention=True)``, its attention (:class:`HypothesisAttention`; never written out)."""
 
     text: str
     score: float | None = None
     alignment: str | None = None
+    attention: HypothesisAttention | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -212,6 +238,7 @@ def translate(
     alignments: bool = False,
     alignment_layer: int | None = None,
     alignment_heads: str = "mean",
+    attention: bool = False,
     strict: bool = False,
     progress: bool = False,
     desc: str = "translating",
@@ -229,6 +256,8 @@ def translate(
         alignments, alignment_layer, alignment_heads: Give each hypothesis its Pharaoh word alignment, from this
             decoder layer (Transformers; negative counts from the end; default the last) with the heads
             averaged (``"mean"``) or weighed by the model's weights over heads (``"hop"``).
+        attention: Keep each hypothesis' attention (:class:`HypothesisAttention`: every layer and head, the
+            alignment's reduction, head importances), from the same pass as its score and alignment.
         strict: Refuse sources longer than the model takes (:func:`source_token_limit`) instead of translating
             them cut, with a warning that names their line numbers (1-based positions in `sources`).
         progress: Show a progress bar with an ETA (stderr).
@@ -249,7 +278,7 @@ def translate(
                          "hypotheses, so ask for at most that many (or raise num_beams)")
     if alignment_heads not in ALIGNMENT_HEADS:
         raise ValueError(f"Unknown alignment_heads={alignment_heads!r}; accepted: {', '.join(ALIGNMENT_HEADS)}")
-    if alignments:
+    if alignments or attention:
         _alignment_layer_index(model, alignment_layer)  # a bad layer fails before any decoding
     sources = list(sources)
     kept = [index for index, source in enumerate(sources) if source.strip()]
@@ -276,7 +305,7 @@ def translate(
             hypotheses = _translate_batch(model, tokenizer, texts, nbest=nbest, limit=limit,
                                           scores=scores or nbest > 1, alignments=alignments,
                                           alignment_layer=alignment_layer, alignment_heads=alignment_heads,
-                                          generate_kwargs=generate_kwargs)
+                                          attention=attention, generate_kwargs=generate_kwargs)
             results.update(zip(batch, hypotheses))
             bar.update(len(batch))
         bar.close()
@@ -298,7 +327,7 @@ def _distributed_state():
 
 
 def _translate_batch(model, tokenizer, texts, *, nbest, limit, scores, alignments, alignment_layer, alignment_heads,
-                     generate_kwargs) -> list[list[Hypothesis]]:
+                     generate_kwargs, attention=False) -> list[list[Hypothesis]]:
     import torch
 
     batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=limit is not None, max_length=limit,
@@ -309,20 +338,29 @@ def _translate_batch(model, tokenizer, texts, *, nbest, limit, scores, alignment
     decoded = [text.replace("\n", " ").strip()
                for text in tokenizer.batch_decode(sequences, skip_special_tokens=True)]
     hypotheses = [Hypothesis(text) for text in decoded]
-    if scores or alignments:
+    if scores or alignments or attention:
         length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
         length_penalty = 1.0 if length_penalty is None else length_penalty
         scored = _teacher_forced(model, batch["input_ids"].repeat_interleave(nbest, 0),
                                  batch["attention_mask"].repeat_interleave(nbest, 0), sequences,
-                                 length_penalty=length_penalty, alignments=alignments,
-                                 alignment_layer=alignment_layer, alignment_heads=alignment_heads)
+                                 length_penalty=length_penalty, alignments=alignments or attention,
+                                 alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                                 keep_attention=attention)
         source_words = _source_word_indices(tokenizer, texts, batch["input_ids"], limit)
-        for k, (hypothesis, (score, attention)) in enumerate(zip(hypotheses, scored)):
+        for k, (hypothesis, (score, reduced, kept)) in enumerate(zip(hypotheses, scored)):
             hypothesis.score = score
-            if alignments:
-                target_ids = sequences[k, 1:1 + attention.shape[0]].tolist()  # up to its end of sentence
+            if alignments or attention:
+                target_ids = sequences[k, 1:1 + reduced.shape[0]].tolist()  # up to its end of sentence
                 target_words = _decoded_word_indices(tokenizer, target_ids)
-                hypothesis.alignment = _pharaoh(attention, source_words[k // nbest], target_words)
+            if alignments:
+                hypothesis.alignment = _pharaoh(reduced, source_words[k // nbest], target_words)
+            if attention:
+                source_ids = batch["input_ids"][k // nbest, :int(batch["attention_mask"][k // nbest].sum())].tolist()
+                hypothesis.attention = HypothesisAttention(
+                    tokenizer.convert_ids_to_tokens(source_ids), tokenizer.convert_ids_to_tokens(target_ids),
+                    source_words[k // nbest][:len(source_ids)], target_words,
+                    alignment_attention=reduced[:, :len(source_ids)].cpu(),
+                    **kept)
     grouped = [hypotheses[start:start + nbest] for start in range(0, len(hypotheses), nbest)]
     if scores:  # beam search ranks by the same score; sorting keeps the order exact under float rounding
         grouped = [sorted(group, key=lambda hypothesis: -hypothesis.score) for group in grouped]
@@ -330,10 +368,18 @@ def _translate_batch(model, tokenizer, texts, *, nbest, limit, scores, alignment
 
 
 def _teacher_forced(model, input_ids, attention_mask, sequences, *, length_penalty, alignments, alignment_layer,
-                    alignment_heads, rows_per_pass: int = 64):
-    """(score, reduced cross-attention [target tokens, source tokens] or None) of every sequence (which starts
-    with the decoder start token), from teacher-forced passes of at most `rows_per_pass` sequences."""
+                    alignment_heads, rows_per_pass: int = 64, keep_attention: bool = False):
+    """(score, reduced cross-attention [target tokens, source tokens] or None, and with `keep_attention` the
+    sequence's `cross_attentions` and `head_importances` for :class:`HypothesisAttention`, else None) of every
+    sequence (which starts with the decoder start token), from teacher-forced passes of at most `rows_per_pass`
+    sequences."""
+    import inspect
+
     import torch
+
+    # weights over heads: asked for when the reduction or the kept attention needs them and the model has them
+    wants_importances = alignments and (alignment_heads == "hop" or (
+        keep_attention and "output_head_importances" in inspect.signature(model.forward).parameters))
 
     eos = model.generation_config.eos_token_id
     eos_ids = torch.tensor(eos if isinstance(eos, list) else [eos], device=sequences.device)
@@ -346,15 +392,30 @@ def _teacher_forced(model, input_ids, attention_mask, sequences, *, length_penal
         with torch.inference_mode():
             outputs = model(input_ids=input_ids[rows], attention_mask=attention_mask[rows],
                             decoder_input_ids=sequences[rows, :-1], use_cache=False, output_attentions=alignments,
-                            **({"output_head_importances": True} if alignments and alignment_heads == "hop" else {}))
+                            **({"output_head_importances": True} if wants_importances else {}))
         log_probs = torch.log_softmax(outputs.logits.float(), dim=-1)
         token_log_probs = log_probs.gather(-1, produced[rows, :, None]).squeeze(-1) * real[rows]
         lengths = real[rows].sum(-1).clamp(min=1)
         sequence_scores = token_log_probs.sum(-1) / lengths.float() ** length_penalty
         attention = _reduced_attention(model, outputs, alignment_layer, alignment_heads) if alignments else None
         for k in range(sequence_scores.shape[0]):
-            results.append((sequence_scores[k].item(), attention[k, : int(lengths[k])] if alignments else None))
+            length = int(lengths[k])
+            kept = _kept_attention(outputs, k, length, int(attention_mask[rows][k].sum())) if keep_attention else None
+            results.append((sequence_scores[k].item(), attention[k, :length] if alignments else None, kept))
     return results
+
+
+def _kept_attention(outputs, row: int, target_length: int, source_length: int) -> dict:
+    """One sequence's cross-attention per layer ([heads, target, source] each) and head importances (module ->
+    [tokens, heads]), cut to its real tokens, on the CPU (the fields of :class:`HypothesisAttention`)."""
+    cross_attentions = tuple(layer[row, :, :target_length, :source_length].float().cpu()
+                             for layer in outputs.cross_attentions)
+    importances = getattr(outputs, "head_importances", None)
+    if importances is not None and not isinstance(importances, dict):  # the LSTM family: its one source attention
+        importances = {"source attention": importances}
+    head_importances = {name: values[row, :source_length if name.startswith("encoder.") else target_length]
+                        .float().cpu() for name, values in (importances or {}).items() if values is not None}
+    return {"cross_attentions": cross_attentions, "head_importances": head_importances}
 
 
 def default_alignment_layer(layers: int) -> int:
@@ -482,7 +543,7 @@ def align(model, tokenizer, sources: Sequence[str], targets: Sequence[str], *, b
         scored = _teacher_forced(model, batch["input_ids"], batch["attention_mask"], sequences, length_penalty=1.0,
                                  alignments=True, alignment_layer=alignment_layer, alignment_heads=alignment_heads)
         source_words = _source_word_indices(tokenizer, texts, batch["input_ids"], limit)
-        for k, (_, attention) in enumerate(scored):
+        for k, (_, attention, _) in enumerate(scored):
             characters = _word_of_character(labels[k])
             target_words = []
             for (first, last), special in zip(target["offset_mapping"][k], target["special_tokens_mask"][k]):
@@ -600,8 +661,9 @@ def _check_paths(parser, args) -> None:
 def _format(translation: Translation, index: int, args) -> str:
     """One input line's output, newline-terminated."""
     if args.output_format == "jsonl":
-        hypotheses = [{key: value for key, value in asdict(hypothesis).items()
-                       if key != "alignment" or args.alignments} for hypothesis in translation.hypotheses]
+        hypotheses = [{"text": hypothesis.text, "score": hypothesis.score,
+                       **({"alignment": hypothesis.alignment} if args.alignments else {})}
+                      for hypothesis in translation.hypotheses]
         return json.dumps({"source": translation.source, "translations": hypotheses}, ensure_ascii=False) + "\n"
     if args.nbest == 1:
         best = translation.hypotheses[0] if translation.hypotheses else Hypothesis("", alignment="")

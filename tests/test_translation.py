@@ -121,6 +121,32 @@ def test_alignment_links_stay_within_both_sentences_for_every_variant(model, tok
         assert all(0 <= int(link.split("-")[1]) < len(target.split()) for link in links.split())
 
 
+def test_kept_attention_is_what_scored_and_aligned_each_hypothesis(model, tokenizer, sources):
+    plain = translate(model, tokenizer, sources, nbest=2, num_beams=2, alignments=True, **GENERATION)
+    kept = translate(model, tokenizer, sources, nbest=2, num_beams=2, alignments=True, attention=True, **GENERATION)
+    assert [[(h.text, h.score, h.alignment) for h in t.hypotheses] for t in kept] == \
+        [[(h.text, h.score, h.alignment) for h in t.hypotheses] for t in plain]
+    is_rnn = model.config.model_type == "headattn_rnn"
+    for translation in kept:
+        for hypothesis in translation.hypotheses:
+            attention = hypothesis.attention
+            source_ids = tokenizer(translation.source, return_token_type_ids=False)["input_ids"]
+            assert attention.source_tokens == tokenizer.convert_ids_to_tokens(source_ids)
+            assert len(attention.source_words) == len(source_ids)
+            target_length = len(attention.target_tokens)
+            assert len(attention.target_words) == target_length
+            assert len(attention.cross_attentions) == (1 if is_rnn else model.config.decoder_layers)
+            for layer in attention.cross_attentions:
+                assert layer.shape[1:] == (target_length, len(source_ids))
+            # the reduction the alignment read: the last layer's heads averaged
+            torch.testing.assert_close(attention.alignment_attention, attention.cross_attentions[-1].mean(0))
+            for name, importances in attention.head_importances.items():
+                tokens = len(source_ids) if name.startswith("encoder.") else target_length
+                assert importances.shape[0] == tokens
+                torch.testing.assert_close(importances.sum(-1), torch.ones(tokens))
+    assert plain[0].hypotheses[0].attention is None
+
+
 def test_every_variant_translates_with_int8_linear_layers(model, tokenizer, sources):
     import copy
 
