@@ -30,8 +30,9 @@ COMMANDS = {
     "hf-headattn-translate": ("hf_headattn.translation", ["--num_beams", "--nbest", "--alignments", "jsonl", "|||"]),
     "hf-headattn-average": ("hf_headattn.averaging", ["--last", "--checkpoints", "--output_dir"]),
     "hf-headattn-plot": ("hf_headattn.plotting", ["attention-map", "head-importances", "bleu-by-length"]),
-    "hf-headattn-hub": ("hf_headattn.hub", ["card", "push"]),
+    "hf-headattn-hub": ("hf_headattn.hub", ["card", "push", "space"]),
     "hf-headattn-demo": ("hf_headattn.demo", ["(default: runs/demo)", "csparsemax", "dhicm", "multihop"]),
+    "hf-headattn-app": ("hf_headattn.app", ["--model", "--port", "--time_limit", "side by side", "(default: 7860)"]),
 }
 
 
@@ -75,11 +76,11 @@ def check_help_imports_none_of(command: str, modules: tuple[str, ...]) -> None:
 
 
 @pytest.mark.parametrize("command", ["hf-headattn-evaluate", "hf-headattn-plot", "hf-headattn-hub",
-                                     "hf-headattn-translate", "hf-headattn-average"])
+                                     "hf-headattn-translate", "hf-headattn-average", "hf-headattn-app"])
 def test_help_of_the_tools_imports_no_heavy_library(command):
-    """--help of the commands whose flags need no model code answers without torch, Transformers, matplotlib or
-    sacrebleu (train's flags are Trainer's dataclass and demo's choices the variant registry, which need torch)."""
-    check_help_imports_none_of(command, ("torch", "transformers", "matplotlib", "sacrebleu", "datasets"))
+    """--help of the commands whose flags need no model code answers without torch, Transformers, matplotlib,
+    sacrebleu or gradio (train's flags are Trainer's dataclass and demo's choices the variant registry, which need torch)."""
+    check_help_imports_none_of(command, ("torch", "transformers", "matplotlib", "sacrebleu", "datasets", "gradio"))
 
 
 def test_train_help_imports_neither_trainer_nor_datasets_nor_the_models():
