@@ -5,6 +5,9 @@ r"""Model cards and Hub upload for saved model folders.
         --dataset-name "Multi30k (task 1)" --dataset-id bentrevett/multi30k --language de en --repo-id user/de-en
     # check the folder is complete, then upload model, tokenizer, code, pipeline and card in one commit
     hf-headattn-hub push --model runs/de-en --repo-id user/de-en [--private]
+    # a Gradio Space running the web demo (hf_headattn.app) on one or more models, and its upload
+    hf-headattn-hub space --model runs/de-en --model runs/de-en-csparsemax --output_dir runs/space
+    hf-headattn-hub push --space runs/space --repo-id user/de-en-demo
 
 * :func:`write_model_card` picks the template of the folder's model family (``model_cards/transformer.md`` for
   ``model_type = "headattn"``, ``model_cards/rnn.md`` for ``"headattn_rnn"``), describes the configured
@@ -18,6 +21,10 @@ r"""Model cards and Hub upload for saved model folders.
   tokenizer, card, train_results.json); every other file of the folder is named in a warning
   (:func:`files_left_out`). Pickle weights (``pytorch_model.bin``) are refused: loading them can run arbitrary
   code, and ``save_pretrained`` writes safetensors.
+* :func:`write_space` writes a Gradio Space folder that runs the web demo (:mod:`hf_headattn.app`) on model folders
+  (copied in, their :func:`files_to_upload`) or Hub ids, with the demo's modules copied into the Space, so that it
+  runs with torch, Transformers and gradio alone; :func:`check_space_folder` and :func:`push_space` check and upload
+  it as a Space (``repo_type="space"``, gradio SDK).
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -36,7 +43,7 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
-from .cli import HelpFormatter, add_verbose_argument, configure_logging
+from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
 
 # transformers and the model classes are imported where they are used, so that `--help` is instant.
 
@@ -47,11 +54,14 @@ __all__ = [
     "TEMPLATES_DIR",
     "UPLOADED_FILES",
     "check_model_folder",
+    "check_space_folder",
     "files_left_out",
     "files_to_upload",
     "main",
+    "push_space",
     "push_to_hub",
     "write_model_card",
+    "write_space",
 ]
 
 # The card templates live in the repository's model_cards/ folder, next to the package (editable install).
@@ -592,6 +602,326 @@ def push_to_hub(
     )
 
 
+# ------------------------------------------------------------------------------------------------ Spaces
+# A Space holds the web demo (hf_headattn.app) with the modules it runs, copied unchanged into a package of the
+# Space, so that it runs with torch, Transformers and gradio alone; its models load through their own code.
+SPACE_PACKAGE = "headattn_app"
+SPACE_ENTRY = "app.py"  # the demo's module; the Space holds it and every module it imports (space_code_files)
+# The commands' model loading, imported only by the commands' main functions: a Space loads its models through their
+# own code (app.load_through_own_code), and loading.py would reach into the package's runtime.
+SPACE_LEFT_OUT = ("loading.py",)
+SPACE_MODELS = "models"
+SPACE_FILES = ("app.py", "requirements.txt", "README.md")
+SPACE_REQUIREMENTS = ("torch", "transformers")  # with this package's own version ranges (its metadata)
+
+SPACE_APP = '''"""A Gradio Space written by `hf-headattn-hub space`: translate with {names} and compare where the models'
+attention goes (heat maps per layer and head, word alignments, weights over heads, fertility bounds).
+
+It runs with torch, Transformers and gradio alone: each model loads through the code saved with it
+(trust_remote_code=True), and {package}/ holds the page's code, copied from hf_headattn {version}.
+Locally: pip install -r requirements.txt "gradio=={gradio_version}" && python app.py
+"""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # {package}/ beside this file, wherever it is started from
+
+from {package}.app import build_demo, launch, load_models  # noqa: E402  (after the two settings above)
+
+# (label in the page, where it loads from: a folder of this Space or a Hub model id, whether it is a folder here)
+MODELS = {models}
+# what a visitor may ask for (see {package}/app.py)
+SETTINGS = {settings}
+
+models = load_models([str(HERE / source) if bundled else source for _, source, bundled in MODELS],
+                     labels=[label for label, _, _ in MODELS])
+demo = build_demo(models, **SETTINGS)
+
+if __name__ == "__main__":
+    launch(demo)  # GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (a Space sets them), else 127.0.0.1:7860
+'''
+
+
+def _code_closure(folder: Path, entry: str) -> tuple[list[str], list[str]]:
+    """(the modules of `folder` that `entry` needs, those missing): `entry` and every module it imports relatively,
+    directly or through others, at module or function level, but :data:`SPACE_LEFT_OUT`.
+
+    Raises:
+        ValueError: a module that imports from a subpackage (the runtime) or hf_headattn by name, which a Space
+            does not have.
+    """
+    import ast
+
+    needed, missing, to_visit = [], [], [entry]
+    while to_visit:
+        name = to_visit.pop()
+        if name in needed or name in missing or name in SPACE_LEFT_OUT:
+            continue
+        if not (folder / name).is_file():
+            missing.append(name)
+            continue
+        needed.append(name)
+        for node in ast.walk(ast.parse((folder / name).read_text(encoding="utf-8"))):
+            absolute = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                        [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(module.split(".")[0] == "hf_headattn" for module in absolute):
+                raise ValueError(f"{name} imports hf_headattn by name, which a Space does not have")
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            if node.level > 1 or (node.module and "." in node.module):
+                raise ValueError(f"{name} imports from a subpackage ({'.' * node.level}{node.module}), which a Space "
+                                 "does not have: the demo's modules may import only the package's top-level modules")
+            to_visit += [f"{node.module}.py"] if node.module else [f"{alias.name}.py" for alias in node.names]
+    return sorted(needed), sorted(missing)
+
+
+def space_code_files() -> list[str]:
+    """The package's modules a Space runs (copied unchanged into its ``headattn_app/``): the demo
+    (:mod:`hf_headattn.app`) and every module it imports, transitively, but :data:`SPACE_LEFT_OUT`."""
+    needed, missing = _code_closure(Path(__file__).parent, SPACE_ENTRY)
+    if missing:
+        raise ValueError(f"The demo imports modules the package lacks: {', '.join(missing)}")
+    return needed
+
+
+def _space_model_problems(model_dir: Path) -> list[str]:
+    """What a model folder lacks to run in a Space without this package: config with an ``auto_map`` entry for
+    AutoModelForSeq2SeqLM and the code it needs, safetensors weights, a tokenizer (a card is optional: its
+    examples become the page's)."""
+    files = set(files_to_upload(model_dir))
+    problems = []
+    if "config.json" not in files:
+        problems.append("config.json")
+    else:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        if "AutoModelForSeq2SeqLM" not in (config.get("auto_map") or {}):
+            problems.append("config.json auto_map entry AutoModelForSeq2SeqLM (re-save the model with save_pretrained)")
+        missing = missing_code_files(model_dir, config)
+        if missing:
+            problems.append(f"runtime code file(s) {', '.join(missing)} (re-save the model with save_pretrained)")
+    if not any(name in files for name in WEIGHT_FILES):
+        problems.append("weights as model.safetensors")
+    if "tokenizer_config.json" not in files or not any(name in files for name in TOKENIZER_VOCAB_FILES):
+        problems.append("a tokenizer (tokenizer_config.json and its vocabulary; save the tokenizer into the folder)")
+    return problems
+
+
+def _space_model_name(model_dir: Path, taken: set[str]) -> str:
+    """A folder name for a bundled model: the folder's name, with its parent's before it when that name says
+    nothing (``runs/demo-csparsemax/model`` -> ``demo-csparsemax-model``), unique among `taken`."""
+    parts = model_dir.resolve().parts
+    name = "-".join(parts[-2:]) if parts[-1] in ("model", "final", "output") and len(parts) > 1 else parts[-1]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "model"
+    unique, suffix = name, 2
+    while unique in taken:
+        unique, suffix = f"{name}-{suffix}", suffix + 1
+    return unique
+
+
+def _space_requirements() -> str:
+    """requirements.txt: torch and Transformers with this package's own version ranges (gradio comes from the
+    README's sdk_version, as Spaces install it)."""
+    from importlib.metadata import requires
+
+    wanted = []
+    for requirement in requires("hf_headattn") or []:
+        name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower()
+        if name in SPACE_REQUIREMENTS and "extra ==" not in requirement:
+            wanted.append(requirement.replace(" ", ""))
+    return "\n".join(sorted(wanted)) + "\n"
+
+
+def write_space(
+    models: Sequence[str | Path],
+    output_dir: str | Path,
+    *,
+    title: str | None = None,
+    overwrite: bool = False,
+    settings: Mapping | None = None,
+) -> Path:
+    """Write a Gradio Space folder that runs the web demo (:mod:`hf_headattn.app`) on `models`, and return it.
+
+    The folder holds ``app.py`` (the Space's entry), ``headattn_app/`` (the demo's modules, copied unchanged),
+    ``requirements.txt`` (torch, Transformers), ``README.md`` (the Space's front matter: gradio SDK at the installed
+    gradio's version, ``app_file``, the Hub models it uses) and ``models/``: each local model folder's files that
+    :func:`files_to_upload` names (config, weights, code, tokenizer, card). A Hub model id is loaded from the Hub
+    instead. It runs with torch, Transformers and gradio alone (``python app.py``); :func:`push_space` uploads it.
+
+    Args:
+        models: Saved model folders, or Hub model ids; one panel each, the first two side by side.
+        output_dir: The Space folder to write (written to a temporary folder first and renamed into place).
+        title: The Space's title (default: from the models' names).
+        overwrite: Replace an existing `output_dir`.
+        settings: The page's limits and starting values, passed to :func:`hf_headattn.app.build_demo`
+            (``max_lines``, ``time_limit``, ``concurrency_limit``, ``queue_size``, ``num_beams``,
+            ``max_new_tokens``); default: the app's defaults.
+
+    Raises:
+        ValueError: no model, a folder missing what a Space needs (all problems named), a name that is neither a
+            folder nor a Hub id, an `output_dir` that exists (without `overwrite`) or is inside a model folder, or
+            gradio not installed (the Space pins its version).
+    """
+    import shutil
+    import tempfile
+    from importlib.metadata import PackageNotFoundError, version
+
+    from huggingface_hub import SpaceCardData
+
+    from . import app
+
+    if not models:
+        raise ValueError("Name at least one model for the Space")
+    try:
+        gradio_version = version("gradio")
+    except PackageNotFoundError:
+        raise ValueError('Writing a Space needs gradio installed (pip install "hf_headattn[app]"): the Space pins the '
+                         "gradio version its page was made with") from None
+    output_dir = Path(output_dir)
+    entries, problems, taken = [], [], set()
+    for model in models:
+        path = Path(model)
+        if path.is_dir():
+            if output_dir.resolve().is_relative_to(path.resolve()):
+                raise ValueError(f"--output_dir {output_dir} is inside the model folder {path}; write the Space "
+                                 "elsewhere")
+            missing = _space_model_problems(path)
+            if missing:
+                problems.append(f"{path}: " + "; ".join(missing))
+            name = _space_model_name(path, taken)
+            taken.add(name)
+            entries.append((name, f"{SPACE_MODELS}/{name}", True, path))
+        else:
+            try:
+                validate_repo_id(str(model))
+            except ValueError:
+                raise ValueError(f"{model} is neither a model folder nor a Hub model id") from None
+            entries.append((str(model), str(model), False, None))
+    if problems:
+        raise ValueError("Cannot write the Space; missing: " + " | ".join(problems))
+    if output_dir.exists() and not overwrite:
+        raise ValueError(f"{output_dir} exists; choose another --output_dir or pass --overwrite")
+    if not output_dir.parent.is_dir():
+        raise ValueError(f"Cannot write {output_dir}: its folder {output_dir.parent} does not exist")
+
+    page_settings = dict(max_lines=app.DEFAULT_MAX_LINES, time_limit=app.DEFAULT_TIME_LIMIT,
+                         concurrency_limit=app.DEFAULT_CONCURRENCY, queue_size=app.DEFAULT_QUEUE_SIZE,
+                         num_beams=app.DEFAULT_NUM_BEAMS, max_new_tokens=app.DEFAULT_MAX_NEW_TOKENS)
+    unknown = set(settings or {}) - set(page_settings)
+    if unknown:
+        raise ValueError(f"Unknown page setting(s) {', '.join(sorted(unknown))}; known: {', '.join(page_settings)}")
+    page_settings.update(settings or {})
+    names = [label for label, *_ in entries]
+    title = title or ("hf_headattn: " + " vs ".join(names[:2]) + (" and more" if len(names) > 2 else ""))
+    package_version = version("hf_headattn")
+
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial", dir=output_dir.parent))
+    try:
+        code_dir = staging / SPACE_PACKAGE
+        code_dir.mkdir()
+        (code_dir / "__init__.py").write_text(f'"""The web demo of hf_headattn {package_version}, copied unchanged by '
+                                              '`hf-headattn-hub space`."""\n', encoding="utf-8")
+        for module in space_code_files():
+            shutil.copyfile(Path(__file__).with_name(module), code_dir / module)
+        rows = []
+        for label, source, bundled, path in entries:
+            if bundled:
+                for name in files_to_upload(path):
+                    (staging / source / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(path / name, staging / source / name)
+                description = app.describe_model(_load_config(path))
+            else:
+                description = "loaded from the Hub"
+            rows.append(f"| {_table_cell(label)} | {_table_cell(description)} | `{source}` |")
+        listing = ",\n    ".join(repr((label, source, bundled)) for label, source, bundled, _ in entries)
+        (staging / "app.py").write_text(SPACE_APP.format(
+            names=", ".join(names), package=SPACE_PACKAGE, version=package_version, gradio_version=gradio_version,
+            models=f"[\n    {listing},\n]", settings=repr(page_settings)), encoding="utf-8")
+        (staging / "requirements.txt").write_text(_space_requirements(), encoding="utf-8")
+        card = SpaceCardData(title=title, sdk="gradio", sdk_version=gradio_version, app_file="app.py",
+                             models=[source for _, source, bundled, _ in entries if not bundled] or None,
+                             tags=["translation", "hf_headattn", "attention-visualization"], emoji="🔎",
+                             colorFrom="blue", colorTo="indigo", pinned=False,
+                             short_description="Translate and compare where attention variants look")
+        (staging / "README.md").write_text(
+            f"---\n{card.to_yaml()}\n---\n\n# {title}\n\nTranslate with {len(entries)} hf_headattn model(s) and "
+            "compare, two side by side, where their attention goes: the cross-attention as heat maps of source "
+            "words x target words per layer and head, the word alignment as links, DHICM and multi-hop weights "
+            "over heads, and csoftmax / csparsemax cumulative attention against the fertility bounds.\n\n"
+            "| model | attention | loads from |\n|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            "The Space runs with torch, Transformers and gradio alone: each model loads through the code saved "
+            f"with it (`trust_remote_code=True`), and `{SPACE_PACKAGE}/` holds the page's code, copied from "
+            f"hf_headattn {package_version}. To run it elsewhere:\n\n"
+            f"```bash\npip install -r requirements.txt \"gradio=={gradio_version}\"\npython app.py   # then open "
+            "http://127.0.0.1:7860\n```\n", encoding="utf-8")
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        staging.rename(output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return output_dir
+
+
+def check_space_folder(space_dir: str | Path) -> list[str]:
+    """Check that `space_dir` is a Space :func:`write_space` wrote, complete, and return the files that
+    :func:`push_space` uploads (sorted): its entry, requirements, card, the page's code and each bundled model's
+    files (:func:`files_to_upload`); caches a local run leaves (``__pycache__``, ``.gradio``) stay home.
+
+    Raises:
+        FileNotFoundError: a missing folder.
+        ValueError: naming everything missing, all at once.
+    """
+    from huggingface_hub import SpaceCard
+
+    space_dir = Path(space_dir)
+    if not space_dir.is_dir():
+        raise FileNotFoundError(f"Space folder not found: {space_dir}")
+    problems = [name for name in SPACE_FILES if not (space_dir / name).is_file()]
+    code_dir = space_dir / SPACE_PACKAGE
+    present, absent = _code_closure(code_dir, SPACE_ENTRY) if code_dir.is_dir() else ([], [SPACE_ENTRY])
+    code = [f"{SPACE_PACKAGE}/{name}" for name in ("__init__.py", *present)]
+    problems += [f"{SPACE_PACKAGE}/{name}" for name in ("__init__.py", *absent) if not (code_dir / name).is_file()]
+    if (space_dir / "README.md").is_file():
+        metadata = SpaceCard.load(space_dir / "README.md").data.to_dict()
+        if metadata.get("sdk") != "gradio" or metadata.get("app_file") != "app.py":
+            problems.append("README.md front matter with sdk: gradio and app_file: app.py (write the folder with "
+                            "hf-headattn-hub space)")
+    files = [name for name in SPACE_FILES if (space_dir / name).is_file()] + [name for name in code
+                                                                               if (space_dir / name).is_file()]
+    models_dir = space_dir / SPACE_MODELS
+    for model_dir in sorted(models_dir.iterdir()) if models_dir.is_dir() else []:
+        if model_dir.is_dir():
+            missing = _space_model_problems(model_dir)
+            problems += [f"{SPACE_MODELS}/{model_dir.name}: {'; '.join(missing)}"] if missing else []
+            files += [f"{SPACE_MODELS}/{model_dir.name}/{name}" for name in files_to_upload(model_dir)]
+    if problems:
+        raise ValueError(f"{space_dir} is not a complete Space; missing: " + "; ".join(problems))
+    return sorted(files)
+
+
+def push_space(space_dir: str | Path, repo_id: str, *, token: str | None = None, private: bool = False,
+               commit_message: str = "Upload the hf_headattn web demo"):
+    """Upload a Space folder written by :func:`write_space` to the Hub as a Gradio Space, in one commit: runs
+    :func:`check_space_folder` first (nothing is created for an incomplete folder), then
+    ``HfApi.create_repo(repo_type="space", space_sdk="gradio", exist_ok=True)`` and ``upload_folder`` of the checked
+    files alone.
+
+    Returns:
+        What ``upload_folder`` returns (a ``CommitInfo``).
+    """
+    validate_repo_id(repo_id)
+    space_dir = Path(space_dir)
+    uploaded = check_space_folder(space_dir)
+    api = HfApi(token=token)
+    repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="space", space_sdk="gradio")
+    return api.upload_folder(repo_id=getattr(repo_url, "repo_id", repo_id), folder_path=str(space_dir),
+                             repo_type="space", commit_message=commit_message, allow_patterns=uploaded)
+
+
 # ------------------------------------------------------------------------------------------------ command line
 EXAMPLES = """examples:
   # fill the family's card template from hf-headattn-evaluate's JSON into runs/de-en/README.md
@@ -599,6 +929,9 @@ EXAMPLES = """examples:
       --dataset-name "Multi30k (task 1)" --dataset-id bentrevett/multi30k --language de en --repo-id user/de-en
   # check the folder is complete, then upload model, tokenizer, code, pipeline and card in one commit
   hf-headattn-hub push --model runs/de-en --repo-id user/de-en --private
+  # a Gradio Space with the web demo of two models (runs with torch, Transformers and gradio alone), then upload it
+  hf-headattn-hub space --model runs/demo/model --model runs/demo-csparsemax/model --output_dir runs/space
+  hf-headattn-hub push --space runs/space --repo-id user/headattn-demo
 """
 
 
@@ -608,7 +941,8 @@ def make_parser() -> argparse.ArgumentParser:
         description="Model cards and Hub upload for saved model folders.\n"
                     "`hf-headattn-hub COMMAND --help` lists a command's flags.")
     add_verbose_argument(parser)
-    commands = parser.add_subparsers(dest="command", required=True)
+    # subcommands take the underscore spelling (--output_dir) with the dashed one as an alias
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=UnderscoreArgumentParser)
 
     def add_command(name, help):
         return commands.add_parser(name, help=help, description=help, formatter_class=HelpFormatter,
@@ -629,16 +963,25 @@ def make_parser() -> argparse.ArgumentParser:
     card.add_argument("--training-data", default=None, help="text of the Training data section")
     card.add_argument("--limitation", action="append", default=[], help="an extra limitation bullet (repeatable)")
     push = add_command("push", "check the folder and upload it to the Hub")
-    push.add_argument("--model", required=True, help="saved model folder with README.md")
+    what = push.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help="saved model folder with README.md")
+    what.add_argument("--space", help="a Space folder written by `hf-headattn-hub space`, uploaded as a Gradio Space")
     push.add_argument("--repo-id", required=True, help="Hub repository, e.g. user/de-en (created if missing)")
     push.add_argument("--private", action="store_true", help="create the repository private")
     push.add_argument("--commit-message", default=None, help="None: huggingface_hub's default message")
+    space = add_command("space", "write a Gradio Space folder with the web demo of one or more models")
+    space.add_argument("--model", action="append", required=True,
+                       help="saved model folder (copied into the Space) or Hub model id; repeat for side by side")
+    space.add_argument("--output_dir", required=True, help="the Space folder to write")
+    space.add_argument("--title", default=None, help="the Space's title (None: from the models' names)")
+    space.add_argument("--overwrite", action="store_true", help="replace an existing --output_dir")
     return parser
 
 
 def main(argv=None):
     """The `hf-headattn-hub` command (also `python -m hf_headattn.hub`)."""
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
     configure_logging(args.verbose)
 
     if args.command == "card":
@@ -648,6 +991,17 @@ def main(argv=None):
             model_name=args.model_name, license=args.license, training_data=args.training_data,
             limitations=args.limitation,
         ))
+    elif args.command == "space":
+        try:
+            print(write_space(args.model, args.output_dir, title=args.title, overwrite=args.overwrite))
+        except ValueError as error:
+            parser.exit(1, f"{parser.prog} space: error: {error}\n")
+    elif args.space:
+        message = {"commit_message": args.commit_message} if args.commit_message else {}
+        try:
+            print(push_space(args.space, args.repo_id, private=args.private, **message))
+        except (FileNotFoundError, ValueError) as error:
+            parser.exit(1, f"{parser.prog} push: error: {error}\n")
     else:
         message = {"commit_message": args.commit_message} if args.commit_message else {}
         print(push_to_hub(args.model, args.repo_id, private=args.private, **message))
