@@ -25,8 +25,10 @@ class TokenBudgetBatchSampler:
     consecutive pools of that many pairs (OpenNMT's pooled batches, Transformers' `group_by_length`): a pair's
     companions change every epoch, at the cost of some padding. The packing then differs between epochs, and so
     would the number of batches: every epoch is brought up to the count of the fullest of the first
-    max(32, `epochs`) epochs by halving its largest batches. The floor of 32 keeps a run's batches independent of
-    how long it trains, so a run extended by `--max_steps` resumes onto the batches it started with.
+    `COUNTED_EPOCHS` epochs by halving its largest batches, and a later epoch that would pack into more batches
+    draws its order again (from the seed, the epoch and the attempt). Epochs are packed when they begin, so a run
+    of any length starts at once, and its batches do not depend on how long it trains: a run extended by
+    `--max_steps` resumes onto the batches it started with.
 
     Under several processes, Accelerate's `BatchSamplerShard` deals the batches out round-robin, so each rank
     trains on its own batches. The number of batches is made a multiple of `num_replicas` (by halving the
@@ -36,8 +38,11 @@ class TokenBudgetBatchSampler:
     run (Trainer skips the batches it already trained on) see the batches an uninterrupted run sees.
     """
 
+    COUNTED_EPOCHS = 32  # pooled batches: the batch count is that of the fullest of these first epochs
+    MAX_DRAWS = 100  # pooled batches: orders an epoch may draw to fit the batch count (one almost always does)
+
     def __init__(self, source_lengths, target_lengths, max_tokens: int, seed: int = 0, num_replicas: int = 1,
-                 pool_pairs: int | None = None, epochs: int = 32):
+                 pool_pairs: int | None = None):
         self.source_lengths = np.asarray(source_lengths, dtype=np.int64)
         self.target_lengths = np.asarray(target_lengths, dtype=np.int64)
         if self.source_lengths.shape != self.target_lengths.shape or self.source_lengths.ndim != 1:
@@ -62,17 +67,8 @@ class TokenBudgetBatchSampler:
             self.num_batches = self._round_up(len(self.batch_sizes))
             self._split_largest(self.batch_sizes, self.num_batches)
         else:
-            self.epochs_covered, self.num_batches = 0, 0
-            self.cover_epochs(max(32, epochs))
-
-    def cover_epochs(self, epochs: int) -> None:
-        """Pooled batches: make every one of the first `epochs` epochs fit the batch count, raising the count to
-        that of the fullest epoch not covered yet."""
-        if epochs <= self.epochs_covered:
-            return
-        fullest = max(len(self._pooled_packing(epoch)[1]) for epoch in range(self.epochs_covered, epochs))
-        self.num_batches = max(self.num_batches, self._round_up(fullest))
-        self.epochs_covered = epochs
+            fullest = max(len(self._pooled_packing(epoch)[1]) for epoch in range(self.COUNTED_EPOCHS))
+            self.num_batches = self._round_up(fullest)
 
     def _round_up(self, count: int) -> int:
         return count + -count % self.num_replicas
@@ -99,9 +95,11 @@ class TokenBudgetBatchSampler:
             half = sizes[largest] // 2
             sizes[largest : largest + 1] = [half, sizes[largest] - half]
 
-    def _pooled_packing(self, epoch: int) -> tuple[np.ndarray, list[int]]:
-        """This epoch's pair order (random pools, each sorted by length) and the sizes of its batches."""
-        shuffled = np.random.default_rng([self.seed, epoch]).permutation(len(self.source_lengths))
+    def _pooled_packing(self, epoch: int, draw: int = 0) -> tuple[np.ndarray, list[int]]:
+        """This epoch's pair order (random pools, each sorted by length) and the sizes of its batches; `draw` > 0
+        draws the order again."""
+        stream = [self.seed, epoch] if draw == 0 else [self.seed, epoch, 2, draw]  # 1: the batches' order
+        shuffled = np.random.default_rng(stream).permutation(len(self.source_lengths))
         pools, sizes = [], []
         for start in range(0, len(shuffled), self.pool_pairs):
             pool = shuffled[start : start + self.pool_pairs]
@@ -109,6 +107,15 @@ class TokenBudgetBatchSampler:
             pools.append(pool)
             sizes += self._pack(self.source_lengths[pool], self.target_lengths[pool])
         return np.concatenate(pools), sizes
+
+    def _pooled_epoch(self, epoch: int) -> tuple[np.ndarray, list[int]]:
+        """The epoch's first packing that fits the batch count."""
+        for draw in range(self.MAX_DRAWS):
+            order, sizes = self._pooled_packing(epoch, draw)
+            if len(sizes) <= self.num_batches:
+                return order, sizes
+        raise RuntimeError(f"epoch {epoch}: {self.MAX_DRAWS} orders of the pairs all pack into more than "
+                           f"{self.num_batches} batches of --max_tokens {self.max_tokens}")
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -125,12 +132,7 @@ class TokenBudgetBatchSampler:
             order = shuffled[np.lexsort((self.target_lengths[shuffled], self.source_lengths[shuffled]))]
             sizes = self.batch_sizes
         else:
-            order, sizes = self._pooled_packing(self.epoch)
-            if len(sizes) > self.num_batches:
-                raise RuntimeError(
-                    f"epoch {self.epoch} packs into {len(sizes)} batches, more than the {self.num_batches} every "
-                    f"epoch must have (the fullest of the first {self.epochs_covered} epochs): build the sampler "
-                    f"with epochs={self.epoch + 1} or more")
+            order, sizes = self._pooled_epoch(self.epoch)
             self._split_largest(sizes, self.num_batches)
             rng = np.random.default_rng([self.seed, self.epoch, 1])  # the batches' order: a stream of its own
         batches = np.split(order, np.cumsum(sizes)[:-1])

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .cli import HelpFormatter, add_verbose_argument, configure_logging
 from .loading import DEVICES, resolve_device
-from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS
+from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, check_length_buckets
 
 # torch, the models and the training helpers are imported where they are used, so that `--help` is instant.
 
@@ -67,6 +67,42 @@ def _test_set_name(source_path: Path) -> str:
     return source_path.stem if source_path.suffix else source_path.name
 
 
+def _output_paths(output_dir: Path, test_name: str, decoding: str, reference_path: Path,
+                  overwrite: bool) -> tuple[Path, Path]:
+    """The hypotheses and metrics files of this test set and decoding, checked writable before anything runs: a
+    test name that is a plain file name, an output folder that is not a file, and no earlier result under these
+    names unless `overwrite` (two test sets of one file name would otherwise overwrite each other's)."""
+    if not test_name or test_name in (".", "..") or Path(test_name).name != test_name or "\\" in test_name:
+        raise ValueError(f"test_name {test_name!r} must be a plain file name: its files go into output_dir, "
+                         "not elsewhere")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"output_dir {output_dir} is a file, not a folder")
+    paths = (output_dir / f"{test_name}.{decoding}.hyp{reference_path.suffix}",
+             output_dir / f"{test_name}.{decoding}.metrics.json")
+    existing = [path for path in paths if path.exists()]
+    if existing and not overwrite:
+        recorded = _recorded_test_set(paths[1])
+        raise FileExistsError(
+            f"{', '.join(map(str, existing))} already hold{'s' * (len(existing) == 1)} a result"
+            + (f" (of {recorded})" if recorded else "") + "; pass overwrite=True (--overwrite) to replace it, or "
+            "test_name (--test-name) to name this test set apart")
+    return paths
+
+
+def _recorded_test_set(metrics_path: Path) -> str | None:
+    try:
+        return json.loads(metrics_path.read_text(encoding="utf-8"))["test_set"]["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write through a temporary sibling renamed into place: a reader never sees half a file."""
+    temporary = path.with_name(f".{path.name}.partial")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+
+
 def _sacrebleu_signatures() -> dict[str, str]:
     """The signatures of the BLEU, chrF and TER settings ``metrics.corpus_scores`` uses (sacrebleu's defaults, one
     reference). sacrebleu only builds a signature after scoring, hence the one-sentence corpus."""
@@ -97,6 +133,9 @@ def evaluate_model(
     drop_runs: int = DROP_ALIGNMENT_RUNS,
     drop_cache_dir: str | Path | None = None,
     coverage_penalty: float = 0.0,
+    tokenizer: str | Path | None = None,
+    force: bool = False,
+    overwrite: bool = False,
 ) -> dict:
     """Translate a test set with a saved model folder and score it; write the hypotheses and the metrics JSON.
 
@@ -122,8 +161,12 @@ def evaluate_model(
         buckets: Source-length bucket boundaries of BLEU by length (:func:`hf_headattn.metrics.bleu_by_length`).
         tokenize: Word tokenisation of REP and DROP: ``"13a"`` (the default; sacrebleu's tokenizer splits
             punctuation off words, as the raw test text needs) or ``"whitespace"``.
-        test_name: Name of the test set in file names and the JSON; default: the source file name without its
-            language suffix (``test_2016_flickr.de`` -> ``test_2016_flickr``).
+        test_name: Name of the test set in file names and the JSON (a plain file name); default: the source file
+            name without its language suffix (``test_2016_flickr.de`` -> ``test_2016_flickr``).
+        tokenizer: Another tokenizer folder than the model folder's own; refused unless it is the tokenizer the model
+            was trained with (see :func:`hf_headattn.loading.check_tokenizer`), or warned about with `force`.
+        overwrite: Replace an earlier result of this test set name and decoding in `output_dir` (refused
+            otherwise: it may be another test set of the same file name).
 
     Returns:
         The dict written to the JSON: ``bleu``, ``chrf``, ``ter``, ``rep``, ``drop`` (None without a training
@@ -132,8 +175,11 @@ def evaluate_model(
 
     Raises:
         FileNotFoundError: a missing model folder, config.json or text file.
+        FileExistsError: an earlier result under the same file names, without `overwrite`.
         ValueError: mismatched line counts, an empty test set, only one of train_source/train_target, a bad
-            device or setting.
+            device or setting, a tokenizer the model was not trained with.
+
+    Every argument is checked, and every file read, before the model translates.
     """
     model_dir, source_path, reference_path = Path(model_dir), Path(source_path), Path(reference_path)
     _check_model_dir(model_dir)
@@ -150,9 +196,13 @@ def evaluate_model(
         raise ValueError(f"Unknown tokenize={tokenize!r}; accepted: {', '.join(TOKENIZE_CHOICES)}")
     if (train_source is None) != (train_target is None):
         raise ValueError("Pass both train_source and train_target (the DROP aligner's training corpus), or neither")
+    buckets = check_length_buckets(buckets)
+    test_name = test_name if test_name is not None else _test_set_name(source_path)
+    decoding = decoding_name(num_beams, max_length, coverage_penalty)
+    hypotheses_path, metrics_path = _output_paths(Path(output_dir), test_name, decoding, reference_path, overwrite)
     from .loading import load_model_and_tokenizer
     from .metrics import all_metrics
-    from .training import read_parallel_files
+    from .parallel_data import read_parallel_files
     from .translation import translate_sentences
 
     torch_device = resolve_device(device)
@@ -162,7 +212,8 @@ def evaluate_model(
         raise ValueError(f"The test set is empty: {source_path} has no lines")
     train = read_parallel_files(train_source, train_target) if train_source is not None else None
 
-    model, tokenizer = load_model_and_tokenizer(model_dir)  # a local folder (checked above): its code may run
+    # a local folder (checked above): its code may run
+    model, tokenizer = load_model_and_tokenizer(model_dir, tokenizer=tokenizer, force=force)
     if coverage_penalty and "coverage_penalty" not in inspect.signature(model.generate).parameters:
         raise ValueError(f"coverage_penalty={coverage_penalty}: {model_dir} is a {model.config.model_type} model, "
                          "whose generate has no coverage penalty (the LSTM family's has)")
@@ -170,7 +221,6 @@ def evaluate_model(
     if max_length is not None:
         model.generation_config.max_length = max_length
 
-    test_name = test_name or _test_set_name(source_path)
     sources, references = list(test["source"]), list(test["target"])
     started = time.perf_counter()
     hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size,
@@ -190,11 +240,7 @@ def evaluate_model(
         tokenize=tokenize,
         **({"runs": drop_runs, "cache_dir": drop_cache_dir} if train is not None else {}),
     )
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    decoding = decoding_name(num_beams, max_length, coverage_penalty)
-    hypotheses_path = output_dir / f"{test_name}.{decoding}.hyp{reference_path.suffix}"
-    metrics_path = output_dir / f"{test_name}.{decoding}.metrics.json"
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
     results = {
         "bleu": metrics["bleu"],
         "chrf": metrics["chrf"],
@@ -237,8 +283,8 @@ def evaluate_model(
         ],
         "files": {"hypotheses": str(hypotheses_path.resolve()), "metrics": str(metrics_path.resolve())},
     }
-    hypotheses_path.write_text("".join(hypothesis + "\n" for hypothesis in hypotheses), encoding="utf-8")
-    metrics_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    _write_atomically(hypotheses_path, "".join(hypothesis + "\n" for hypothesis in hypotheses))
+    _write_atomically(metrics_path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     return results
 
 
@@ -248,7 +294,7 @@ def translate_and_score(model_dir: str | Path, source_path: str | Path, referenc
     ``{"bleu", "chrf", "sentences", "hypotheses"}``."""
     from .loading import load_model_and_tokenizer
     from .metrics import score_translations
-    from .training import read_parallel_files
+    from .parallel_data import read_parallel_files
     from .translation import translate_sentences
 
     test = read_parallel_files(source_path, reference_path)
@@ -295,6 +341,14 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokenize", default="13a", choices=TOKENIZE_CHOICES, help="word tokenisation of REP/DROP")
     parser.add_argument("--test-name", default=None, help="name of the test set in file names and the JSON (None: "
                                                           "the source file name without its suffix)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier result of this test name and decoding in --output-dir (refused "
+                             "otherwise: it may be another test set of the same file name)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="another tokenizer folder than the model's own (refused unless the model was trained "
+                             "with it)")
+    parser.add_argument("--force", action="store_true",
+                        help="only warn when --tokenizer is not the one the model was trained with")
     parser.add_argument("--drop-runs", type=int, default=DROP_ALIGNMENT_RUNS,
                         help="eflomal alignment runs pooled into DROP; their spread goes into the JSON")
     parser.add_argument("--drop-cache-dir", default=None,
@@ -304,8 +358,9 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> dict:
-    """The `hf-headattn-evaluate` command (also `python -m hf_headattn.evaluation`)."""
+def main(argv=None) -> None:
+    """The `hf-headattn-evaluate` command (also `python -m hf_headattn.evaluation`); exits 0 once the results are
+    written."""
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
@@ -318,6 +373,7 @@ def main(argv=None) -> dict:
         train_source=args.train_source, train_target=args.train_target, output_dir=args.output_dir,
         max_length=args.max_length, buckets=args.length_buckets, tokenize=args.tokenize, test_name=args.test_name,
         drop_runs=args.drop_runs, drop_cache_dir=args.drop_cache_dir, coverage_penalty=args.coverage_penalty,
+        tokenizer=args.tokenizer, force=args.force, overwrite=args.overwrite,
     )
     scores = ", ".join(f"{name.upper()} {results[name]:.2f}" for name in ("bleu", "chrf", "ter", "rep", "drop")
                        if results[name] is not None)
@@ -327,7 +383,6 @@ def main(argv=None) -> dict:
                    f"aligner {drop_alignment['aligner']}, alignments {drop_alignment['alignments']})")
     print(f"{results['test_set']['name']} ({results['test_set']['sentences']} sentences): {scores}")
     print(f"hypotheses: {results['files']['hypotheses']}\nmetrics:    {results['files']['metrics']}")
-    return results
 
 
 if __name__ == "__main__":

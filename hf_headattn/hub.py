@@ -20,7 +20,10 @@ r"""Model cards and Hub upload for saved model folders.
   (:func:`files_to_upload`: config, safetensors weights, the code the config names and what it imports,
   tokenizer, card, train_results.json); every other file of the folder is named in a warning
   (:func:`files_left_out`). Pickle weights (``pytorch_model.bin``) are refused: loading them can run arbitrary
-  code, and ``save_pretrained`` writes safetensors.
+  code, and ``save_pretrained`` writes safetensors. Only regular files inside the folder go up: a symbolic link
+  out of it is never followed (one the model needs is refused), and uploaded files that look like they hold a
+  secret (an access token, a private key) are warned about (:func:`secrets_in`). A repository id is validated
+  before it is written into a card or sent anywhere.
 * :func:`write_space` writes a Gradio Space folder that runs the web demo (:mod:`hf_headattn.app`) on model folders
   (copied in, their :func:`files_to_upload`) or Hub ids, with the demo's modules copied into the Space, so that it
   runs with torch, Transformers and gradio alone; :func:`check_space_folder` and :func:`push_space` check and upload
@@ -57,9 +60,11 @@ __all__ = [
     "check_space_folder",
     "files_left_out",
     "files_to_upload",
+    "links_out_of",
     "main",
     "push_space",
     "push_to_hub",
+    "secrets_in",
     "write_model_card",
     "write_space",
 ]
@@ -86,8 +91,9 @@ UPLOADED_FILES = (
     "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "README.md", "train_results.json",
 )
 
-# Trainer writes these into the output folder (checkpoints only with --keep_checkpoints); no model user needs them.
-TRAINER_BYPRODUCTS = ("training_args.bin", "checkpoint-*")
+# The training command writes these into the output folder (checkpoints only with --keep_checkpoints); no model
+# user needs them, and run_manifest.json names the training files by their paths on this machine.
+TRAINER_BYPRODUCTS = ("training_args.bin", "checkpoint-*", "run_manifest.json")
 
 _LANGUAGE_NAMES = {"be": "Belarusian", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish",
                    "fr": "French", "hi": "Hindi", "it": "Italian", "ja": "Japanese", "ro": "Romanian",
@@ -150,8 +156,9 @@ def write_model_card(
             `dataset_name`.
         dataset_config: The dataset's configuration name, if any (``model-index`` ``dataset.config``).
         language: ``(source, target)`` language codes.
-        repo_id: The Hub repository the card will live in, used in the loading snippets; default: the folder's
-            name. :func:`push_to_hub` warns when the card names another repository.
+        repo_id: The Hub repository the card will live in, used in the loading snippets (validated; or an existing
+            local folder's path, for snippets that load from disk); default: the folder's name.
+            :func:`push_to_hub` warns when the card names another repository.
         model_name: Title and ``model-index`` name; default: `repo_id`'s last part or the folder's name.
         license: A Hub license id (``"apache-2.0"``, ...); the metadata omits it when None.
         training_data: The "Training data" section; default: `dataset_name` plus the pair and epoch counts of the
@@ -174,6 +181,12 @@ def write_model_card(
         raise ValueError(f"language must be a (source, target) pair of language codes, got {language!r}")
     source_language, target_language = (_LANGUAGE_NAMES.get(code, code) for code in language)
     repo_id = repo_id or model_dir.resolve().name
+    if not Path(repo_id).is_dir():  # a local folder's path is what snippets loading from disk name
+        try:  # before it is written into the card
+            validate_repo_id(repo_id)
+        except ValueError as error:
+            raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id ({error}); pass repo_id= (--repo-id) "
+                             "as user/name") from None
     model_name = model_name or repo_id.split("/")[-1]
     template_path = Path(template) if template is not None else TEMPLATES_DIR / TEMPLATES[config.model_type]
     if not template_path.is_file():
@@ -444,11 +457,47 @@ def _eval_results(evaluation: Mapping, dataset_name: str, dataset_type: str, dat
 
 # ------------------------------------------------------------------------------------------------ upload
 def _folder_files(model_dir: Path) -> list[str]:
-    """Every file of the folder (relative paths, sorted) but what ``upload_folder`` never sends (``.git``, caches)."""
+    """Every file of the folder (relative paths, sorted) but what ``upload_folder`` never sends (``.git``, caches)
+    and symbolic links out of the folder (:func:`links_out_of`)."""
     if not model_dir.is_dir():
         raise FileNotFoundError(f"Model folder not found: {model_dir}")
+    outside = links_out_of(model_dir)
     relative = [path.relative_to(model_dir).as_posix() for path in sorted(model_dir.glob("**/*")) if path.is_file()]
-    return list(filter_repo_objects(relative, ignore_patterns=list(DEFAULT_IGNORE_PATTERNS)))
+    return [name for name in filter_repo_objects(relative, ignore_patterns=list(DEFAULT_IGNORE_PATTERNS))
+            if name not in outside]
+
+
+def links_out_of(model_dir: str | Path) -> dict[str, str]:
+    """The folder's files (relative paths) that lead out of it through a symbolic link, with where they lead: never
+    uploaded, since they would send a file from elsewhere on this machine."""
+    model_dir = Path(model_dir).resolve()
+    return {path.relative_to(model_dir).as_posix(): str(path.resolve())
+            for path in sorted(model_dir.glob("**/*")) if path.is_file() and not path.resolve().is_relative_to(model_dir)}
+
+
+# What an access token or a private key looks like; a file to upload that holds one is warned about.
+SECRET_PATTERNS = {
+    "a Hugging Face token": r"\bhf_[A-Za-z0-9]{30,}",
+    "an AWS access key": r"\bAKIA[0-9A-Z]{16}\b",
+    "a GitHub token": r"\bgh[pousr]_[A-Za-z0-9]{36,}",
+    "an API key (sk-...)": r"\bsk-[A-Za-z0-9_-]{32,}",
+    "a Slack token": r"\bxox[abpors]-[A-Za-z0-9-]{10,}",
+    "a private key": r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+}
+
+
+def secrets_in(model_dir: str | Path, names: Sequence[str]) -> list[str]:
+    """For each of the folder's files `names` (weights are skipped) that holds what looks like a secret, a line
+    naming the file, the line and the kind of secret."""
+    found = []
+    for name in names:
+        if name.endswith(".safetensors"):
+            continue
+        text = (Path(model_dir) / name).read_text(encoding="utf-8", errors="replace")
+        for kind, pattern in SECRET_PATTERNS.items():
+            if match := re.search(pattern, text):
+                found.append(f"{name}, line {text.count(chr(10), 0, match.start()) + 1}: {kind}")
+    return found
 
 
 def files_to_upload(model_dir: str | Path) -> list[str]:
@@ -511,7 +560,9 @@ def check_model_folder(model_dir: str | Path) -> list[str]:
     """
     model_dir = Path(model_dir)
     files = set(files_to_upload(model_dir))
-    problems = []
+    problems = [f"{name} as a file of the folder (it is a symbolic link to {target}, outside it; copy the file in)"
+                for name, target in links_out_of(model_dir).items()
+                if name in UPLOADED_FILES or name.endswith((".py", ".safetensors"))]
 
     if "config.json" not in files:
         problems.append("config.json")
@@ -544,6 +595,15 @@ def check_model_folder(model_dir: str | Path) -> list[str]:
         problems.append("tokenizer_config.json (save the tokenizer into the folder)")
     if not any(name in files for name in TOKENIZER_VOCAB_FILES):
         problems.append(f"tokenizer vocabulary ({' or '.join(TOKENIZER_VOCAB_FILES)})")
+    elif (model_dir / "run_manifest.json").is_file():
+        from transformers import AutoTokenizer
+
+        from .loading import check_tokenizer
+
+        try:
+            check_tokenizer(model_dir, AutoTokenizer.from_pretrained(model_dir), model_dir)
+        except ValueError as error:
+            problems.append(f"the tokenizer the model was trained with ({error})")
 
     if "README.md" not in files:
         problems.append("README.md (write the model card with hf_headattn.hub.write_model_card)")
@@ -588,6 +648,12 @@ def push_to_hub(
     if left_out:
         warnings.warn(f"Not uploading {len(left_out)} file(s) of {model_dir} that a user of the model does not need: "
                       f"{', '.join(left_out)}", stacklevel=2)
+    if outside := links_out_of(model_dir):
+        warnings.warn(f"Not uploading symbolic links out of {model_dir}: "
+                      f"{', '.join(f'{name} -> {target}' for name, target in outside.items())}", stacklevel=2)
+    if secrets := secrets_in(model_dir, uploaded):
+        warnings.warn(f"Files to upload look like they hold secrets: {'; '.join(secrets)}. Remove them from the "
+                      "files before pushing (an uploaded secret must be revoked)", stacklevel=2)
     if f'"{repo_id}"' not in (model_dir / "README.md").read_text(encoding="utf-8"):
         warnings.warn(f"The model card's loading snippets do not name {repo_id!r}; rewrite it with "
                       f"write_model_card(..., repo_id={repo_id!r}) so that they work for users", stacklevel=2)

@@ -10,13 +10,21 @@ A saved model of this package runs the Python files saved next to its weights (T
 
 (``hf_headattn.evaluation`` accepts local folders only.)
 
+A folder's model and tokenizer belong together: a folder written by the training command records its tokenizer's
+fingerprint in ``run_manifest.json``, and loading it with another tokenizer (``tokenizer=``, or tokenizer files
+replaced in the folder) is refused, or only warned about with ``force``. Loading also says when the folder's own
+model code differs from the installed package's runtime (it runs its own copy).
+
 Tooling, not model runtime: never copied into a checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 __all__ = ["DEVICES", "add_trust_remote_code_argument", "load_model_and_tokenizer", "remote_code_allowed", "resolve_device"]
@@ -45,18 +53,65 @@ def remote_code_allowed(name_or_path: str | Path, trust_remote_code: bool = Fals
     )
 
 
-def load_model_and_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False, **model_kwargs):
+def load_model_and_tokenizer(name_or_path: str | Path, *, trust_remote_code: bool = False,
+                             tokenizer: str | Path | None = None, force: bool = False, **model_kwargs):
     """(model in eval mode, tokenizer) of a saved folder or, with `trust_remote_code`, a Hub repository id; checked
-    with :func:`remote_code_allowed` before anything is downloaded or run. `model_kwargs` go to the model's
+    with :func:`remote_code_allowed` before anything is downloaded or run. `tokenizer` names another tokenizer
+    (folder or Hub id) than the model's own; one that is not the tokenizer the folder was trained with
+    (:func:`check_tokenizer`) is refused, or with `force` warned about. `model_kwargs` go to the model's
     ``from_pretrained`` (e.g. ``dtype``)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from . import auto_classes  # noqa: F401  (a folder's model type resolves as after `import hf_headattn` used to)
 
     allowed = remote_code_allowed(name_or_path, trust_remote_code)
+    tokenizer_source = name_or_path if tokenizer is None else tokenizer
+    tokenizer_allowed = allowed if tokenizer is None else remote_code_allowed(tokenizer, trust_remote_code)
+    loaded_tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=tokenizer_allowed)
+    check_tokenizer(name_or_path, loaded_tokenizer, tokenizer_source, force=force)
+    report_code_differences(name_or_path)
     model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, trust_remote_code=allowed, **model_kwargs).eval()
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=allowed)
-    return model, tokenizer
+    return model, loaded_tokenizer
+
+
+def check_tokenizer(model_dir: str | Path, tokenizer, tokenizer_source: str | Path, force: bool = False) -> None:
+    """Refuse (ValueError) a tokenizer whose fingerprint is not the one `model_dir`'s run manifest records, or with
+    `force` warn; nothing to compare for a folder without a manifest (not written by the training command, or a
+    Hub id)."""
+    from .run_manifest import read_manifest
+    from .tokenization import tokenizer_fingerprint
+
+    if not Path(model_dir).is_dir():
+        return
+    manifest = read_manifest(model_dir)
+    if manifest is None:
+        return
+    recorded, given = manifest["identity"]["tokenizer"]["sha256"], tokenizer_fingerprint(tokenizer)
+    if recorded == given:
+        return
+    message = (f"the tokenizer of {tokenizer_source} is not the one {model_dir} was trained with (fingerprint "
+               f"{given[:12]}, its run_manifest.json records {recorded[:12]}): its token ids would mean other words "
+               "to the model")
+    if not force:
+        raise ValueError(f"{message}; use the folder's own tokenizer, or --force to go on anyway")
+    logger.warning(f"{message}; going on (--force)")
+
+
+def report_code_differences(model_dir: str | Path) -> None:
+    """Warn, naming the files, when a local folder's model code (the runtime modules saved with it, which it runs)
+    is not the installed package's runtime code."""
+    from importlib.metadata import version
+
+    runtime = Path(__file__).resolve().parent / "runtime"
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        return
+    differing = [path.name for path in sorted(model_dir.glob("*.py"))
+                 if not (runtime / path.name).is_file() or (runtime / path.name).read_bytes() != path.read_bytes()]
+    if differing:
+        logger.warning(f"{model_dir}'s model code differs from the installed hf_headattn {version('hf_headattn')}'s "
+                       f"runtime in {', '.join(differing)}: the model runs its own copy, saved with it by another "
+                       "version of the package")
 
 
 def resolve_device(device: str) -> "torch.device":

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import statistics
 import warnings
@@ -46,6 +47,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_LENGTH_BUCKETS",
@@ -57,6 +60,7 @@ __all__ = [
     "drop_alignment_runs",
     "all_metrics",
     "bleu_by_length",
+    "check_length_buckets",
     "corpus_scores",
     "score_translations",
     "drop_counts",
@@ -370,11 +374,18 @@ def _digest(*parts) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def _cached(path: Path | None, compute):
+def _cached(path: Path | None, compute, valid):
     """(the JSON value stored at `path`, True), or (compute(), False) after storing it there (atomically, so that a
-    concurrent or interrupted run never leaves half a file); no cache if `path` is None."""
+    concurrent or interrupted run never leaves half a file); no cache if `path` is None. A stored value that is not
+    JSON or fails `valid` (a damaged or edited file) is logged and computed again."""
     if path is not None and path.is_file():
-        return json.loads(path.read_text(encoding="utf-8")), True
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            value = None
+        if value is not None and valid(value):
+            return value, True
+        logger.warning(f"{path}: damaged DROP cache entry; computing it again")
     value = compute()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -382,6 +393,26 @@ def _cached(path: Path | None, compute):
         temporary.write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
         os.replace(temporary, path)
     return value, False
+
+
+def _valid_priors(value) -> bool:
+    """What `alignment.alignment_priors` returns, as JSON holds it."""
+    return (isinstance(value, dict) and isinstance(value.get("priors"), str) and isinstance(value.get("pairs"), int)
+            and all(isinstance(value.get(key), dict) for key in ("source_numbers", "target_numbers")))
+
+
+def _valid_alignments(value, runs: int, lengths: list[tuple[int, int, int]]) -> bool:
+    """`runs` alignments of every test pair, (source, reference) then (source, hypothesis) links, each link a pair
+    of word positions inside its sentences."""
+    def valid_side(side, target: int) -> bool:
+        return isinstance(side, list) and len(side) == len(lengths) and all(
+            isinstance(links, list) and all(
+                isinstance(link, list) and len(link) == 2 and all(isinstance(index, int) for index in link)
+                and 0 <= link[0] < sentence[0] and 0 <= link[1] < sentence[target] for link in links)
+            for links, sentence in zip(side, lengths))
+
+    return isinstance(value, list) and len(value) == runs and all(
+        isinstance(run, list) and len(run) == 2 and valid_side(run[0], 1) and valid_side(run[1], 2) for run in value)
 
 
 # Options of align_corpus itself; the others are eflomal's (they shape the aligner trained on the corpus too).
@@ -483,7 +514,7 @@ def drop_alignment_runs(
         priors = None
         if aligner_key is not None:  # loaded only here: cached alignments need no aligner
             priors, was_cached = _cached(directory / f"aligner-{aligner_key}.json" if directory else None,
-                                         train_aligner)
+                                         train_aligner, _valid_priors)
             aligner = "cached" if was_cached else "trained"
         n = len(sources)
         alignments = []
@@ -495,7 +526,10 @@ def drop_alignment_runs(
 
     key = _digest("alignments", _DROP_CACHE_VERSION, aligner_key, source_words, reference_words, hypothesis_words,
                   runs, align_options)
-    alignments, was_cached = _cached(directory / f"alignments-{key}.json" if directory else None, align)
+    lengths = [(len(source), len(reference), len(hypothesis))
+               for source, reference, hypothesis in zip(source_words, reference_words, hypothesis_words)]
+    alignments, was_cached = _cached(directory / f"alignments-{key}.json" if directory else None, align,
+                                     lambda value: _valid_alignments(value, runs, lengths))
     as_links = [([[tuple(link) for link in sentence] for sentence in side] for side in run) for run in alignments]
     how = {"runs": runs, "aligner": aligner, "aligner_training_pairs": len(train_sources),
            "alignments": "cached" if was_cached else "aligned", "cache_dir": str(directory) if directory else None}
@@ -727,7 +761,8 @@ def paired_bootstrap_p(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _check_buckets(buckets: Sequence[int]) -> tuple[int, ...]:
+def check_length_buckets(buckets: Sequence[int]) -> tuple[int, ...]:
+    """The boundaries as a tuple; ValueError (TypeError for a string) unless positive, strictly increasing ints."""
     if isinstance(buckets, (str, bytes)):
         raise TypeError("buckets must be a sequence of ints")
     buckets = tuple(buckets)
@@ -747,7 +782,7 @@ def length_bucket_labels(buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS) -> lis
     The default ``(10, 20, 30, 40, 50)`` gives ``["<10", "10-19", "20-29", "30-39", "40-49", ">=50"]``; a bucket
     whose range holds one length is labelled by that length alone (``(10, 11)`` gives ``"10"``).
     """
-    buckets = _check_buckets(buckets)
+    buckets = check_length_buckets(buckets)
     labels = [f"<{buckets[0]}"]
     for low, high in zip(buckets, buckets[1:]):
         labels.append(f"{low}" if high - 1 == low else f"{low}-{high - 1}")
@@ -758,7 +793,7 @@ def length_bucket_labels(buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS) -> lis
 def length_bucket(n_words: int, buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS) -> int:
     """Index of the bucket of a sentence with ``n_words`` words: the first i with ``n_words < buckets[i]``, else
     ``len(buckets)`` (the open last bucket)."""
-    buckets = _check_buckets(buckets)
+    buckets = check_length_buckets(buckets)
     for index, bound in enumerate(buckets):
         if n_words < bound:
             return index
@@ -789,7 +824,7 @@ def bleu_by_length(
     sources, hypotheses, references = _check_parallel(sources=sources, hypotheses=hypotheses, references=references)
     import sacrebleu
 
-    buckets = _check_buckets(buckets)
+    buckets = check_length_buckets(buckets)
     labels = length_bucket_labels(buckets)
     members: list[list[int]] = [[] for _ in labels]
     for k, source in enumerate(sources):

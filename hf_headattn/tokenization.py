@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 import transformers
+
+logger = logging.getLogger(__name__)
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "</s>"
@@ -16,7 +21,7 @@ UNK_TOKEN = "<unk>"
 SPECIAL_TOKENS = (PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
 SUPPORTED_MODELS = ("bpe", "unigram")
 
-__all__ = ["load_tokenizer", "train_tokenizer", "SPECIAL_TOKENS", "SUPPORTED_MODELS", "PAD_TOKEN", "EOS_TOKEN", "UNK_TOKEN"]
+__all__ = ["load_tokenizer", "tokenizer_fingerprint", "train_tokenizer", "SPECIAL_TOKENS", "SUPPORTED_MODELS", "PAD_TOKEN", "EOS_TOKEN", "UNK_TOKEN"]
 
 PathLike = str | os.PathLike
 
@@ -41,6 +46,21 @@ def load_tokenizer(name_or_path: PathLike, **kwargs):
     if type(tokenizer) is transformers.PreTrainedTokenizerFast:
         return PreTrainedTokenizerFast.from_pretrained(name_or_path, **kwargs)
     return tokenizer
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """SHA-256 of what decides how a tokenizer maps text to ids: for a fast tokenizer its tokenizer.json pipeline
+    (normalizer, pre-tokenizer, model with vocabulary and merges, post-processor, decoder, added tokens) without the
+    truncation and padding state that calls set; otherwise its vocabulary. Equal for a tokenizer and its saved and
+    reloaded copy; the training command records it with the model (`run_manifest`)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        pipeline = json.loads(backend.to_str())
+        pipeline.pop("truncation", None)
+        pipeline.pop("padding", None)
+    else:
+        pipeline = {"vocabulary": sorted(tokenizer.get_vocab().items())}
+    return hashlib.sha256(json.dumps(pipeline, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def train_tokenizer(
@@ -151,6 +171,14 @@ def train_tokenizer(
         # Already False by default in 5.x; pinned so decode() keeps " ." and " ," exactly as in the corpus.
         clean_up_tokenization_spaces=False,
     )
+    if len(tokenizer) > vocab_size:  # BPE keeps every character it saw
+        alphabet = len(backend.get_vocab()) - len(SPECIAL_TOKENS) if model_name == "bpe" else None
+        logger.warning(f"vocab_size={vocab_size} is smaller than the training text's alphabet ({alphabet} characters "
+                       f"and {len(SPECIAL_TOKENS)} special tokens): trained a vocabulary of {len(tokenizer)} instead")
+    elif len(tokenizer) < vocab_size:
+        logger.info(f"vocab_size={vocab_size}: the training text yields {len(tokenizer)} {model_name} tokens "
+                    f"(merges of frequency >= {min_frequency})" if model_name == "bpe" else
+                    f"vocab_size={vocab_size}: the unigram trainer stopped at {len(tokenizer)} tokens")
     if save_directory is not None:
         tokenizer.save_pretrained(os.fspath(save_directory))
     return tokenizer

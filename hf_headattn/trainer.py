@@ -6,7 +6,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 """
 
 import logging
-import math
+import os
 import time
 from functools import partial
 
@@ -15,12 +15,21 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import ProgressCallback, Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
-from transformers.trainer_utils import seed_worker
+from transformers.trainer_utils import get_last_checkpoint, seed_worker
 
-from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, optimizer_steps_per_epoch, pair_lengths
+from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
 from .metrics import score_translations
+from .run_folder import RunRefused
+from .run_manifest import write_manifest
 
 logger = logging.getLogger(__name__)
+
+LOSS_GROWTH_WARNING = 2.0  # a logged training loss this many times the run's first is warned about
+
+
+class TrainingDiverged(RunRefused):
+    """A non-finite loss, gradient norm or weight: training stops before the optimizer step that would use it, and
+    nothing non-finite is saved."""
 
 
 def translation_metrics(tokenizer):
@@ -81,13 +90,20 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
     adds `train_runtime_total` to its metrics: the training time of every part of a resumed run
     (`TrainingClockCallback`).
 
+    Divergence is a failure: a non-finite loss or gradient norm raises `TrainingDiverged` naming the step, before
+    the optimizer step (under fp16's gradient scaler, non-finite gradients are its business: it skips the step), and
+    a model with a non-finite weight is never saved; a logged loss that grows past `LOSS_GROWTH_WARNING` times the
+    run's first is warned about. `run_manifest` is written into every checkpoint and the saved model
+    (`run_manifest.py`); with `reset_optimizer`, a resumed run starts a fresh optimizer and schedule.
+
     The model computes its own label-smoothed loss (`config.label_smoothing`) so that the auxiliary loss is part
     of it; Trainer's `label_smoothing_factor` would recompute the loss from the logits alone and drop that term,
     so it is refused here."""
 
     LOGGED_PARTS = ("aux_loss", "head_kl")
 
-    def __init__(self, *args, max_tokens: int | None = None, bucket_pool_pairs: int | None = None, **kwargs):
+    def __init__(self, *args, max_tokens: int | None = None, bucket_pool_pairs: int | None = None,
+                 run_manifest: dict | None = None, reset_optimizer: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         if self.args.label_smoothing_factor:
             raise ValueError(
@@ -102,6 +118,10 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
             raise ValueError("bucket_pool_pairs pools the token-budget batches of max_tokens; give max_tokens too")
         self.max_tokens = max_tokens
         self.bucket_pool_pairs = bucket_pool_pairs
+        self.run_manifest = run_manifest
+        self.reset_optimizer = reset_optimizer
+        self._first_loss: tuple[int, float] | None = None  # (step, loss) of the run's first training log
+        self._loss_warned_below = 0.0  # after a warning, the loss must grow as much again to be warned about
         self._loss_parts: dict[str, list] = {}
         self._real_tokens: list[torch.Tensor] = []  # per micro-batch since the last log, on the device
         self._padded_tokens = 0
@@ -114,8 +134,6 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=seed,
                                           num_replicas=self.args.world_size, pool_pairs=self.bucket_pool_pairs)
-        if self.bucket_pool_pairs is not None:
-            sampler.cover_epochs(self._epochs_to_train(sampler))
         self.callback_handler.pop_callback(TokenBudgetEpochCallback)  # one per train() call
         self.add_callback(TokenBudgetEpochCallback(sampler, self.args.gradient_accumulation_steps))
         dataset = self._remove_unused_columns(self.train_dataset, description="training")
@@ -133,13 +151,6 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
         # Accelerate moves batches to the device and, under several processes, deals the batches out to the ranks
         return self.accelerator.prepare(dataloader)
 
-    def _epochs_to_train(self, sampler: TokenBudgetBatchSampler) -> int:
-        """The epochs Trainer will run over this sampler's batches, counted as Trainer counts them."""
-        if self.args.max_steps <= 0:
-            return math.ceil(self.args.num_train_epochs)
-        steps_per_epoch = optimizer_steps_per_epoch(sampler, self.args.gradient_accumulation_steps)
-        return math.ceil(self.args.max_steps / steps_per_epoch)
-
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         if model.training:
@@ -151,6 +162,51 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
             self._padded_tokens += inputs["input_ids"].numel() + inputs["labels"].numel()
         return (loss, outputs) if return_outputs else loss
 
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if not torch.isfinite(loss).item():
+            self._diverged(f"the loss is {loss.item()}")
+        return loss
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        grad_norm = super()._get_grad_norm(model, grad_norm)
+        if getattr(self.accelerator, "scaler", None) is None and not torch.isfinite(torch.as_tensor(grad_norm)).item():
+            self._diverged(f"the gradient norm is {float(grad_norm)}")
+        return grad_norm
+
+    def _diverged(self, what: str):
+        last = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
+        raise TrainingDiverged(
+            f"training diverged at step {self.state.global_step + 1}: {what}. Nothing of this step was applied or "
+            f"saved; {f'the last checkpoint, {last}, holds the run before it' if last else 'no checkpoint was saved'}."
+            " Lower --learning_rate, raise --warmup_steps or set --max_grad_norm, and start over (or resume)")
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        parameters = dict(self.model.named_parameters())
+        finite = torch.stack([parameter.isfinite().all() for parameter in parameters.values()])
+        if not finite.all().item():
+            name = list(parameters)[int((~finite).nonzero()[0])]
+            raise TrainingDiverged(f"the weight {name} is not finite at step {self.state.global_step}: {output_dir} is "
+                                   "not written (the checkpoints before it are the run's last good state)")
+        super()._save(output_dir, state_dict)
+        if self.run_manifest is not None and self.args.should_save:
+            write_manifest(output_dir, self.run_manifest)
+
+    def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
+                             trial):
+        epochs_trained, steps_trained = super()._init_training_state(
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial)
+        if self.state.global_step >= max_steps:
+            # a checkpoint of the run's last step: nothing is left to train (Trainer would train one step past it
+            # before it looked, and the resumed run would end as another model than the uninterrupted one)
+            return num_train_epochs, 0
+        return epochs_trained, steps_trained
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        if not self.reset_optimizer:  # --reset_optimizer: the run goes on with the fresh ones Trainer made
+            super()._load_optimizer_and_scheduler(checkpoint)
+
     def train(self, *args, **kwargs):
         output = super().train(*args, **kwargs)
         clock = next(callback for callback in self.callback_handler.callbacks
@@ -160,9 +216,22 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:  # a training log, not an evaluation one
+            self._watch_loss_growth(logs["loss"])
             for name, values in self._loss_parts.items():
                 logs[name] = torch.stack(values).float().mean().item()
             if self._padded_tokens:
                 logs["real_token_ratio"] = round(torch.stack(self._real_tokens).sum().item() / self._padded_tokens, 4)
             self._loss_parts, self._real_tokens, self._padded_tokens = {}, [], 0
         super().log(logs, start_time)
+
+    def _watch_loss_growth(self, loss: float) -> None:
+        if self._first_loss is None:  # a resumed run's first is in its checkpoint's log history
+            first = next((entry for entry in self.state.log_history if "loss" in entry), None)
+            self._first_loss = (first["step"], first["loss"]) if first else (self.state.global_step, loss)
+        step, first_loss = self._first_loss
+        if first_loss > 0 and loss > max(LOSS_GROWTH_WARNING * first_loss, self._loss_warned_below):
+            self._loss_warned_below = LOSS_GROWTH_WARNING * loss
+            logger.warning(f"the training loss {loss:.4g} at step {self.state.global_step} is over "
+                           f"{LOSS_GROWTH_WARNING:g} times its first logged value ({first_loss:.4g} at step {step}): "
+                           "training may be diverging; consider a lower --learning_rate, more --warmup_steps or "
+                           "--max_grad_norm")

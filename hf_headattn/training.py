@@ -11,6 +11,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -31,7 +32,11 @@ from .runtime.attention_registry import ATTENTION_VARIANTS
 from .runtime.configuration_headattn import HeadAttnConfig
 from .runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, HeadAttnRNNConfig
 from .runtime.fertility import FERTILITY_STRATEGIES
-from .tokenization import SUPPORTED_MODELS, load_tokenizer, train_tokenizer
+from .parallel_data import PAIR_FILE_FORMATS, PairFiles, format_suffix, read_pairs
+from .parallel_data import read_parallel_files  # noqa: F401  (the examples and benchmarks read through training)
+from .run_folder import TOKENIZER_SCRATCH, RunLock, RunRefused, carry_over, clean_leftovers, replace_folder, sibling
+from .run_manifest import build_manifest, check_resume
+from .tokenization import SUPPORTED_MODELS, load_tokenizer, tokenizer_fingerprint, train_tokenizer
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict, IterableDataset
@@ -41,64 +46,6 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger(__name__)
-
-
-def read_parallel_files(source_path: str | Path, target_path: str | Path, max_pairs: int | None = None,
-                        skip_empty: bool = False) -> Dataset:
-    """Line-aligned source/target text files -> Dataset with `source` and `target` columns, written to the
-    `datasets` cache (memory-mapped, so a large corpus is not held in Python lists).
-
-    Lines end at "\\n" only (a trailing "\\r" is dropped): `str.splitlines` would also split at U+2028, U+0085,
-    form feeds and the like inside a sentence, shifting every later pair. With `skip_empty`, pairs whose source or
-    target is blank are dropped (and counted in the log); `max_pairs` keeps the first pairs after that."""
-    from datasets import Dataset
-
-    source_path, target_path = Path(source_path), Path(target_path)
-    for path in (source_path, target_path):
-        if not path.is_file():
-            raise FileNotFoundError(f"Parallel text file not found: {path}")
-    source_lines, target_lines = _count_lines(source_path), _count_lines(target_path)
-    if source_lines != target_lines:
-        raise ValueError(
-            f"{source_path} has {source_lines} lines but {target_path} has {target_lines}; parallel files must be "
-            "line-aligned"
-        )
-    if source_lines == 0:  # `datasets` cannot infer the columns of a dataset generated from nothing
-        return Dataset.from_dict({"source": [], "target": []})
-    # the files' size and modification time are part of the cache key, so an edited file is read again (no lists
-    # in gen_kwargs: `datasets` would take them for shards)
-    stamp = " ".join(f"{path.stat().st_size}:{path.stat().st_mtime_ns}" for path in (source_path, target_path))
-    dataset = Dataset.from_generator(_line_pairs, gen_kwargs={
-        "source_path": str(source_path.resolve()), "target_path": str(target_path.resolve()), "stamp": stamp})
-    if skip_empty:
-        kept = dataset.filter(lambda batch: [bool(source.strip() and target.strip())
-                                             for source, target in zip(batch["source"], batch["target"])],
-                              batched=True, desc="dropping empty lines")
-        if len(kept) < len(dataset):
-            logger.warning(f"{source_path} / {target_path}: skipped {len(dataset) - len(kept)} pairs with an empty "
-                           f"line, kept {len(kept)}")
-        dataset = kept
-    if max_pairs is not None:
-        dataset = dataset.select(range(min(max_pairs, len(dataset))))
-    return dataset
-
-
-def _count_lines(path: Path) -> int:
-    """Lines as `_line_pairs` reads them: "\\n"-terminated, plus a last line without one."""
-    lines, last = 0, b"\n"
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            lines += chunk.count(b"\n")
-            last = chunk[-1:]
-    return lines + (last != b"\n")
-
-
-def _line_pairs(source_path: str, target_path: str, stamp: str):
-    # newline="\n": no universal-newline translation, lines end at "\n" only
-    with open(source_path, encoding="utf-8", newline="\n") as sources, \
-            open(target_path, encoding="utf-8", newline="\n") as targets:
-        for source, target in zip(sources, targets):
-            yield {"source": source.rstrip("\n").removesuffix("\r"), "target": target.rstrip("\n").removesuffix("\r")}
 
 
 MULTI30K_FILES = ("train.de", "train.en", "val.de", "val.en", "test_2016_flickr.de", "test_2016_flickr.en")
@@ -122,13 +69,14 @@ def load_hub_translation_dataset(
     split: str,
     max_pairs: int | None = None,
     streaming: bool = False,
+    revision: str | None = None,
 ) -> Dataset | IterableDataset:
-    """A Hugging Face dataset (Hub name or local folder) whose rows hold a `translation` dict keyed by language,
-    or one column per language, -> Dataset with `source` and `target` columns (an IterableDataset read as a
-    stream with `streaming`)."""
+    """A Hugging Face dataset (Hub name or local folder; `revision`: a Hub branch, tag or commit) whose rows hold a
+    `translation` dict keyed by language, or one column per language, -> Dataset with `source` and `target` columns
+    (an IterableDataset read as a stream with `streaming`)."""
     from datasets import load_dataset
 
-    dataset = load_dataset(name, config_name, split=split, streaming=streaming)
+    dataset = load_dataset(name, config_name, split=split, streaming=streaming, revision=revision)
     if max_pairs is not None:
         dataset = dataset.take(max_pairs) if streaming else dataset.select(range(min(max_pairs, len(dataset))))
     first = next(iter(dataset))
@@ -373,8 +321,10 @@ CONFIG_FIELD_FLAGS = {
 
 @dataclass
 class DataArguments:
-    """Where the parallel text comes from and how it is batched: text files (--train_source/--train_target) or
-    a Hugging Face dataset (--dataset). Without validation data, the last 5% of the training pairs are held out."""
+    """Where the parallel text comes from and how it is batched: two line-aligned text files a split
+    (--train_source/--train_target), one TSV or JSON lines file a split (--train_file), or a Hugging Face dataset
+    (--dataset). Files are UTF-8, optionally compressed (.gz, .xz); lines end at \\n, \\r\\n or \\r. Without
+    validation data, the last 5% of the training pairs are held out."""
 
     _argument_group_name = "data"
 
@@ -384,11 +334,21 @@ class DataArguments:
                                                                       "--train_source"})
     valid_source: str | None = field(default=None, metadata={"help": "source side of the validation text"})
     valid_target: str | None = field(default=None, metadata={"help": "target side of the validation text"})
+    train_file: str | None = field(default=None, metadata={
+        "help": "the training pairs in one file: TSV (.tsv, source<TAB>target a line) or JSON lines (.jsonl, .json: "
+                'run_translation\'s {"translation": {"de": ..., "en": ...}} a line, keyed by --source_lang and '
+                "--target_lang)"})
+    validation_file: str | None = field(default=None, metadata={"help": "the validation pairs in one TSV or JSON "
+                                                                         "lines file (as --train_file)"})
     dataset: str | None = field(default=None, metadata={"help": "Hugging Face dataset name or local dataset folder "
                                                                  "(instead of text files)"})
     dataset_config: str | None = field(default=None, metadata={"help": "the --dataset's configuration"})
-    source_lang: str = field(default="de", metadata={"help": "source language key of a --dataset"})
-    target_lang: str = field(default="en", metadata={"help": "target language key of a --dataset"})
+    dataset_revision: str | None = field(default=None, metadata={
+        "help": "the --dataset's Hub branch, tag or commit (recorded in the run manifest; None: the default branch)"})
+    source_lang: str = field(default="de", metadata={"help": "source language key of a --dataset or a JSON lines "
+                                                              "--train_file"})
+    target_lang: str = field(default="en", metadata={"help": "target language key of a --dataset or a JSON lines "
+                                                              "--train_file"})
     train_split: str = field(default="train", metadata={"help": "training split of a --dataset"})
     valid_split: str = field(default="validation", metadata={"help": "validation split of a --dataset"})
     max_train_pairs: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
@@ -420,8 +380,13 @@ class RunArguments:
     _argument_group_name = "run"
 
     overwrite_output_dir: bool = field(default=False, metadata={
-        "help": "start over in an --output_dir that holds checkpoints or a trained model (its checkpoints are "
-                "deleted) instead of resuming"})
+        "help": "start over in an --output_dir that holds checkpoints or a trained model instead of resuming: its "
+                "checkpoints are deleted once the new run has read its data and trained its tokenizer, its model is "
+                "replaced when the new one is saved"})
+    reset_optimizer: bool = field(default=False, metadata={
+        "help": "resume from a checkpoint with a fresh optimizer and learning-rate schedule (warmup again): needed "
+                "for a checkpoint without optimizer.pt and scheduler.pt (saved with --save_only_model); otherwise "
+                "resuming restores them"})
     keep_checkpoints: bool = field(default=False, metadata={
         "help": "keep the checkpoint-N folders once training has finished (by default they are deleted: the "
                 "finished model is in --output_dir)"})
@@ -461,8 +426,8 @@ def make_parser() -> HfArgumentParser:
 def parse_args(argv=None):
     """Command line (or one JSON/YAML file of arguments) -> (ModelArguments, DataArguments, RunArguments,
     Seq2SeqTrainingArguments), every flag and combination checked (`check_arguments`) before any data is read;
-    a bad one exits with a usage error that names the flag. `training_args.resume_from_checkpoint` is set to the
-    checkpoint the run resumes from."""
+    a bad one exits with a usage error that names the flag, as does a checkpoint that cannot be resumed
+    (`find_checkpoint`; `train` settles which one it resumes once it holds the folder's lock)."""
     parser = make_parser()
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
     try:
@@ -501,17 +466,30 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
                 raise ValueError(f"--{spec.name} {value!r}: choose from {', '.join(map(str, choices))}")
 
     # data
-    uses_files = data_args.train_source is not None or data_args.train_target is not None
-    if uses_files == (data_args.dataset is not None):
-        raise ValueError("give either --train_source/--train_target (text files) or --dataset, not both or neither")
-    if uses_files and (data_args.train_source is None or data_args.train_target is None):
+    text_files = data_args.train_source is not None or data_args.train_target is not None
+    if text_files + (data_args.train_file is not None) + (data_args.dataset is not None) != 1:
+        raise ValueError("give the training data once: --train_source/--train_target (two text files), --train_file "
+                         "(one TSV or JSON lines file) or --dataset")
+    if text_files and (data_args.train_source is None or data_args.train_target is None):
         raise ValueError("--train_source and --train_target go together")
     if (data_args.valid_source is None) != (data_args.valid_target is None):
         raise ValueError("--valid_source and --valid_target go together")
-    for name in ("train_source", "train_target", "valid_source", "valid_target"):
+    validation_files = data_args.valid_source is not None or data_args.validation_file is not None
+    if data_args.valid_source is not None and data_args.validation_file is not None:
+        raise ValueError("give the validation data once: --valid_source/--valid_target or --validation_file")
+    if validation_files and data_args.dataset is not None:
+        raise ValueError(f"--valid_source/--valid_target and --validation_file are for file data; a --dataset is "
+                         f"validated on its --valid_split ({data_args.valid_split})")
+    for name in ("train_source", "train_target", "valid_source", "valid_target", "train_file", "validation_file"):
         path = getattr(data_args, name)
         if path is not None and not Path(path).is_file():
             raise ValueError(f"--{name} {path}: no such file")
+    for name in ("train_file", "validation_file"):
+        path = getattr(data_args, name)
+        if path is not None and format_suffix(path) not in PAIR_FILE_FORMATS:
+            raise ValueError(f"--{name} {path}: name it by its format, .tsv or .jsonl (or .json), optionally "
+                             "compressed (.gz, .xz); two line-aligned text files are given as --train_source and "
+                             "--train_target (--valid_source and --valid_target)")
     for name in ("max_train_pairs", "max_valid_pairs", "max_length", "max_tokens", "bucket_pool_pairs",
                  "preprocessing_num_workers"):
         value = getattr(data_args, name)
@@ -574,24 +552,42 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
         if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", model_args.tokenizer) or model_args.tokenizer.startswith("."):
             raise ValueError(f"--tokenizer {model_args.tokenizer}: no such folder (nor a Hub repository id)")
 
-    training_args.resume_from_checkpoint = find_checkpoint(run_args, training_args)
+    # the run folder
+    output_dir, working_dir = Path(training_args.output_dir).resolve(), Path.cwd().resolve()
+    if output_dir == working_dir or output_dir in working_dir.parents:
+        raise ValueError(f"--output_dir {training_args.output_dir} is the current folder or holds it; the finished "
+                         "model replaces the --output_dir whole, so give the run a folder of its own (e.g. runs/de-en)")
+    find_checkpoint(run_args, training_args)  # checked here; `train` settles it under the run's lock
 
 
 def find_checkpoint(run_args: RunArguments, training_args: Seq2SeqTrainingArguments) -> str | None:
     """The checkpoint this run resumes from: --resume_from_checkpoint, else the last complete checkpoint in
-    --output_dir (none with --overwrite_output_dir). Refuses an --output_dir that already holds a finished model."""
-    if training_args.resume_from_checkpoint is not None:
-        if not (Path(training_args.resume_from_checkpoint) / "trainer_state.json").is_file():
-            raise ValueError(f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: not a checkpoint "
-                             "folder (it has no trainer_state.json)")
-        return training_args.resume_from_checkpoint
+    --output_dir (none with --overwrite_output_dir). Refuses an --output_dir that already holds a finished model,
+    --overwrite_output_dir with a checkpoint of the --output_dir it would delete, and a checkpoint without optimizer
+    state unless --reset_optimizer."""
     output_dir = Path(training_args.output_dir)
-    if run_args.overwrite_output_dir or not output_dir.is_dir():
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is not None:
+        if not (Path(checkpoint) / "trainer_state.json").is_file():
+            raise ValueError(f"--resume_from_checkpoint {checkpoint}: not a checkpoint folder (it has no "
+                             "trainer_state.json)")
+        if run_args.overwrite_output_dir and output_dir.resolve() in Path(checkpoint).resolve().parents:
+            raise ValueError(f"--overwrite_output_dir would delete --resume_from_checkpoint {checkpoint} with the other "
+                             f"checkpoints of --output_dir {output_dir}; resume without --overwrite_output_dir, or copy "
+                             "the checkpoint elsewhere first")
+    elif run_args.overwrite_output_dir or not output_dir.is_dir():
         return None
-    checkpoint = last_complete_checkpoint(output_dir)
-    if checkpoint is None and any((output_dir / name).exists() for name in ("config.json", "train_results.json")):
-        raise ValueError(f"--output_dir {output_dir} already holds a trained model and no checkpoint to resume "
-                         "from; add --overwrite_output_dir to train again there, or choose another --output_dir")
+    else:
+        checkpoint = last_complete_checkpoint(output_dir)
+        if checkpoint is None and any((output_dir / name).exists() for name in ("config.json", "train_results.json")):
+            raise ValueError(f"--output_dir {output_dir} already holds a trained model and no checkpoint to resume "
+                             "from; add --overwrite_output_dir to train again there, or choose another --output_dir")
+    missing = [name for name in ("optimizer.pt", "scheduler.pt")
+               if checkpoint is not None and not (Path(checkpoint) / name).is_file()]
+    if missing and not run_args.reset_optimizer:
+        raise ValueError(f"{checkpoint} has no {' or '.join(missing)} (saved with --save_only_model, or deleted): "
+                         "resuming it would restart the optimizer's moments and the learning-rate schedule; add "
+                         "--reset_optimizer to resume it so, or --overwrite_output_dir to start over")
     return checkpoint
 
 
@@ -705,8 +701,40 @@ def check_checkpoint_config(config, checkpoint: str) -> None:
                          "pass the flags it was trained with to resume, or --overwrite_output_dir to start over")
 
 
-def load_data(data_args: DataArguments) -> tuple[Dataset, Dataset]:
-    """Training and validation pairs (`source`, `target` columns)."""
+def data_files(data_args: DataArguments) -> dict[str, PairFiles]:
+    """The files of the training and validation pairs, by split ("train", "validation"; none for a --dataset)."""
+    languages = dict(source_lang=data_args.source_lang, target_lang=data_args.target_lang)
+    files = {}
+    for split, one_file, source, target in (
+            ("train", data_args.train_file, data_args.train_source, data_args.train_target),
+            ("validation", data_args.validation_file, data_args.valid_source, data_args.valid_target)):
+        if one_file is not None:
+            files[split] = PairFiles(file=Path(one_file), **languages)
+        elif source is not None:
+            files[split] = PairFiles(source=Path(source), target=Path(target))
+    return files
+
+
+def scan_data_files(data_args: DataArguments) -> tuple[dict, dict[str, str]]:
+    """Read every data file once (`PairFiles.scan`: encoding, alignment, format, content hash) before anything
+    else: (the scans by split, for `load_data`; the content hashes by flag, for the run manifest)."""
+    scans = {split: files.scan() for split, files in data_files(data_args).items()}
+    hashes = {path.resolve(): scan.sha256 for split_scans in scans.values() for path, scan in split_scans.items()}
+    by_flag = {name: hashes[Path(getattr(data_args, name)).resolve()]
+               for name in ("train_source", "train_target", "valid_source", "valid_target", "train_file",
+                            "validation_file") if getattr(data_args, name) is not None}
+    if "validation" in scans and sorted(scan.sha256 for scan in scans["validation"].values()) == sorted(
+            scan.sha256 for scan in scans["train"].values()):
+        logger.warning("the validation data is the training data: its loss (and BLEU) will measure memorisation, "
+                       "and --load_best_model_at_end or early stopping will pick by it")
+    return scans, by_flag
+
+
+def load_data(data_args: DataArguments, scans: dict) -> tuple[Dataset, Dataset, dict]:
+    """Training and validation pairs (`source`, `target` columns), and the training pairs' counts for
+    train_results.json: `train_pairs_read`, `train_pairs_skipped_empty` (blank on either side) and
+    `train_pairs_held_out` (the last 5% held out for validation when no validation data is given). `scans` are
+    `scan_data_files`'."""
     from datasets import Dataset
 
     if data_args.dataset is not None:
@@ -715,66 +743,112 @@ def load_data(data_args: DataArguments) -> tuple[Dataset, Dataset]:
             max_valid_pairs = 1000
         train, valid = (
             load_hub_translation_dataset(data_args.dataset, data_args.dataset_config, data_args.source_lang,
-                                         data_args.target_lang, split, max_pairs, data_args.streaming)
+                                         data_args.target_lang, split, max_pairs, data_args.streaming,
+                                         data_args.dataset_revision)
             for split, max_pairs in ((data_args.train_split, data_args.max_train_pairs),
                                      (data_args.valid_split, max_valid_pairs))
         )
         if data_args.streaming:  # evaluated again and again: read it once
             valid = Dataset.from_list(list(valid))
-        return train, valid
-    train = read_parallel_files(data_args.train_source, data_args.train_target, data_args.max_train_pairs,
-                                skip_empty=True)
-    if data_args.valid_source is None:
+        counts = {"train_pairs_read": None if data_args.streaming else len(train), "train_pairs_skipped_empty": 0,
+                  "train_pairs_held_out": 0}
+        return train, valid, counts
+    files = data_files(data_args)
+    train = read_pairs(files["train"], scans["train"], data_args.max_train_pairs, skip_empty=True)
+    counts = {"train_pairs_read": train.read, "train_pairs_skipped_empty": train.skipped_empty}
+    if "validation" not in files:
         # hold out the last 5% (at least one pair) of the training text
-        split = train.train_test_split(test_size=max(1, len(train) // 20), shuffle=False)
-        return split["train"], split["test"]
-    return train, read_parallel_files(data_args.valid_source, data_args.valid_target, data_args.max_valid_pairs,
-                                      skip_empty=True)
+        split = train.dataset.train_test_split(test_size=max(1, len(train.dataset) // 20), shuffle=False)
+        return split["train"], split["test"], {**counts, "train_pairs_held_out": len(split["test"])}
+    valid = read_pairs(files["validation"], scans["validation"], data_args.max_valid_pairs, skip_empty=True)
+    return train.dataset, valid.dataset, {**counts, "train_pairs_held_out": 0}
 
 
 def train(argv=None) -> dict:
-    """Run the training command (see `--help`) and return its metrics, which also go to train_results.json."""
+    """Run the training command (see `--help`) and return its metrics, which also go to train_results.json.
+
+    A run is a transaction on its --output_dir: it holds the folder's lock from start to end (`run_folder.RunLock`)
+    and settles what it resumes under it; a resume must be the same run (`run_manifest`), checked before any data
+    is read; an overwritten run's checkpoints are deleted only once the new run has read its data and trained its
+    tokenizer; the finished model replaces the folder whole (`save_finished_model`). What must stop a run is raised
+    as `run_folder.RunRefused`."""
     model_args, data_args, run_args, training_args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logger.setLevel(logging.INFO if training_args.should_log else logging.WARNING)
+    output_dir = Path(training_args.output_dir)
+    main_process = training_args.process_index == 0
+    with RunLock(output_dir) if main_process else contextlib.nullcontext():
+        with training_args.main_process_first(desc="run folder"):
+            if main_process:
+                clean_leftovers(output_dir)
+            try:  # settled under the lock: the folder may have changed since the flags were checked
+                training_args.resume_from_checkpoint = find_checkpoint(run_args, training_args)
+            except ValueError as error:
+                raise RunRefused(str(error)) from None
+        return _train(model_args, data_args, run_args, training_args)
+
+
+def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
+           training_args: Seq2SeqTrainingArguments) -> dict:
     # after parsing: --help and a bad flag answer without these
     from transformers import DataCollatorForSeq2Seq, EarlyStoppingCallback, set_seed
 
     from . import auto_classes  # noqa: F401  (Auto classes know both families, as after `from hf_headattn import ...`)
     from .trainer import HeadAttnSeq2SeqTrainer, translation_metrics
 
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    logger.setLevel(logging.INFO if training_args.should_log else logging.WARNING)
     output_dir, checkpoint = Path(training_args.output_dir), training_args.resume_from_checkpoint
-    if run_args.overwrite_output_dir and training_args.should_save:
-        for folder in checkpoint_folders(output_dir):
-            shutil.rmtree(folder)
+    main_process = training_args.process_index == 0
     if checkpoint is not None:
         logger.info(f"resuming from {checkpoint} (--overwrite_output_dir starts over)")
+        if run_args.reset_optimizer:
+            logger.warning(f"--reset_optimizer: resuming {checkpoint} with a fresh optimizer and learning-rate "
+                           "schedule (warmup again)")
     set_seed(training_args.seed)
+    try:
+        scans, file_sha256 = scan_data_files(data_args)
+    except (ValueError, FileNotFoundError) as error:
+        raise RunRefused(str(error)) from None
+
+    def manifest(tokenizer) -> dict:
+        return build_manifest(model_args, data_args, run_args, training_args,
+                              tokenizer_sha256=tokenizer_fingerprint(tokenizer), file_sha256=file_sha256)
 
     # a tokenizer that exists already (given, or the checkpoint's) settles the model before any data is read
     tokenizer, config = None, None
     if model_args.tokenizer is not None or checkpoint is not None:
         tokenizer = _load_tokenizer(model_args.tokenizer or checkpoint)
         config = build_config(model_args, data_args, tokenizer)
-        if checkpoint is not None:
+    if checkpoint is not None:  # a resume is the same run, or refused
+        try:
+            check_resume(checkpoint, manifest(tokenizer))
             check_checkpoint_config(config, checkpoint)
+        except ValueError as error:
+            raise RunRefused(str(error)) from None
 
-    train_text, valid_text = load_data(data_args)
+    try:
+        train_text, valid_text, data_counts = load_data(data_args, scans)
+    except ValueError as error:  # a TSV or JSON lines line that holds no pair, named
+        raise RunRefused(str(error)) from None
     if tokenizer is None:
+        scratch = output_dir / TOKENIZER_SCRATCH  # where the other processes read it
         with training_args.main_process_first(desc="tokenizer"):
-            if training_args.process_index == 0:
+            if main_process:
                 tokenizer = train_tokenizer(
                     texts=_texts(train_text), vocab_size=model_args.vocab_size, model=model_args.tokenizer_model,
-                    save_directory=output_dir, model_max_length=data_args.max_length,
+                    save_directory=scratch if training_args.world_size > 1 else None,
+                    model_max_length=data_args.max_length,
                 )
             else:
-                tokenizer = load_tokenizer(output_dir)
+                tokenizer = load_tokenizer(scratch)
         config = build_config(model_args, data_args, tokenizer)
     with training_args.main_process_first(desc="tokenization"):
         train_dataset = tokenize_parallel(train_text, tokenizer, data_args.max_length,
                                           data_args.preprocessing_num_workers)
         valid_dataset = tokenize_parallel(valid_text, tokenizer, data_args.max_length,
                                           data_args.preprocessing_num_workers, split="validation")
+    if run_args.overwrite_output_dir and main_process:  # only now that this run has its data and tokenizer
+        for folder in checkpoint_folders(output_dir):
+            shutil.rmtree(folder)
 
     model = build_model(config)
     if checkpoint is None:  # a checkpoint holds what this learns
@@ -800,22 +874,34 @@ def train(argv=None) -> dict:
                    if run_args.early_stopping_patience is not None else None),
         max_tokens=data_args.max_tokens,
         bucket_pool_pairs=data_args.bucket_pool_pairs,
+        run_manifest=manifest(tokenizer),
+        reset_optimizer=run_args.reset_optimizer,
     )
     metrics = dict(trainer.train(resume_from_checkpoint=checkpoint).metrics)
     if training_args.eval_strategy != "no":
         metrics.update(_final_evaluation(trainer))
     metrics.update(global_step=trainer.state.global_step, world_size=training_args.world_size,
-                   train_pairs=None if data_args.streaming else len(train_dataset),
+                   train_pairs=None if data_args.streaming else len(train_dataset), **data_counts,
                    parameters=sum(parameter.numel() for parameter in model.parameters()))
-
-    trainer.save_model(str(output_dir))  # model, config, code files and tokenizer
-    if trainer.is_world_process_zero():
-        (output_dir / "train_results.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
-        if not run_args.keep_checkpoints:
-            for folder in checkpoint_folders(output_dir):
-                shutil.rmtree(folder)
-        logger.info(json.dumps(_jsonable(metrics), indent=2))
+    save_finished_model(trainer, output_dir, metrics, run_args.keep_checkpoints)
     return metrics
+
+
+def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metrics: dict,
+                        keep_checkpoints: bool) -> None:
+    """Save the model, config, generation config, tokenizer, code, run manifest and train_results.json into a
+    staging sibling of `output_dir`, carry over what else the folder holds (its checkpoints only with
+    `keep_checkpoints`), and swap the staging folder in (`run_folder.replace_folder`): killed at any moment, the
+    folder holds the previous complete model or this one."""
+    staging = sibling(output_dir, "partial")
+    trainer.save_model(str(staging))  # by every process: a sharded model gathers its weights
+    if trainer.is_world_process_zero():
+        (staging / "train_results.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
+        if carried := carry_over(output_dir, staging, keep_checkpoints):
+            logger.info(f"kept from {output_dir} beside the new model: {', '.join(carried)}")
+        replace_folder(output_dir, staging)
+        logger.info(json.dumps(_jsonable(metrics), indent=2))
+    trainer.accelerator.wait_for_everyone()
 
 
 def _load_tokenizer(name_or_path: str):
@@ -847,6 +933,8 @@ def _final_evaluation(trainer: HeadAttnSeq2SeqTrainer) -> dict:
 def main(argv=None) -> None:
     try:
         train(argv)
+    except RunRefused as error:
+        raise SystemExit(f"hf-headattn-train: error: {error}") from None
     finally:
         # Under torchrun / accelerate launch, a process group left to interpreter exit can abort a rank in gloo's
         # teardown ("terminate called without an active exception") after training succeeded.

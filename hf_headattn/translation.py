@@ -598,6 +598,10 @@ def make_parser() -> argparse.ArgumentParser:
     model = parser.add_argument_group("model")
     model.add_argument("--model", required=True, help="a saved model folder, or a Hugging Face Hub id")
     add_trust_remote_code_argument(model, "--trust_remote_code")
+    model.add_argument("--tokenizer", default=None, help="another tokenizer than the model's own (refused unless the "
+                                                         "model was trained with it)")
+    model.add_argument("--force", action="store_true",
+                       help="only warn when --tokenizer is not the one the model was trained with")
     model.add_argument("--device", default="auto", help=f"{', '.join(DEVICES)} or cuda:N")
     model.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype (auto: as saved)")
     model.add_argument("--quantize", default="none", choices=QUANTIZATIONS,
@@ -738,7 +742,8 @@ def _load_and_translate(parser, args, sources, state):
         device = state.device if state is not None and args.device == "auto" else resolve_device(args.device)
         dtype = {"auto": "auto", "float32": torch.float32, "float16": torch.float16,
                  "bfloat16": torch.bfloat16}[args.dtype]
-        model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code, dtype=dtype)
+        model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code, dtype=dtype,
+                                                    tokenizer=args.tokenizer, force=args.force)
     except (OSError, ValueError) as error:
         parser.exit(1, f"{parser.prog}: error: cannot load --model {args.model}: {error}\n")
     model.to(device)

@@ -1,7 +1,7 @@
 """Token-budget batches (--max_tokens): the budget, coverage, shuffling, determinism and the split across ranks,
 alone and inside HeadAttnSeq2SeqTrainer's dataloader."""
 
-import math
+import time
 
 import numpy as np
 import pytest
@@ -90,27 +90,26 @@ def test_pooled_batches_change_companions_where_the_global_sort_keeps_them():
         "global sort"]
 
 
-def test_pooled_batches_repeat_for_a_seed_and_do_not_depend_on_the_length_of_the_run():
+def test_pooled_batches_repeat_for_a_seed():
     sources, targets = lengths(400)
     reference = TokenBudgetBatchSampler(sources, targets, 200, seed=4, pool_pairs=100)
-    for epochs in (1, 10, 32):  # a run extended from 1 to 32 epochs resumes onto the batches it started with
-        sampler = TokenBudgetBatchSampler(sources, targets, 200, seed=4, pool_pairs=100, epochs=epochs)
-        assert len(sampler) == len(reference) and epoch_batches(sampler, 3) == epoch_batches(reference, 3)
+    again = TokenBudgetBatchSampler(sources, targets, 200, seed=4, pool_pairs=100)
+    assert len(again) == len(reference) == max(len(reference._pooled_packing(epoch)[1]) for epoch in range(32))
+    assert epoch_batches(again, 3) == epoch_batches(reference, 3)
     assert epoch_batches(TokenBudgetBatchSampler(sources, targets, 200, seed=5, pool_pairs=100), 3) != \
         epoch_batches(reference, 3)
-    longer = TokenBudgetBatchSampler(sources, targets, 200, seed=4, pool_pairs=100, epochs=200)
-    assert len(longer) == max(len(longer._pooled_packing(epoch)[1]) for epoch in range(200)) >= len(reference)
 
 
-def test_an_epoch_past_the_ones_the_sampler_was_built_for_is_refused_rather_than_cut():
+def test_a_late_epoch_that_packs_into_more_batches_draws_its_order_again():
     sources, targets = lengths(400)
     sampler = TokenBudgetBatchSampler(sources, targets, 200, seed=4, pool_pairs=100)
     counts = [len(sampler._pooled_packing(epoch)[1]) for epoch in range(32, 400)]
     late = 32 + counts.index(max(counts))
     assert max(counts) > len(sampler)  # this corpus has such an epoch
-    with pytest.raises(RuntimeError, match=rf"epoch {late} packs into {max(counts)} batches, more than the "
-                                           rf"{len(sampler)} every epoch must have .* epochs={late + 1} or more"):
-        epoch_batches(sampler, late)
+    batches = epoch_batches(sampler, late)
+    assert len(batches) == len(sampler) and sorted(index for batch in batches for index in batch) == list(range(400))
+    assert all(len(batch) * (sources[batch].max() + targets[batch].max()) <= 200 for batch in batches)
+    assert epoch_batches(sampler, late) == batches  # drawn again the same way
 
 
 def test_two_ranks_get_disjoint_batches_equal_in_number():
@@ -157,11 +156,16 @@ def test_trainer_dataloader_yields_padded_batches_within_the_budget(bucket_pool_
     assert all(batch["input_ids"].numel() + batch["labels"].numel() <= 128 for batch in batches)
 
 
-@pytest.mark.parametrize("max_steps", [20, 5000])
-def test_the_trainer_builds_pooled_batches_for_every_epoch_it_will_run(max_steps, tmp_path):
-    trainer = toy_trainer(tmp_path, bucket_pool_pairs=40, max_steps=max_steps)
-    trainer.get_train_dataloader()
-    callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, TokenBudgetEpochCallback))
-    epochs = math.ceil(max_steps / callback.steps_per_epoch)
-    assert (epochs > 32) == (max_steps == 5000)
-    assert callback.sampler.epochs_covered == max(32, epochs)
+def test_pooled_batches_for_a_run_of_any_length_are_ready_at_once(tmp_path):
+    """Epochs are packed as they begin: --max_steps 100,000,000 no longer packs millions of epochs up front."""
+    lengths_of_runs = {}
+    for max_steps in (20, 100_000_000):
+        trainer = toy_trainer(tmp_path, bucket_pool_pairs=40, max_steps=max_steps)
+        started = time.perf_counter()
+        trainer.get_train_dataloader()
+        assert time.perf_counter() - started < 10
+        callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, TokenBudgetEpochCallback))
+        lengths_of_runs[max_steps] = len(callback.sampler)
+        callback.sampler.set_epoch(max_steps // callback.steps_per_epoch)  # the run's last epoch
+        assert sum(len(batch) for batch in callback.sampler) == 120
+    assert lengths_of_runs[20] == lengths_of_runs[100_000_000]

@@ -78,10 +78,12 @@ def test_drop_is_measured_with_the_aligners_training_corpus(models, data, tmp_pa
     assert how["runs"] == 2 and len(how["drop_runs"]) == 2 and how["drop_std"] >= 0.0
     assert (how["aligner"], how["alignments"], how["cache_dir"]) == ("trained", "aligned", str(tmp_path / "cache"))
 
-    # The same call again: the same DROP, from the cached aligner and alignments (no eflomal run).
+    # The same call again (replacing its result): the same DROP, from the cached aligner and alignments (no eflomal
+    # run).
     again = evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], num_beams=1, batch_size=16,
                            device="auto", train_source=data["train.src"], train_target=data["train.tgt"],
-                           output_dir=tmp_path, test_name="toy-test", drop_runs=2, drop_cache_dir=tmp_path / "cache")
+                           output_dir=tmp_path, test_name="toy-test", drop_runs=2, drop_cache_dir=tmp_path / "cache",
+                           overwrite=True)
     assert again["drop"] == results["drop"]
     again_how = again["metric_settings"]["drop_alignment"]
     assert again_how["drop_runs"] == how["drop_runs"] and (again_how["aligner"], again_how["alignments"]) == (
@@ -134,7 +136,7 @@ def test_the_coverage_penalty_reranks_the_lstm_beam_and_names_its_files(models, 
 
     with pytest.raises(ValueError, match="headattn model, whose generate has no coverage penalty"):
         evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], num_beams=3, coverage_penalty=0.4,
-                       device="cpu", output_dir=tmp_path)
+                       device="cpu", output_dir=tmp_path / "transformer")
     with pytest.raises(ValueError, match="use num_beams >= 2, got 1"):
         evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=1, coverage_penalty=0.4,
                        device="cpu", output_dir=tmp_path)
@@ -157,7 +159,7 @@ def test_bad_inputs_raise_clear_errors(models, data, tmp_path):
     (tmp_path / "empty-folder").mkdir()
     with pytest.raises(FileNotFoundError, match=r"empty-folder is not a saved model folder: it has no config\.json"):
         evaluate(model_dir=tmp_path / "empty-folder")
-    with pytest.raises(FileNotFoundError, match=r"Parallel text file not found: .*missing\.src"):
+    with pytest.raises(FileNotFoundError, match=r"Text file not found: .*missing\.src"):
         evaluate(source_path=tmp_path / "missing.src")
     short = tmp_path / "short.tgt"
     short.write_text("".join(line + "\n" for line in reference.read_text(encoding="utf-8").splitlines()[:-1]))
@@ -169,7 +171,7 @@ def test_bad_inputs_raise_clear_errors(models, data, tmp_path):
         evaluate(source_path=tmp_path / "empty.src", reference_path=tmp_path / "empty.tgt")
     with pytest.raises(ValueError, match="Pass both train_source and train_target"):
         evaluate(train_source=data["train.src"])
-    with pytest.raises(FileNotFoundError, match=r"Parallel text file not found: .*nowhere\.tgt"):
+    with pytest.raises(FileNotFoundError, match=r"Text file not found: .*nowhere\.tgt"):
         evaluate(train_source=data["train.src"], train_target=tmp_path / "nowhere.tgt")
     with pytest.raises(ValueError, match=r"Unknown device 'gpu'; accepted: auto, cpu, cuda, cuda:N"):
         evaluate(device="gpu")

@@ -146,3 +146,57 @@ def test_a_complete_folder_uploads_without_a_warning(tmp_path, monkeypatch):
         warnings.simplefilter("error")
         assert hub.push_to_hub(folder, "someone/toy") == "commit-info"
     assert hub.files_left_out(folder) == [] and RecordingHfApi.sent == hub.files_to_upload(folder)
+
+
+# ------------------------------------------------------------------------------------------------ issue 32, item 8
+def test_symbolic_links_out_of_the_folder_are_never_followed(tmp_path, monkeypatch):
+    folder = _complete_folder(tmp_path / "model")
+    secret = tmp_path / "elsewhere.txt"
+    secret.write_text("a file of this machine")
+    (folder / "notes.txt").symlink_to(secret)
+    monkeypatch.setattr(hub, "HfApi", RecordingHfApi)
+    with pytest.warns(UserWarning, match=rf"Not uploading symbolic links out of .*: notes\.txt -> {secret}"):
+        hub.push_to_hub(folder, "someone/toy")
+    assert "notes.txt" not in RecordingHfApi.sent and "notes.txt" not in hub.files_left_out(folder)
+
+    (folder / "tokenizer.json").unlink()  # a file the model needs, as a link out
+    (folder / "tokenizer.json").symlink_to(secret)
+    with pytest.raises(ValueError, match=rf"tokenizer\.json as a file of the folder \(it is a symbolic link to "
+                                         rf"{secret}, outside it; copy the file in\)"):
+        hub.check_model_folder(folder)
+
+
+def test_files_that_look_like_secrets_are_warned_about(tmp_path, monkeypatch):
+    folder = _complete_folder(tmp_path / "model")
+    with open(folder / "README.md", "a") as card:
+        card.write("\nlogin with HF_TOKEN=hf_" + "a1B2" * 9 + "\n")
+    monkeypatch.setattr(hub, "HfApi", RecordingHfApi)
+    with pytest.warns(UserWarning, match=r"Files to upload look like they hold secrets: README\.md, line 7: a Hugging "
+                                         r"Face token\. Remove them"):
+        hub.push_to_hub(folder, "someone/toy")
+
+
+def test_a_repository_id_is_validated_before_it_is_written_into_a_card(tmp_path):
+    folder = _complete_folder(tmp_path / "model")
+    (folder / "README.md").unlink()
+    evaluation = {"bleu": 1.0, "chrf": 2.0, "ter": 3.0, "bleu_by_length": {}, "model": {"model_type": "headattn"},
+                  "test_set": {}, "decoding": {}, "examples": [{"source": "a", "reference": "b", "hypothesis": "c"}]}
+    with pytest.raises(ValueError, match=r"repo_id 'not a/valid id' is not a Hub repository id"):
+        hub.write_model_card(folder, evaluation, dataset_name="toy", repo_id="not a/valid id")
+    assert not (folder / "README.md").exists()
+    with pytest.raises(ValueError, match="Repo id must"):
+        hub.push_to_hub(folder, "not a/valid id")
+
+
+def test_a_folder_whose_tokenizer_is_not_its_models_is_not_uploaded(tmp_path):
+    from hf_headattn.run_manifest import write_manifest
+    from hf_headattn.tokenization import tokenizer_fingerprint, train_tokenizer
+
+    folder = _complete_folder(tmp_path / "model")
+    trained, other = (train_tokenizer(texts=texts, vocab_size=40) for texts in (["ein hund ."], ["a cat ."]))
+    other.save_pretrained(folder)
+    write_manifest(folder, {"format": 1, "identity": {"tokenizer": {"sha256": tokenizer_fingerprint(trained)}}})
+    with pytest.raises(ValueError, match=r"missing: the tokenizer the model was trained with \(the tokenizer of "):
+        hub.check_model_folder(folder)
+    trained.save_pretrained(folder)
+    hub.check_model_folder(folder)

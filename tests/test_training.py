@@ -38,7 +38,7 @@ def file_flags(data) -> list[str]:
 
 
 def test_missing_and_misaligned_files_raise_clear_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"Parallel text file not found: .*nowhere\.de"):
+    with pytest.raises(FileNotFoundError, match=r"Text file not found: .*nowhere\.de"):
         read_parallel_files(tmp_path / "nowhere.de", tmp_path / "nowhere.en")
     (tmp_path / "a.de").write_text("eins\nzwei\n")
     (tmp_path / "a.en").write_text("one\n")
@@ -46,7 +46,7 @@ def test_missing_and_misaligned_files_raise_clear_errors(tmp_path):
         read_parallel_files(tmp_path / "a.de", tmp_path / "a.en")
 
 
-def test_lines_end_at_newline_only_and_empty_pairs_are_skipped_and_counted(tmp_path, caplog):
+def test_unicode_line_separators_stay_inside_lines_and_empty_pairs_are_skipped_and_counted(tmp_path, caplog):
     # str.splitlines() would also split at U+2028, U+0085, form feed and \x1c-\x1e, shifting every later pair
     sources = ["ein\u2028hund", "zwei\x0ckatzen", "", "drei\x1cvögel\x85", "vier\r", "fünf"]
     targets = ["a\u2029dog", "two cats", "empty source", "three\x1ebirds", "four", "  "]
@@ -231,7 +231,8 @@ def test_bad_flags_fail_before_any_data_is_read(case, toy_files, tmp_path, monke
 def test_ambiguous_data_arguments_and_a_finished_output_dir_are_refused(toy_files, tmp_path, capsys):
     with pytest.raises(SystemExit):
         train(["--output_dir", str(tmp_path)])
-    assert "give either --train_source/--train_target (text files) or --dataset" in capsys.readouterr().err
+    assert ("give the training data once: --train_source/--train_target (two text files), --train_file (one TSV or "
+            "JSON lines file) or --dataset") in capsys.readouterr().err
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(SystemExit):
         train([*file_flags(toy_files), "--output_dir", str(tmp_path)])
@@ -244,11 +245,13 @@ def test_resume_picks_the_last_complete_checkpoint_of_the_same_model(toy_files, 
     model_args, data_args, _, _ = parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path), *TINY_MODEL])
     for step in (3, 6, 9):
         training.build_config(model_args, data_args).save_pretrained(tmp_path / f"checkpoint-{step}")
+        for name in ("optimizer.pt", "scheduler.pt"):
+            (tmp_path / f"checkpoint-{step}" / name).write_bytes(b"")
         if step < 9:  # checkpoint-9 was being written when the run was killed: no trainer_state.json yet
             (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
     assert training.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")
-    _, _, _, training_args = parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path), *TINY_MODEL])
-    assert training_args.resume_from_checkpoint == str(tmp_path / "checkpoint-6")
+    _, _, run_args, training_args = parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path), *TINY_MODEL])
+    assert training.find_checkpoint(run_args, training_args) == str(tmp_path / "checkpoint-6")
 
     training.check_checkpoint_config(training.build_config(model_args, data_args), str(tmp_path / "checkpoint-6"))
     model_args.d_model = 64

@@ -59,6 +59,16 @@ def check_fractions(config, fields) -> None:
             raise ValueError(f"`{field}` must be a number in [0, 1), got {value!r}")
 
 
+def check_model_type(config_class, config_dict: dict) -> None:
+    """Refuse a config.json of another model type (an LSTM folder loaded with the Transformer class, or the
+    reverse), which Transformers only warns about before building the wrong model from it."""
+    model_type = config_dict.get("model_type")
+    if model_type is not None and model_type != config_class.model_type:
+        raise ValueError(f"this config.json is of model type {model_type!r}, and {config_class.__name__} reads model "
+                         f"type {config_class.model_type!r} only; load it with the classes of {model_type!r} (or "
+                         "AutoConfig / AutoModelForSeq2SeqLM, which pick them)")
+
+
 def check_token_ids(config, limits: dict[str, int]) -> None:
     """Raise ValueError naming the first special-token field (name -> vocabulary limit) outside [0, limit)."""
     for field, limit in limits.items():
@@ -211,6 +221,7 @@ class HeadAttnConfig(PretrainedConfig):
     def from_dict(cls, config_dict: dict[str, Any], **kwargs):
         # Transformers 4.x's from_dict casts `pruned_heads` keys to int (its keys were layer indices); ours are module
         # names, so they bypass it
+        check_model_type(cls, config_dict)
         config_dict = dict(config_dict)
         pruned_heads = config_dict.pop("pruned_heads", None)
         loaded = super().from_dict(config_dict, **kwargs)

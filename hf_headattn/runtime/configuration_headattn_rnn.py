@@ -4,7 +4,8 @@
 from transformers import PretrainedConfig
 
 from .attention_multihop import check_hop_mode
-from .configuration_headattn import CUSTOM_PIPELINES, check_fractions, check_positive_integers, check_token_ids
+from .configuration_headattn import (CUSTOM_PIPELINES, check_fractions, check_model_type, check_positive_integers,
+                                     check_token_ids)
 from .fertility import check_fertility_config
 from .remote_code import check_code_travels
 from .transformers_compat import CACHE_NAME, validate_base_architecture
@@ -141,6 +142,11 @@ class HeadAttnRNNConfig(PretrainedConfig):
             **kwargs,
         )
         self.validate_architecture()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        check_model_type(cls, config_dict)
+        return super().from_dict(config_dict, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save config.json and this module's code (see `remote_code`), checked complete before anything is

@@ -1,0 +1,267 @@
+"""Sentence pairs read as they were written: two line-aligned text files, one TSV file (source<TAB>target) or one
+JSON lines file as Transformers' `run_translation.py` reads it (``{"translation": {"de": ..., "en": ...}}`` a
+line), each optionally compressed (``.gz``, ``.xz``).
+
+* Lines end at "\\n", "\\r\\n" or "\\r" (classic Mac files), never at the other characters `str.splitlines` breaks
+  at (U+2028, U+0085, form feeds: they occur inside sentences); a UTF-8 byte-order mark is dropped.
+* Input that is not UTF-8 is refused, naming the file, the line and the byte.
+* A source and a target of identical contents (the same file given twice, say) are refused: a model trained on
+  them learns to copy. A plain text file that looks like JSON lines or TSV is refused with a hint.
+* The Dataset is built with `datasets` (`Dataset.from_generator`, memory-mapped in its cache) under a key that
+  holds the files' content hashes, so an edited file is read again whatever its size and modification time.
+
+`scan_text_file` makes one pass over a file for its hash, line count and encoding check; the training command
+records the hashes in its run manifest (`run_manifest`).
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import hashlib
+import io
+import json
+import logging
+import lzma
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+logger = logging.getLogger(__name__)
+
+COMPRESSIONS = {".gz": gzip.open, ".xz": lzma.open}
+PAIR_FILE_FORMATS = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}  # a one-file split, by its suffix
+_SNIFFED_LINES = 20  # how many non-empty lines of a plain text file are looked at to tell JSON lines or TSV
+
+
+def open_binary(path: str | Path):
+    """The file's bytes, decompressed for a ``.gz`` or ``.xz`` name."""
+    path = Path(path)
+    return COMPRESSIONS.get(path.suffix, open)(path, "rb")
+
+
+def format_suffix(path: str | Path) -> str:
+    """``train.tsv.gz`` -> ``.tsv``: the suffix under the compression's."""
+    path = Path(path)
+    return Path(path.stem).suffix if path.suffix in COMPRESSIONS else path.suffix
+
+
+def read_lines(path: str | Path):
+    """The file's lines, without their ends ("\\n", "\\r\\n" or "\\r"), BOM dropped; a file scanned first
+    (`scan_text_file`) decodes without error."""
+    with io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", newline=None) as lines:
+        for line in lines:  # universal newlines: "\r\n" and "\r" come back as "\n", nothing else ends a line
+            yield line[:-1] if line.endswith("\n") else line
+
+
+@dataclass(frozen=True)
+class TextFileScan:
+    """What one pass over a text file learns: the SHA-256 of its (decompressed) bytes, its number of lines as
+    `read_lines` splits them, and its first non-empty lines (to tell its format)."""
+
+    path: Path
+    sha256: str
+    lines: int
+    first_lines: tuple[str, ...]
+
+
+def scan_text_file(path: str | Path) -> TextFileScan:
+    """Hash, count and check a text file in one pass. Raises FileNotFoundError, or ValueError naming the line and
+    byte where it is not UTF-8."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Text file not found: {path}")
+    digest, decoder = hashlib.sha256(), codecs.getincrementaldecoder("utf-8")()
+    line_ends, last, carriage_return_before = 0, b"", False
+    try:
+        with open_binary(path) as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                decoder.decode(chunk)
+                # "\r\n" is one line end, also when a chunk ends between its two bytes
+                crlf = chunk.count(b"\r\n") + (carriage_return_before and chunk.startswith(b"\n"))
+                line_ends += chunk.count(b"\n") + chunk.count(b"\r") - crlf
+                carriage_return_before, last = chunk.endswith(b"\r"), chunk[-1:]
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise _locate_decode_error(path) from None
+    except (OSError, EOFError, lzma.LZMAError) as error:  # a damaged .gz or .xz
+        raise ValueError(f"{path}: cannot be read as {path.suffix} compressed text ({error})") from None
+    first_lines = []
+    for line in read_lines(path):
+        if line.strip():
+            first_lines.append(line)
+            if len(first_lines) == _SNIFFED_LINES:
+                break
+    return TextFileScan(path, digest.hexdigest(), line_ends + (last not in (b"", b"\n", b"\r")), tuple(first_lines))
+
+
+def _locate_decode_error(path: Path) -> ValueError:
+    """The error for a file that is not UTF-8, naming its first undecodable line and byte."""
+    with open_binary(path) as handle:
+        data = handle.read()  # only on this error path
+    for number, line in enumerate(re.split(rb"\r\n|\r|\n", data), start=1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            return ValueError(
+                f"{path}, line {number}: not UTF-8 (byte 0x{line[error.start]:02x} at character {error.start + 1}); "
+                "convert the file to UTF-8 first (e.g. iconv -f latin1 -t utf-8)")
+    return ValueError(f"{path}: not UTF-8 (a multi-byte character is cut off at the end of the file)")
+
+
+@dataclass(frozen=True)
+class PairFiles:
+    """Where one split's sentence pairs are: `source` and `target`, two line-aligned text files, or `file`, one TSV
+    or JSON lines file (by its suffix, under a compression's: ``.tsv``, ``.jsonl``/``.json``) whose pairs are keyed
+    by `source_lang` and `target_lang`."""
+
+    source: Path | None = None
+    target: Path | None = None
+    file: Path | None = None
+    source_lang: str = "de"
+    target_lang: str = "en"
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return (self.file,) if self.file is not None else (self.source, self.target)
+
+    @property
+    def format(self) -> str:
+        if self.file is None:
+            return "text"
+        suffix = format_suffix(self.file)
+        if suffix not in PAIR_FILE_FORMATS:
+            raise ValueError(f"{self.file}: a one-file split is TSV (.tsv) or JSON lines (.jsonl, .json), optionally "
+                             f"compressed (.gz, .xz); got {suffix or 'no suffix'}. Two line-aligned text files are "
+                             "given as source and target")
+        return PAIR_FILE_FORMATS[suffix]
+
+    def scan(self) -> dict[Path, TextFileScan]:
+        """Scan every file (`scan_text_file`) and refuse what cannot be read as these pairs: misaligned or identical
+        sides, and text files that are JSON lines or TSV."""
+        file_format = self.format
+        scans = {path: scan_text_file(path) for path in self.paths}
+        if file_format != "text":
+            return scans
+        source, target = scans[self.source], scans[self.target]
+        if source.lines != target.lines:
+            raise ValueError(f"{self.source} has {source.lines} lines but {self.target} has {target.lines}; parallel "
+                             "files must be line-aligned")
+        if self.source.resolve() == self.target.resolve() or (source.sha256 == target.sha256 and source.lines):
+            same = "are the same file" if self.source.resolve() == self.target.resolve() else "have identical contents"
+            raise ValueError(f"{self.source} and {self.target} {same}: a model trained on them learns to copy its "
+                             "input; give the source-language and the target-language side")
+        for scan in (source, target):
+            _refuse_other_formats(scan)
+        return scans
+
+
+def _refuse_other_formats(scan: TextFileScan) -> None:
+    """A plain text side whose lines are JSON objects or all hold a tab is another format given as text."""
+    lines = scan.first_lines
+    if lines and lines[0].lstrip().startswith("{"):
+        try:
+            record = json.loads(lines[0])
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):
+            raise ValueError(f"{scan.path} looks like JSON lines (line 1 is a JSON object with keys "
+                             f"{sorted(record)}), not plain text; give it as one JSON lines file of pairs "
+                             "(the training command's --train_file / --validation_file, with a .jsonl name)")
+    if lines and all("\t" in line for line in lines):
+        raise ValueError(f"{scan.path} looks like TSV (its first {len(lines)} non-empty lines all hold a tab), not "
+                         "plain text; give it as one TSV file of source<TAB>target pairs (the training command's "
+                         "--train_file / --validation_file, with a .tsv name)")
+
+
+@dataclass(frozen=True)
+class PairsRead:
+    """A split's pairs (`dataset`: `source` and `target` columns) and how many lines were read and skipped."""
+
+    dataset: Dataset
+    read: int
+    skipped_empty: int
+
+
+def read_pairs(files: PairFiles, scans: dict[Path, TextFileScan] | None = None, max_pairs: int | None = None,
+               skip_empty: bool = False) -> PairsRead:
+    """The split's pairs as a `datasets` Dataset, cached under the files' content hashes. `scans` are the files'
+    scans if already made (`PairFiles.scan`). With `skip_empty`, pairs whose source or target is blank are dropped
+    (and counted in the log); `max_pairs` keeps the first pairs after that."""
+    from datasets import Dataset
+    from datasets.exceptions import DatasetGenerationError
+
+    scans = scans if scans is not None else files.scan()
+    if all(scans[path].lines == 0 for path in files.paths):  # `datasets` cannot infer columns from nothing
+        return PairsRead(Dataset.from_dict({"source": [], "target": []}), 0, 0)
+    # the content hashes are part of the cache key (no lists in gen_kwargs: `datasets` would take them for shards)
+    content = " ".join(scans[path].sha256 for path in files.paths)
+    paths = {f"path{index}": str(path.resolve()) for index, path in enumerate(files.paths)}
+    generators = {"text": _text_pairs, "tsv": _tsv_pairs, "jsonl": _jsonl_pairs}
+    languages = {"source_lang": files.source_lang, "target_lang": files.target_lang} if files.format == "jsonl" else {}
+    try:
+        dataset = Dataset.from_generator(generators[files.format],
+                                         gen_kwargs={**paths, **languages, "content": content})
+    except DatasetGenerationError as error:
+        if isinstance(error.__cause__, ValueError):  # ours, naming the file and line
+            raise error.__cause__ from None
+        raise
+    read, skipped = len(dataset), 0
+    if skip_empty:
+        kept = dataset.filter(lambda batch: [bool(source.strip() and target.strip())
+                                             for source, target in zip(batch["source"], batch["target"])],
+                              batched=True, desc="dropping empty lines")
+        skipped = len(dataset) - len(kept)
+        if skipped:
+            logger.warning(f"{' / '.join(map(str, files.paths))}: skipped {skipped} pairs with an empty line, kept "
+                           f"{len(kept)}")
+        dataset = kept
+    if max_pairs is not None:
+        dataset = dataset.select(range(min(max_pairs, len(dataset))))
+    return PairsRead(dataset, read, skipped)
+
+
+def read_parallel_files(source_path: str | Path, target_path: str | Path, max_pairs: int | None = None,
+                        skip_empty: bool = False) -> Dataset:
+    """Two line-aligned text files -> Dataset with `source` and `target` columns (see `read_pairs`)."""
+    return read_pairs(PairFiles(source=Path(source_path), target=Path(target_path)), max_pairs=max_pairs,
+                      skip_empty=skip_empty).dataset
+
+
+def _text_pairs(path0: str, path1: str, content: str):
+    for source, target in zip(read_lines(path0), read_lines(path1)):
+        yield {"source": source, "target": target}
+
+
+def _tsv_pairs(path0: str, content: str):
+    for number, line in enumerate(read_lines(path0), start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ValueError(f"{path0}, line {number}: {len(fields)} tab-separated fields; a TSV line holds a source "
+                             "and a target sentence separated by one tab")
+        yield {"source": fields[0], "target": fields[1]}
+
+
+def _jsonl_pairs(path0: str, source_lang: str, target_lang: str, content: str):
+    for number, line in enumerate(read_lines(path0), start=1):
+        if not line.strip():  # holds no pair (JSON lines readers skip blank lines too)
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path0}, line {number}: not JSON ({error.msg} at character {error.colno}); a JSON lines "
+                             "file holds one object a line") from None
+        translation = record.get("translation") if isinstance(record, dict) else None
+        if not isinstance(translation, dict) or not all(
+                isinstance(translation.get(language), str) for language in (source_lang, target_lang)):
+            raise ValueError(f'{path0}, line {number}: expected {{"translation": {{"{source_lang}": "...", '
+                             f'"{target_lang}": "..."}}}} (run_translation\'s format; --source_lang and --target_lang '
+                             f"name the keys), got {line[:120]}")
+        yield {"source": translation[source_lang], "target": translation[target_lang]}
