@@ -77,6 +77,7 @@ ALIGNMENT_HEADS = ("mean", "hop")
 OUTPUT_FORMATS = ("text", "jsonl")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATIONS = ("none", "int8")
+DECODINGS = ("fast", "generate")
 DEFAULT_BATCH_SIZE = 32
 LISTED_LINES = 10  # line numbers a truncation warning names before it only counts
 
@@ -240,6 +241,7 @@ def translate(
     alignment_heads: str = "mean",
     attention: bool = False,
     strict: bool = False,
+    fast: bool = True,
     progress: bool = False,
     desc: str = "translating",
     **generate_kwargs,
@@ -260,6 +262,9 @@ def translate(
             alignment's reduction, head importances), from the same pass as its score and alignment.
         strict: Refuse sources longer than the model takes (:func:`source_token_limit`) instead of translating
             them cut, with a warning that names their line numbers (1-based positions in `sources`).
+        fast: Decode greedy and beam search with :mod:`hf_headattn.decoding`'s fast path (the ids of `generate`,
+            finished sentences dropped from their batch); False, or options it does not decode (sampling, ...):
+            `generate`.
         progress: Show a progress bar with an ETA (stderr).
         generate_kwargs: Passed to every ``generate`` call (``num_beams``, ``max_new_tokens``, ``length_penalty``,
             ``no_repeat_ngram_size``, ``do_sample``, ``top_k``, ``top_p``, ``temperature``, ...).
@@ -302,7 +307,7 @@ def translate(
                    disable=not progress or (state is not None and not state.is_main_process))
         for batch in own_batches:
             texts = [sources[index] for index in batch]
-            hypotheses = _translate_batch(model, tokenizer, texts, nbest=nbest, limit=limit,
+            hypotheses = _translate_batch(model, tokenizer, texts, nbest=nbest, limit=limit, fast=fast,
                                           scores=scores or nbest > 1, alignments=alignments,
                                           alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                                           attention=attention, generate_kwargs=generate_kwargs)
@@ -326,14 +331,14 @@ def _distributed_state():
     return PartialState(cpu=not torch.cuda.is_available())  # without cpu=True, CPU processes would not form a group
 
 
-def _translate_batch(model, tokenizer, texts, *, nbest, limit, scores, alignments, alignment_layer, alignment_heads,
-                     generate_kwargs, attention=False) -> list[list[Hypothesis]]:
-    import torch
+def _translate_batch(model, tokenizer, texts, *, nbest, limit, fast, scores, alignments, alignment_layer,
+                     alignment_heads, generate_kwargs, attention=False) -> list[list[Hypothesis]]:
+    from .decoding import generate_sequences
 
     batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=limit is not None, max_length=limit,
                       return_token_type_ids=False).to(model.device)
-    with torch.inference_mode():
-        sequences = model.generate(**batch, num_return_sequences=nbest, **generate_kwargs)
+    sequences = generate_sequences(model, batch["input_ids"], batch["attention_mask"], fast=fast,
+                                   num_return_sequences=nbest, **generate_kwargs)
     sequences = sequences.reshape(len(texts) * nbest, -1)
     decoded = [text.replace("\n", " ").strip()
                for text in tokenizer.batch_decode(sequences, skip_special_tokens=True)]
@@ -624,6 +629,9 @@ def make_parser() -> argparse.ArgumentParser:
     decoding.add_argument("--length_penalty", type=float, default=None,
                           help="exponent of the length dividing beam scores")
     decoding.add_argument("--no_repeat_ngram_size", type=int, default=None, help="forbid repeating n-grams of this size")
+    decoding.add_argument("--decoding", default="fast", choices=DECODINGS,
+                          help="fast: greedy and beam search that drop finished sentences from their batch (the "
+                               "translations of generate); generate: Transformers' generate (sampling always uses it)")
     decoding.add_argument("--do_sample", action="store_true", help="sample instead of searching")
     decoding.add_argument("--top_k", type=int, default=None, help="sample from the k likeliest tokens")
     decoding.add_argument("--top_p", type=float, default=None, help="sample from the nucleus of this mass")
@@ -769,7 +777,8 @@ def _load_and_translate(parser, args, sources, state):
         translations = translate(model, tokenizer, sources, nbest=args.nbest, batch_size=batch_size,
                                  max_tokens=args.max_tokens, scores=args.nbest > 1 or args.output_format == "jsonl",
                                  alignments=args.alignments, alignment_layer=args.alignment_layer,
-                                 alignment_heads=args.alignment_heads, strict=args.strict, progress=progress,
+                                 alignment_heads=args.alignment_heads, strict=args.strict,
+                                 fast=args.decoding == "fast", progress=progress,
                                  desc=f"translating {Path(args.input).name if args.input != '-' else 'stdin'}",
                                  **generate_kwargs)
     except ValueError as error:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hf_headattn import train_tokenizer
+from hf_headattn.decoding import fast_generate
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.translation import (Translation, _decoded_word_indices, _pharaoh, _source_word_indices, align,
                                      length_sorted_batches, main, quantize, read_lines, translate)
@@ -89,6 +90,14 @@ def test_output_keeps_input_order_and_blank_lines_whatever_the_batches(model, to
     assert all(translation.hypotheses for k, translation in enumerate(batched) if k not in (3, 7))
 
 
+def test_fast_decoding_and_generate_give_the_same_translations(model, tokenizer, sources):
+    for options in (dict(num_beams=1), dict(num_beams=4, nbest=3), dict(num_beams=3, length_penalty=2.0)):
+        fast = translate(model, tokenizer, sources, fast=True, batch_size=3, **options, **GENERATION)
+        slow = translate(model, tokenizer, sources, fast=False, batch_size=3, **options, **GENERATION)
+        assert [[hypothesis.text for hypothesis in translation.hypotheses] for translation in fast] == \
+            [[hypothesis.text for hypothesis in translation.hypotheses] for translation in slow]
+
+
 def test_nbest_lists_are_sorted_by_the_score_beam_search_ranks_by(model, tokenizer, sources):
     translations = translate(model, tokenizer, sources, nbest=4, num_beams=4, batch_size=3, **GENERATION)
     for translation in translations:
@@ -159,6 +168,10 @@ def test_every_variant_translates_with_int8_linear_layers(model, tokenizer, sour
     translations = translate(quantized, tokenizer, sources, num_beams=2, nbest=2, alignments=True, **GENERATION)
     assert all(len(translation.hypotheses) == 2 for translation in translations if translation.source.strip())
     batch = tokenizer(sources[:2], return_tensors="pt", padding=True, return_token_type_ids=False)
+    # the fast path decodes int8 models (it raises FastPathUnsupported where it does not); int8 activations are
+    # quantized per batch, so its ids follow generate's only where no sentence has left the batch yet
+    assert fast_generate(quantized, batch["input_ids"], batch["attention_mask"], num_beams=2,
+                         **GENERATION).shape[0] == 2
     labels = tokenizer(text_target=["a man sleeps .", "the dog sees the house ."], return_tensors="pt", padding=True)
     with torch.no_grad():
         exact = model(**batch, labels=labels["input_ids"]).logits

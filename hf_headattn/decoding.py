@@ -1,0 +1,282 @@
+r"""The fast decoding path: greedy and beam search for this package's models that give the ids `generate` gives,
+without its per-step overhead, and with finished sentences dropped from the batch.
+
+`generate` steps a batch until its last sentence is done, so a batch of 32 sentences costs 32 rows (times the beam
+size) at every step of its longest translation. Here a sentence leaves the batch the step it is done: its rows
+leave the cache (:meth:`Cache.batch_select_indices`, variant states included), the encoder outputs and the source
+mask, so later steps cost only the sentences still being translated. The search itself is `generate`'s:
+
+* the generation config is resolved by `generate`'s own preparation (`_prepare_generation_config`,
+  `_prepare_special_tokens`, `_prepare_generated_length`), and logits are processed by the same
+  `LogitsProcessorList` (`_get_logits_processor`), so `max_new_tokens`, `min_length`, `no_repeat_ngram_size`,
+  `bad_words_ids`, forced tokens and the rest mean what they mean there;
+* greedy search takes the argmax of the processed logits, as `generate`'s `_sample` does without sampling;
+* beam search calls `generate`'s own beam-search steps (`_get_top_k_continuations`,
+  `_get_running_beams_for_next_iteration`, `_update_finished_beams`, `_check_early_stop_heuristic`), one call per
+  step for the whole batch, and reorders the cache with `reorder_cache` as `generate` does.
+
+A sentence is dropped once nothing can change its result any more: greedy, when it produced its end of sentence;
+beam search, when `generate`'s early-stopping heuristic says no running hypothesis can beat its finished ones (it
+then never touches that sentence's finished hypotheses again), or, with ``early_stopping=True``, when it has
+``num_beams`` finished hypotheses. Every sentence's search depends only on its own rows, so the ids are those of
+`generate` up to float rounding (a matrix product's rounding may depend on how many rows it has).
+
+Sampling, and logits processors whose state spans the batch (classifier-free guidance, prefix constraints,
+watermarking, ...), are not on the fast path: :func:`fast_path_refusal` names why, and the translation module then
+calls `generate`.
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from transformers import GenerationConfig
+from transformers.generation import logits_process
+
+__all__ = ["FastPathUnsupported", "MODEL_TYPES", "fast_generate", "fast_path_refusal", "generate_sequences",
+           "resolve_generation_config"]
+
+logger = logging.getLogger(__name__)
+
+
+class FastPathUnsupported(ValueError):
+    """The options or the model ask for something the fast path does not decode; `generate` does."""
+
+MODEL_TYPES = ("headattn", "headattn_rnn")  # the families whose forward this path steps
+
+# Processors that look at each row alone and keep no state across rows: a row's scores do not change when other
+# rows leave the batch.
+ROW_WISE_PROCESSORS = tuple(getattr(logits_process, name) for name in (
+    "MinLengthLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "NoRepeatNGramLogitsProcessor",
+    "NoBadWordsLogitsProcessor", "SequenceBiasLogitsProcessor", "ForcedBOSTokenLogitsProcessor",
+    "ForcedEOSTokenLogitsProcessor", "RepetitionPenaltyLogitsProcessor", "SuppressTokensLogitsProcessor",
+    "SuppressTokensAtBeginLogitsProcessor", "InfNanRemoveLogitsProcessor", "LogitNormalization",
+    "ExponentialDecayLengthPenalty",
+) if hasattr(logits_process, name))
+
+
+def resolve_generation_config(model, **generate_kwargs) -> tuple[GenerationConfig, dict]:
+    """(generation config, leftover model kwargs) as `generate` resolves them from the model's generation config
+    and the call's keyword arguments (lengths not yet turned into totals)."""
+    return model._prepare_generation_config(None, **generate_kwargs)
+
+
+def fast_path_refusal(model, generation_config: GenerationConfig, model_kwargs: dict | None = None) -> str | None:
+    """Why `generate` must decode instead of :func:`fast_generate` (None: the fast path gives its ids)."""
+    if getattr(model.config, "model_type", None) not in MODEL_TYPES:
+        return f"model type {getattr(model.config, 'model_type', None)!r} (the fast path steps {', '.join(MODEL_TYPES)})"
+    if model_kwargs:
+        return f"generate arguments it does not take: {', '.join(sorted(model_kwargs))}"
+    if generation_config.do_sample:
+        return "sampling (do_sample=True)"
+    if (generation_config.num_beam_groups or 1) > 1:
+        return "group beam search (num_beam_groups > 1)"
+    if generation_config.num_return_sequences and generation_config.num_return_sequences > generation_config.num_beams:
+        return "more returned sequences than beams"
+    if not generation_config.use_cache:
+        return "use_cache=False"
+    for name in ("guidance_scale", "watermarking_config", "assistant_early_exit", "prompt_lookup_num_tokens",
+                 "stop_strings", "max_time", "penalty_alpha", "constraints", "force_words_ids"):
+        value = getattr(generation_config, name, None)
+        if value is not None and not (name == "guidance_scale" and value == 1):
+            return f"generation option {name}={value!r}"
+    return None
+
+
+def fast_generate(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+                  **generate_kwargs) -> torch.LongTensor:
+    """`model.generate(input_ids, attention_mask=attention_mask, **generate_kwargs)`'s sequences (greedy or beam
+    search; `num_return_sequences` per sentence, best first), from the fast path: [batch * returned, length],
+    starting with the decoder start token, padded with the pad token after a sequence's end.
+
+    Raises:
+        FastPathUnsupported: options the fast path does not decode (:func:`fast_path_refusal`, logits processors
+            whose state spans the batch); `generate` decodes them (:func:`generate_sequences` falls back to it).
+    """
+    generation_config, model_kwargs = resolve_generation_config(model, **generate_kwargs)
+    refusal = fast_path_refusal(model, generation_config, model_kwargs)
+    if refusal:
+        raise FastPathUnsupported(f"The fast decoding path does not decode {refusal}")
+    has_default_max_length = (generate_kwargs.get("max_length") is None
+                              and model.generation_config.max_length is None)
+    has_default_min_length = (generate_kwargs.get("min_length") is None
+                              and model.generation_config.min_length is None)
+    device = model.device
+    input_ids = input_ids.to(device)
+    attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
+    model._prepare_special_tokens(generation_config, True, device=device, batch_size=input_ids.shape[0])
+    generation_config = model._prepare_generated_length(
+        generation_config, has_default_max_length=has_default_max_length,
+        has_default_min_length=has_default_min_length, model_input_name="input_ids", input_ids_length=1,
+        inputs_tensor=input_ids)
+    processors = model._get_logits_processor(generation_config=generation_config, input_ids_seq_length=1,
+                                             encoder_input_ids=input_ids, device=device, model_kwargs={})
+    batch_wide = [type(processor).__name__ for processor in processors
+                  if not isinstance(processor, ROW_WISE_PROCESSORS)]
+    if batch_wide:
+        raise FastPathUnsupported(f"The fast decoding path does not decode with logits processors "
+                                  f"{', '.join(batch_wide)}")
+    with torch.inference_mode():
+        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        search = _BatchDecoder(model, encoder_outputs, attention_mask, generation_config, processors)
+        if generation_config.num_beams == 1:
+            return search.greedy()
+        return search.beam_search()
+
+
+class _BatchDecoder:
+    """One batch's search state: the rows still being decoded, their encoder outputs, source mask and cache."""
+
+    def __init__(self, model, encoder_outputs, attention_mask, generation_config, processors):
+        self.model = model
+        self.config = generation_config
+        self.processors = processors
+        self.encoder_outputs = encoder_outputs
+        self.attention_mask = attention_mask
+        self.cache = None
+        self.batch_size = attention_mask.shape[0]
+        self.max_length = generation_config.max_length
+        self.pad = int(generation_config._pad_token_tensor)
+        self.eos = generation_config._eos_token_tensor
+        self.start = int(generation_config._decoder_start_token_tensor.reshape(-1)[0])
+
+    # ------------------------------------------------------------------ the model, one step at a time
+    def next_token_logits(self, tokens: torch.LongTensor) -> torch.Tensor:
+        """float32 logits [rows, vocab] of the next token after `tokens` [rows], the rows' cache extended."""
+        outputs = self.model(encoder_outputs=self.encoder_outputs, attention_mask=self.attention_mask,
+                             decoder_input_ids=tokens[:, None], cache=self.cache, use_cache=True, return_dict=True)
+        self.cache = outputs["cache" if "cache" in outputs else "past_key_values"]  # the release's name for it
+        return outputs.logits[:, -1, :].to(dtype=torch.float32)
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Only `rows` (indices into the current rows) go on: drop the others from cache and inputs."""
+        self.cache.batch_select_indices(rows)
+        self.attention_mask = self.attention_mask[rows]
+        self.encoder_outputs = type(self.encoder_outputs)(**{
+            name: value[rows] if torch.is_tensor(value) else value for name, value in self.encoder_outputs.items()})
+
+    def repeat_rows(self, repeats: int) -> None:
+        self.attention_mask = self.attention_mask.repeat_interleave(repeats, dim=0)
+        self.encoder_outputs = type(self.encoder_outputs)(**{
+            name: value.repeat_interleave(repeats, dim=0) if torch.is_tensor(value) else value
+            for name, value in self.encoder_outputs.items()})
+
+    def output(self, sequences: list[torch.Tensor]) -> torch.LongTensor:
+        """One [length] row per sequence -> [sequences, longest], padded with the pad token."""
+        return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=self.pad)
+
+    def ends(self, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.isin(tokens, self.eos)
+
+    # ------------------------------------------------------------------ greedy search (generate's _sample)
+    def greedy(self) -> torch.LongTensor:
+        device = self.attention_mask.device
+        running = torch.full((self.batch_size, self.max_length), self.pad, dtype=torch.long, device=device)
+        running[:, 0] = self.start
+        sentence_of_row = list(range(self.batch_size))
+        results: list[torch.Tensor | None] = [None] * self.batch_size
+        length = 1
+        while True:
+            scores = self.processors(running[:, :length], self.next_token_logits(running[:, length - 1]))
+            running[:, length] = scores.argmax(dim=-1)
+            length += 1
+            done = self.ends(running[:, length - 1]) | (length >= self.max_length)
+            for row in done.nonzero().flatten().tolist():
+                results[sentence_of_row[row]] = running[row, :length]
+            if done.all():
+                return self.output(results)
+            if done.any():
+                rows = (~done).nonzero().flatten()
+                self.keep_rows(rows)
+                running, sentence_of_row = running[rows], [sentence_of_row[row] for row in rows.tolist()]
+
+    # ------------------------------------------------------------------ beam search (generate's _beam_search)
+    def beam_search(self) -> torch.LongTensor:
+        model, config = self.model, self.config
+        num_beams, early_stopping, length_penalty = config.num_beams, config.early_stopping, config.length_penalty
+        returned = config.num_return_sequences or 1
+        batch, device = self.batch_size, self.attention_mask.device
+        beams_to_keep = max(2, 1 + self.eos.shape[0]) * num_beams
+        top_num_beam_mask = torch.arange(beams_to_keep, device=device) < num_beams
+
+        running = torch.full((batch, num_beams, self.max_length), self.pad, dtype=torch.long, device=device)
+        running[:, :, 0] = self.start
+        finished = running.clone()
+        running_scores = torch.zeros((batch, num_beams), device=device)
+        running_scores[:, 1:] = -1e9  # the beams start equal: only the first one's continuations count
+        finished_scores = torch.full((batch, num_beams), -1e9, device=device)
+        is_finished = torch.zeros((batch, num_beams), dtype=torch.bool, device=device)
+        can_improve = torch.ones((batch, 1), dtype=torch.bool, device=device)
+        running_indices = torch.full((batch, num_beams, self.max_length - 1), -1, dtype=torch.int32, device=device)
+        finished_indices = running_indices.clone()
+        sentence_of_row = list(range(batch))
+        results: list[list[torch.Tensor]] = [[] for _ in range(batch)]
+        self.repeat_rows(num_beams)
+        length = 1
+        while True:
+            flat = running[:, :, :length].reshape(batch * num_beams, length)
+            log_probs = torch.log_softmax(self.next_token_logits(flat[:, -1]), dim=-1)
+            log_probs = self.processors(flat, log_probs)
+            log_probs = (log_probs.view(batch, num_beams, -1) + running_scores[:, :, None]).view(batch, -1)
+            top_log_probs, top_sequences, top_indices = model._get_top_k_continuations(
+                accumulated_log_probs=log_probs, running_sequences=running, running_beam_indices=running_indices,
+                cur_len=length, decoder_prompt_len=1, do_sample=False, beams_to_keep=beams_to_keep,
+                num_beams=num_beams, batch_size=batch)
+            hits_stop = self.ends(top_sequences[:, :, length]) | (length + 1 >= self.max_length)
+            running, running_scores, running_indices = model._get_running_beams_for_next_iteration(
+                topk_log_probs=top_log_probs, topk_running_sequences=top_sequences,
+                topk_running_beam_indices=top_indices, next_token_hits_stopping_criteria=hits_stop,
+                num_beams=num_beams)
+            finished, finished_scores, finished_indices, is_finished = model._update_finished_beams(
+                sequences=finished, topk_running_sequences=top_sequences, beam_scores=finished_scores,
+                topk_log_probs=top_log_probs, beam_indices=finished_indices, topk_running_beam_indices=top_indices,
+                is_early_stop_heuristic_unsatisfied=can_improve, is_sent_finished=is_finished,
+                next_token_hits_stopping_criteria=hits_stop, top_num_beam_mask=top_num_beam_mask,
+                num_beams=num_beams, cur_len=length, decoder_prompt_len=1, length_penalty=length_penalty,
+                early_stopping=early_stopping)
+            # the rows of each sentence's next hypotheses come from its own rows: generate's beam indices
+            self.cache.reorder_cache(running_indices[:, :, length - 1].reshape(-1).long())
+            length += 1
+            can_improve = model._check_early_stop_heuristic(
+                is_early_stop_heuristic_unsatisfied=can_improve, running_beam_scores=running_scores,
+                beam_scores=finished_scores, is_sent_finished=is_finished, cur_len=length,
+                max_length=self.max_length, decoder_prompt_len=1, early_stopping=early_stopping,
+                length_penalty=length_penalty)
+            done = ~can_improve[:, 0] | (is_finished.all(dim=-1) & (early_stopping is True))
+            last_step = bool(hits_stop.all())  # generate stops once every continuation ends (max_length)
+            for sentence in (torch.ones_like(done) if last_step else done).nonzero().flatten().tolist():
+                results[sentence_of_row[sentence]] = [hypothesis[:self._length(hypothesis)]
+                                                      for hypothesis in finished[sentence, :returned]]
+            if last_step or done.all():
+                return self.output([sequence for sentence in results for sequence in sentence])
+            if done.any():
+                kept = (~done).nonzero().flatten()
+                rows = (kept[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1)
+                self.keep_rows(rows)
+                batch = kept.numel()
+                running, finished = running[kept], finished[kept]
+                running_scores, finished_scores = running_scores[kept], finished_scores[kept]
+                running_indices, finished_indices = running_indices[kept], finished_indices[kept]
+                is_finished, can_improve = is_finished[kept], can_improve[kept]
+                sentence_of_row = [sentence_of_row[sentence] for sentence in kept.tolist()]
+
+    def _length(self, sequence: torch.Tensor) -> int:
+        """Tokens of a finished hypothesis up to and including its end of sentence (all of it without one)."""
+        ends = self.ends(sequence[1:]).nonzero()
+        return int(ends[0]) + 2 if ends.numel() else sequence.shape[0]
+
+
+def generate_sequences(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, *,
+                       fast: bool = True, **generate_kwargs) -> torch.LongTensor:
+    """The sequences `model.generate` returns, from :func:`fast_generate` where it decodes these options (with
+    `fast`), else from `generate` itself (the reason logged at INFO)."""
+    if fast:
+        try:
+            return fast_generate(model, input_ids, attention_mask, **generate_kwargs)
+        except FastPathUnsupported as reason:
+            logger.info(f"{reason}; decoding with model.generate")
+    with torch.inference_mode():
+        return model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)

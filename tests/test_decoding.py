@@ -1,0 +1,135 @@
+"""The fast decoding path (hf_headattn.decoding) gives the ids of `generate` for every variant of both families,
+greedy and beam search, n-best included; a padded batch gives what each sentence gives alone; options it does not
+decode go to `generate`."""
+
+import pytest
+import torch
+
+from hf_headattn.decoding import FastPathUnsupported, fast_generate, generate_sequences
+
+from helpers import EOS, random_model, source_batch, tiny_config
+from test_generation_invariants import VARIANT_CONFIGS
+from test_rnn import CONFIGS as RNN_CONFIGS
+from test_rnn import EOS_BIAS, random_rnn_model, rnn_config
+
+LENGTHS = (7, 4, 9, 3, 8, 5)  # six sentences, so that some finish (and leave the batch) while others go on
+# Random models fall into repeating one token; forbidding repeats makes every step's argmax matter.
+NO_REPEAT = dict(no_repeat_ngram_size=1)
+SEARCHES = {
+    "greedy": dict(num_beams=1, **NO_REPEAT),
+    "beam-5": dict(num_beams=5, **NO_REPEAT),
+    "beam-5-3-best": dict(num_beams=5, num_return_sequences=3, **NO_REPEAT),
+    "beam-4-length-penalty-no-repeated-bigrams": dict(num_beams=4, length_penalty=0.5, no_repeat_ngram_size=2),
+    "beam-3-early-stopping": dict(num_beams=3, early_stopping=True, **NO_REPEAT),
+    "beam-3-repeats-allowed": dict(num_beams=3),
+}
+
+
+def models():
+    for name, config in sorted(VARIANT_CONFIGS.items()):
+        yield f"transformer-{name}", lambda config=config: random_model(tiny_config(**config))
+    for name, config in RNN_CONFIGS.items():
+        yield f"lstm-{name}", lambda name=name, config=config: random_rnn_model(
+            rnn_config(**config), eos_bias=EOS_BIAS.get(name, 0.0))
+
+
+MODELS = dict(models())
+# Added to each random model's end-of-sentence logit so that its translations end at many lengths (found by a scan
+# of -4..14 in steps of 0.25 for the most distinct lengths), so that sentences leave the batch at different steps.
+EOS_BIASES = {
+    "lstm-2-encoder-3-decoder-layers": -0.5, "lstm-2x1-single-hop": -0.75, "lstm-2x2-dependent": -1.0,
+    "lstm-2x3-independent": -0.5, "lstm-baseline-1x1-general": -0.5, "lstm-coverage-vector": -0.75,
+    "lstm-csoftmax-constant": -0.75, "lstm-csparsemax-guided": -0.5, "lstm-csparsemax-predicted-no-sink": -0.25,
+    "lstm-dot": 0.0, "lstm-scaled-general-csparsemax": 1.75, "lstm-sparsemax": -0.5,
+    "transformer-csoftmax-constant": 2.5, "transformer-csparsemax-guided": 0.75,
+    "transformer-csparsemax-predicted-no-sink": 2.25, "transformer-dhicm-every-layer-and-site": 2.75,
+    "transformer-dhicm-pruned": 1.25, "transformer-mma": 6.5, "transformer-mma-no-positions": 6.0,
+    "transformer-multihop-dependent-2-hops": -1.25, "transformer-multihop-independent": -1.25,
+    "transformer-running_sum": 6.5, "transformer-softmax": 6.25, "transformer-sparsemax-every-site": 7.0,
+}
+
+
+def output_lengths(model) -> set[int]:
+    input_ids, attention_mask = source_batch(LENGTHS)
+    return {len(ids) for num_beams in (1, 5)
+            for ids in up_to_end(fast_generate(model, input_ids, attention_mask, num_beams=num_beams,
+                                               max_new_tokens=20, **NO_REPEAT))}
+
+
+def add_eos_bias(model, bias: float) -> None:
+    with torch.no_grad():
+        if hasattr(model, "final_logits_bias"):
+            model.final_logits_bias[0, EOS] += bias
+        else:
+            model.generator.bias[EOS] += bias
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def model(request):
+    model = MODELS[request.param]()
+    add_eos_bias(model, EOS_BIASES[request.param])
+    return model
+
+
+def up_to_end(sequences: torch.Tensor) -> list[list[int]]:
+    """Each sequence's generated ids up to and including its first EOS (what its translation is made of)."""
+    result = []
+    for sequence in sequences[:, 1:].tolist():
+        result.append(sequence[: sequence.index(EOS) + 1] if EOS in sequence else sequence)
+    return result
+
+
+@pytest.mark.parametrize("max_new_tokens", [6, 20])
+@pytest.mark.parametrize("search", sorted(SEARCHES))
+def test_fast_path_gives_the_ids_of_generate(model, search, max_new_tokens):
+    input_ids, attention_mask = source_batch(LENGTHS)
+    options = dict(max_new_tokens=max_new_tokens, **SEARCHES[search])
+    with torch.inference_mode():
+        expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
+    fast = fast_generate(model, input_ids, attention_mask, **options)
+    assert up_to_end(fast) == up_to_end(expected)
+
+
+def test_the_test_models_end_sentences_at_many_lengths(model):
+    """Otherwise nothing would leave the batch early, and dropping finished sentences would go untested."""
+    assert len(output_lengths(model)) >= 5
+
+
+@pytest.mark.parametrize("num_beams", [1, 5])
+def test_padded_batch_gives_what_each_sentence_gives_alone(model, num_beams):
+    input_ids, attention_mask = source_batch(LENGTHS)
+    together = up_to_end(fast_generate(model, input_ids, attention_mask, num_beams=num_beams, max_new_tokens=12,
+                                       **NO_REPEAT))
+    for row, length in enumerate(LENGTHS):
+        alone = fast_generate(model, input_ids[row:row + 1, :length], attention_mask[row:row + 1, :length],
+                              num_beams=num_beams, max_new_tokens=12, **NO_REPEAT)
+        assert up_to_end(alone) == [together[row]]
+
+
+def test_beam_search_reorders_the_per_step_state(monkeypatch):
+    """A stateful variant's state must follow its hypotheses: without reordering it, beam search would give other
+    ids, so equality with generate (which reorders it) shows the fast path reorders it too."""
+    from hf_headattn import HeadAttnCache
+
+    model = random_model(tiny_config(**VARIANT_CONFIGS["running_sum"]))
+    input_ids, attention_mask = source_batch(LENGTHS)
+    options = dict(num_beams=5, max_new_tokens=12, **NO_REPEAT)
+    reordered = up_to_end(fast_generate(model, input_ids, attention_mask, **options))
+    monkeypatch.setattr(HeadAttnCache, "_map_states", lambda self, fn: None)  # states stay where they were
+    assert up_to_end(fast_generate(model, input_ids, attention_mask, **options)) != reordered
+
+
+def test_options_the_fast_path_does_not_decode_go_to_generate():
+    model = random_model(tiny_config())
+    input_ids, attention_mask = source_batch(LENGTHS)
+    with pytest.raises(FastPathUnsupported, match="sampling"):
+        fast_generate(model, input_ids, attention_mask, do_sample=True, max_new_tokens=5)
+    with pytest.raises(FastPathUnsupported, match="EncoderRepetitionPenaltyLogitsProcessor"):
+        fast_generate(model, input_ids, attention_mask, encoder_repetition_penalty=1.5, max_new_tokens=5)
+    for options in (dict(do_sample=True, top_k=5), dict(encoder_repetition_penalty=1.5, num_beams=3)):
+        torch.manual_seed(0)
+        with torch.inference_mode():
+            expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=5, **options)
+        torch.manual_seed(0)
+        got = generate_sequences(model, input_ids, attention_mask, max_new_tokens=5, **options)
+        assert torch.equal(got, expected)
