@@ -87,6 +87,7 @@ DEFAULT_TITLE = "hf_headattn: translate and compare attention"
 EMPTY_INPUT = "Nothing to translate: type a sentence in the box (one sentence a line), or pick an example."
 # A row of word attention summing to less than this left the rest on no source token (the constrained variants' sink)
 FULL_ROW = 0.999
+HEAD_COLOURS = ("#7c3aed", "#db2777", "#0891b2", "#65a30d", "#ea580c", "#4f46e5", "#0d9488", "#ca8a04")
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -536,19 +537,25 @@ def render_fertility(result: PanelResult, line: LineResult, attention) -> str:
         for s, token in enumerate(attention.source_tokens):
             bound = bounds[s] if s < len(bounds) else float("nan")
             bars = "".join(
-                f'<span class="fert-bar{" fert-over" if value > bound + 1e-4 else ""}" '
-                f'style="width: {100 * value / scale:.1f}%" title="head {head}: {value:.3f} of {bound:.3f}"></span>'
-                for head, value in zip(heads, cumulative[:, s].tolist()))
+                f'<span class="fert-bar{" fert-over" if value > bound + 1e-4 else ""}" style="width: '
+                f'{100 * value / scale:.1f}%; background-color: {_head_colour(head)}" title="head {head}: '
+                f'{value:.3f} of {bound:.3f}"></span>' for head, value in zip(heads, cumulative[:, s].tolist()))
             rows.append(f'<div class="fert-row"><span class="fert-token">{_text(token)}</span>'
                         f'<span class="fert-track">{bars}<span class="fert-bound" style="left: '
                         f'{100 * min(bound, scale) / scale:.1f}%" title="fertility bound {bound:.3f}"></span></span>'
                         f'<span class="fert-value">≤ {bound:.2f}</span></div>')
         sink = "; the rest went to the sink" if has_sink else ""
+        legend = " ".join(f'<span class="legend" style="background-color: {_head_colour(head)}">head {head}</span>'
+                          for head in heads)
         blocks.append(f'<div class="fertility" data-layer="{layer}"><div class="bar-title">'
-                      f"{_text(result.layer_names[layer])}: each head's attention summed over the translation "
-                      f"(one bar per head, {', '.join(f'head {h}' for h in heads)}) against the token's fertility "
-                      f"bound (the mark){sink}</div>{''.join(rows)}</div>")
+                      f"{_text(result.layer_names[layer])}: each head's attention summed over the translation, "
+                      f"one bar per head, against the token's fertility bound (the mark){sink}. {legend}</div>"
+                      f"{''.join(rows)}</div>")
     return "".join(blocks)
+
+
+def _head_colour(head: int) -> str:
+    return HEAD_COLOURS[(head - 1) % len(HEAD_COLOURS)]
 
 
 def render_translations(result: PanelResult) -> str:
@@ -665,8 +672,9 @@ table.hm th.hm-corner { font-size: 10px; color: #6b7280; font-weight: normal; pa
 .bar-track, .fert-track { position: relative; flex: 1; min-height: 12px; background: #f3f4f6; }
 .bar { display: block; height: 12px; background: #059669; }
 .fert-track { display: flex; flex-direction: column; gap: 1px; padding: 1px 0; }
-.fert-bar { display: block; height: 5px; background: #7c3aed; }
-.fert-over { background: #dc2626; }
+.fert-bar { display: block; height: 5px; }
+.fert-bar.fert-over { background-color: #dc2626 !important; }
+.legend { color: #ffffff; font-size: 11px; padding: 0 4px; border-radius: 3px; white-space: nowrap; display: inline-block; }
 .bar-mark, .fert-bound { position: absolute; top: 0; bottom: 0; width: 2px; background: #111827; }
 .bar-value, .fert-value { width: 48px; font-variant-numeric: tabular-nums; }
 .translations .line { margin-bottom: 6px; }
@@ -707,7 +715,7 @@ def build_demo(models: Sequence[DemoModel], *, max_lines: int = DEFAULT_MAX_LINE
     panels = []
 
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
-        gr.Markdown(f"# {title}\nType German sentences (or the models' source language), one a line, and press "
+        gr.Markdown(f"# {title}\nType sentences in the models' source language, one a line, and press "
                     "**Translate**. Each panel translates with the model chosen above it and shows where its "
                     "cross-attention went.")
         text = gr.Textbox(label="source text (one sentence a line)", lines=3, elem_id="source-text",

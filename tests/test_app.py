@@ -287,3 +287,29 @@ def test_the_page_translates_over_http(tokenizer, lines):
             assert f'<span class="translation-text">{translation.text}</span>' in panel[2]
         assert cells(panel[6]) == (lambda shape: shape[0] * shape[1])(table_shape(panel[6]))
     assert "no fertility" in panels[0][9] and "fertility bound" in panels[1][9]
+
+
+def test_the_command_loads_its_models_and_serves_the_page(tokenizer, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("gradio")
+    folder = tmp_path / "model"
+    random_model(tiny_config(vocab_size=len(tokenizer), cross_attention="csoftmax")).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    served = {}
+    monkeypatch.setattr(app, "launch", lambda demo, **kwargs: served.update(demo=demo, **kwargs))
+    built = {}
+    original = app.build_demo
+    monkeypatch.setattr(app, "build_demo", lambda models, **kwargs: built.update(models=models, **kwargs)
+                        or original(models, **kwargs))
+    app.main(["--model", str(folder), "--model", "someone/not-here", "--port", "7999", "--max-lines", "3",
+              "--time_limit", "20"])
+    assert (served["host"], served["port"]) == ("127.0.0.1", 7999)
+    first, second = built["models"]
+    assert first.error is None and "cross-attention: csoftmax" in first.description
+    assert second.error.startswith("ValueError: 'someone/not-here' is not a local folder")  # a Hub id needs the flag
+    assert (built["max_lines"], built["time_limit"]) == (3, 20.0)
+    for flags, message in ((["--num_beams", "0"], "--num_beams must be between 1 and 8, got 0"),
+                           (["--max_lines", "0"], "--max_lines must be a positive number, got 0"),
+                           (["--time_limit", "-1"], "--time_limit must be positive, got -1.0")):
+        with pytest.raises(SystemExit):
+            app.main(["--model", str(folder), *flags])
+        assert message in capsys.readouterr().err
