@@ -29,6 +29,7 @@ COMMANDS = {
     "hf-headattn-evaluate": ("hf_headattn.evaluation", ["--num-beams", "(default: 4)"]),
     "hf-headattn-translate": ("hf_headattn.translation", ["--num_beams", "--nbest", "--alignments", "jsonl", "|||"]),
     "hf-headattn-average": ("hf_headattn.averaging", ["--last", "--checkpoints", "--output_dir"]),
+    "hf-headattn-export": ("hf_headattn.export", ["--format", "ctranslate2", "--quantization", "int8", "to_marian"]),
     "hf-headattn-plot": ("hf_headattn.plotting", ["attention-map", "head-importances", "bleu-by-length"]),
     "hf-headattn-hub": ("hf_headattn.hub", ["card", "push", "space"]),
     "hf-headattn-demo": ("hf_headattn.demo", ["(default: runs/demo)", "csparsemax", "dhicm", "multihop"]),

@@ -1,0 +1,219 @@
+r"""Exporting a model to where deployed Marian models run: CTranslate2.
+
+    hf-headattn-export --format ctranslate2 --model runs/de-en --output_dir runs/de-en-ct2 [--quantization int8]
+
+A softmax model with Marian's settings is a `MarianMTModel` (`HeadAttnForConditionalGeneration.to_marian`, the
+same logits), and CTranslate2 converts `MarianMTModel`s with its own Transformers converter. Its Marian loader is
+written for OPUS-MT's vocabulary layout, where `<pad>` is the last token, unused after conversion, and the decoder
+starts from a zero vector. This package's tokenizers put `<pad>` first (id 0) and its decoder starts from `<pad>`'s
+trained embedding, so the export keeps every token and starts the decoder from `<pad>` (CTranslate2's
+`decoder_start_token`): CTranslate2 then computes what the model computes, up to its kernels' rounding.
+
+The output folder holds CTranslate2's `model.bin`, `config.json` and vocabulary, plus the model's tokenizer (its
+files, so that text is split into the same pieces) and `hf_headattn_export.json` (what was exported from where). It is
+written into a temporary sibling and renamed into place, so an interrupted export leaves no half-written folder.
+
+Variants CTranslate2 has no kernel for (sparsemax, csoftmax, csparsemax, MMA's masks, DHICM, multi-hop, the LSTM
+family) are refused naming the variant and the site; they run with `hf-headattn-translate` (its fast path and
+`--quantize int8`). ONNX: not exported; see docs/deploying.md for why.
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
+
+__all__ = ["CTRANSLATE2_QUANTIZATIONS", "FORMATS", "export_ctranslate2", "main", "translate_with_ctranslate2"]
+
+FORMATS = ("ctranslate2",)
+# CTranslate2's weight types (`ct2-transformers-converter --quantization`); "float32" keeps the weights as they are
+CTRANSLATE2_QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
+                             "bfloat16")
+DEPLOY_EXTRA = 'pip install "hf_headattn[deploy]"'
+EXPORT_RECORD = "hf_headattn_export.json"
+
+
+def _import_ctranslate2():
+    try:
+        import ctranslate2
+        from ctranslate2.converters import transformers as converters
+    except ImportError:
+        raise ImportError(f"Exporting to CTranslate2 needs the ctranslate2 package: {DEPLOY_EXTRA} "
+                          "(or pip install ctranslate2)") from None
+    return ctranslate2, converters
+
+
+def _marian_loader_class(converters):
+    """CTranslate2's Marian loader, for a vocabulary whose `<pad>` may sit anywhere and whose decoder starts from
+    `<pad>`'s embedding."""
+
+    class PadKeepingMarianLoader(converters.MarianMTLoader):
+        def get_model_spec(self, model):
+            model.config.normalize_before = False
+            model.config.normalize_embedding = False
+            return converters.BartLoader.get_model_spec(self, model)  # all rows kept: <pad> is a real id here
+
+        def set_config(self, config, model, tokenizer):
+            super().set_config(config, model, tokenizer)
+            config.decoder_start_token = tokenizer.convert_ids_to_tokens(model.config.decoder_start_token_id)
+
+        def set_decoder(self, spec, decoder):
+            converters.BartLoader.set_decoder(self, spec, decoder)  # from <pad>'s embedding, not a zero vector
+
+        def get_vocabulary(self, model, tokenizer):
+            return converters.BartLoader.get_vocabulary(self, model, tokenizer)
+
+    return PadKeepingMarianLoader
+
+
+def export_ctranslate2(model, tokenizer, output_dir: str | Path, *, quantization: str = "float32",
+                       overwrite: bool = False, source: str | None = None) -> Path:
+    """Write `model` (a softmax `HeadAttnForConditionalGeneration` with Marian's settings) as a CTranslate2 model
+    folder, through `to_marian` and CTranslate2's own converter; returns the folder.
+
+    Raises:
+        ValueError: a variant or setting Marian cannot express (from `to_marian`, naming the variant and the site),
+            an unknown quantization, or a folder that exists without `overwrite`, or is the model's own.
+        ImportError: ctranslate2 is not installed (naming the extra that installs it).
+    """
+    if quantization not in CTRANSLATE2_QUANTIZATIONS:
+        raise ValueError(f"Unknown quantization {quantization!r}; accepted: {', '.join(CTRANSLATE2_QUANTIZATIONS)}")
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not overwrite:
+        raise ValueError(f"{output_dir} exists; pass overwrite=True (--overwrite) to replace it")
+    if source is not None and Path(source).exists() and output_dir.resolve() == Path(source).resolve():
+        raise ValueError(f"{output_dir} is the model's own folder; export into another folder")
+    if not hasattr(model, "to_marian"):
+        raise ValueError(f"{type(model).__name__} cannot be exported to CTranslate2: only softmax Transformer models "
+                         "of this package (HeadAttnForConditionalGeneration) become MarianMTModels; the LSTM family "
+                         "has no CTranslate2 architecture")
+    marian = model.to_marian().float()  # raises naming the variant and site CTranslate2 cannot run
+    _, converters = _import_ctranslate2()
+    from ctranslate2.converters.converter import Converter
+
+    loader_class = _marian_loader_class(converters)
+
+    class InMemoryConverter(Converter):  # CTranslate2's conversion (validate, quantize, save) of a loaded model
+        def _load(self):
+            return loader_class()(marian, tokenizer)
+
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial", dir=output_dir.parent))
+    try:
+        InMemoryConverter().convert(str(staging), quantization=None if quantization == "float32" else quantization,
+                                    force=True)
+        tokenizer.save_pretrained(staging / "tokenizer")
+        (staging / EXPORT_RECORD).write_text(json.dumps({
+            "format": "ctranslate2", "source": source, "quantization": quantization,
+            "architecture": "MarianMTModel (HeadAttnForConditionalGeneration.to_marian)",
+            "decoder_start_token": tokenizer.convert_ids_to_tokens(model.config.decoder_start_token_id),
+        }, indent=2) + "\n")
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        os.replace(staging, output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return output_dir
+
+
+def translate_with_ctranslate2(model_dir: str | Path, sources: list[str], *, beam_size: int = 1,
+                               max_decoding_length: int = 256, batch_size: int = 32, device: str = "cpu",
+                               compute_type: str = "default", inter_threads: int = 1, intra_threads: int = 0,
+                               translator=None, **translate_options) -> list[str]:
+    """Translate `sources` with an exported CTranslate2 folder: its tokenizer splits them into pieces, CTranslate2
+    decodes (`max_batch_size` sentences sorted by length, as CTranslate2 batches), the tokenizer joins the pieces.
+    Blank lines translate to blank lines. `translate_options` go to `Translator.translate_batch` (e.g.
+    ``length_penalty``, ``no_repeat_ngram_size``); `translator` reuses a loaded `ctranslate2.Translator`."""
+    ctranslate2, _ = _import_ctranslate2()
+    from transformers import AutoTokenizer
+
+    model_dir = Path(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir / "tokenizer")
+    if translator is None:
+        translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
+                                            inter_threads=inter_threads, intra_threads=intra_threads)
+    kept = [index for index, source in enumerate(sources) if source.strip()]
+    pieces = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer([sources[index] for index in kept])["input_ids"]]
+    results = translator.translate_batch(pieces, beam_size=beam_size, max_decoding_length=max_decoding_length,
+                                         max_batch_size=batch_size, batch_type="examples", **translate_options)
+    translations = [""] * len(sources)
+    for index, result in zip(kept, results):
+        ids = tokenizer.convert_tokens_to_ids(result.hypotheses[0])
+        translations[index] = tokenizer.decode(ids, skip_special_tokens=True).replace("\n", " ").strip()
+    return translations
+
+
+# ------------------------------------------------------------------------------------------------ the command
+EXAMPLES = """examples:
+  # a float32 CTranslate2 model, and an int8 one
+  hf-headattn-export --format ctranslate2 --model runs/de-en --output_dir runs/de-en-ct2
+  hf-headattn-export --format ctranslate2 --model runs/de-en --output_dir runs/de-en-ct2-int8 --quantization int8
+  # then, in Python:
+  #   from hf_headattn.export import translate_with_ctranslate2
+  #   translate_with_ctranslate2("runs/de-en-ct2", ["Ein Mann fährt Fahrrad."], beam_size=5)
+
+what exports: softmax Transformer models with Marian's settings (those HeadAttnForConditionalGeneration.to_marian
+accepts); other variants and the LSTM family are refused (translate them with hf-headattn-translate, whose fast path
+and --quantize int8 run every variant).
+"""
+
+
+def make_parser():
+    from .loading import add_trust_remote_code_argument
+
+    parser = UnderscoreArgumentParser(
+        prog="hf-headattn-export", formatter_class=HelpFormatter, epilog=EXAMPLES,
+        description="Export a model folder (or Hub id) for deployment: CTranslate2, through to_marian and "
+                    "CTranslate2's own converter. Needs ctranslate2 (pip install \"hf_headattn[deploy]\").")
+    parser.add_argument("--format", required=True, choices=FORMATS, help="what to export to")
+    parser.add_argument("--model", required=True, help="a saved model folder, or a Hugging Face Hub id")
+    add_trust_remote_code_argument(parser, "--trust_remote_code")
+    parser.add_argument("--output_dir", required=True, help="the folder to write (refused if it exists)")
+    parser.add_argument("--quantization", default="float32", choices=CTRANSLATE2_QUANTIZATIONS,
+                        help="CTranslate2's weight type")
+    parser.add_argument("--overwrite", action="store_true", help="replace --output_dir if it exists")
+    add_verbose_argument(parser)
+    return parser
+
+
+def main(argv=None) -> None:
+    """The `hf-headattn-export` command (also `python -m hf_headattn.export`)."""
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
+    output_dir = Path(args.output_dir)
+    if output_dir.exists() and not args.overwrite:
+        parser.error(f"--output_dir {args.output_dir} exists; pass --overwrite to replace it")
+    try:
+        _import_ctranslate2()
+    except ImportError as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
+    from transformers.utils import logging as transformers_logging
+
+    from .loading import load_model_and_tokenizer
+
+    if not args.verbose:
+        transformers_logging.disable_progress_bar()
+    try:
+        model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
+    except (OSError, ValueError) as error:
+        parser.exit(1, f"{parser.prog}: error: cannot load --model {args.model}: {error}\n")
+    try:
+        written = export_ctranslate2(model, tokenizer, output_dir, quantization=args.quantization,
+                                     overwrite=args.overwrite, source=args.model)
+    except ValueError as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
+    print(f"CTranslate2 model ({args.quantization}) written: {written}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
