@@ -596,12 +596,11 @@ def check_model_folder(model_dir: str | Path) -> list[str]:
     if not any(name in files for name in TOKENIZER_VOCAB_FILES):
         problems.append(f"tokenizer vocabulary ({' or '.join(TOKENIZER_VOCAB_FILES)})")
     elif (model_dir / "run_manifest.json").is_file():
-        from transformers import AutoTokenizer
-
         from .loading import check_tokenizer
+        from .tokenization import load_tokenizer
 
         try:
-            check_tokenizer(model_dir, AutoTokenizer.from_pretrained(model_dir), model_dir)
+            check_tokenizer(model_dir, load_tokenizer(model_dir), model_dir)
         except ValueError as error:
             problems.append(f"the tokenizer the model was trained with ({error})")
 

@@ -520,6 +520,11 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
                          f"{training_args.max_steps}")
     if training_args.max_steps == -1 and not training_args.num_train_epochs > 0:
         raise ValueError(f"--num_train_epochs must be positive, got {training_args.num_train_epochs}")
+    if training_args.push_to_hub:
+        raise ValueError("--push_to_hub: Trainer's upload copies each checkpoint's model into --output_dir while "
+                         "training, beside the previous model, and uploads the run's local records; upload the "
+                         "finished folder with hf-headattn-hub card and hf-headattn-hub push (checked, only what a "
+                         "user of the model needs)")
     if training_args.label_smoothing_factor:
         raise ValueError("--label_smoothing_factor makes Trainer recompute the loss from the logits and drop the "
                          "attention variants' auxiliary loss; use --label_smoothing (the model's own) instead")

@@ -207,6 +207,7 @@ FAIL_FAST = {  # flags -> the error, which names the flag
                                                                "batches of --max_tokens; give --max_tokens too"),
     "empty pools": (["--max_tokens", "4000", "--bucket_pool_pairs", "0"], "--bucket_pool_pairs must be positive"),
     "Trainer's label smoothing": (["--label_smoothing_factor", "0.1"], "--label_smoothing_factor makes Trainer"),
+    "Trainer's upload": (["--push_to_hub"], "--push_to_hub: Trainer's upload copies each checkpoint's model"),
     "early stopping alone": (["--early_stopping_patience", "2"], "--early_stopping_patience needs"),
 }
 
