@@ -36,6 +36,7 @@ import torch
 from transformers import MarianConfig, MarianMTModel
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's report sections
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration  # noqa: E402
 from hf_headattn.tokenization import train_tokenizer  # noqa: E402
 from hf_headattn.training import multi30k_paths, read_parallel_files  # noqa: E402
@@ -216,7 +217,7 @@ def main(argv=None):
     if args.render:
         if not args.markdown:
             parser.error("--render needs --markdown")
-        Path(args.markdown).write_text(markdown_report(json.loads(Path(args.render).read_text())))
+        write_markdown(Path(args.markdown), markdown_report(json.loads(Path(args.render).read_text())))
         return print(f"wrote {args.markdown}")
     if args.quick:
         args.shapes, args.train_pairs, args.batch_tokens, args.sentences = ["256x1"], 2000, 500, 8
@@ -295,7 +296,7 @@ def main(argv=None):
         Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nwrote {args.output}")
     if args.markdown:
-        Path(args.markdown).write_text(markdown_report(report))
+        write_markdown(Path(args.markdown), markdown_report(report))
         print(f"wrote {args.markdown}")
 
 
@@ -361,6 +362,14 @@ def kernels_table(kernels):
                 f"{r['ratio_median']:.1f}x | >= {r['goal']:g}x: {'met' if r['goal_met'] else 'NOT met'} | "
                 f"{r['reference']} |")
     return "\n".join(lines)
+
+
+def write_markdown(path: Path, text: str) -> None:
+    """BENCHMARKS.md: this run's report, then the sections other benchmarks wrote there (examples/
+    benchmark_decoding.py's), kept as they were."""
+    from benchmark_quality import kept_sections
+
+    path.write_text("\n\n".join([text.rstrip("\n"), *kept_sections(path)]) + "\n")
 
 
 def markdown_report(report):

@@ -78,3 +78,32 @@ def test_averaging_benchmark_end_to_end(tmp_path):
         assert record[decoding]["gain"] == pytest.approx(record[decoding]["average"] - record[decoding]["last"])
         assert 0 < record[decoding]["p"] <= 1
     assert "## Checkpoint averaging" in (tmp_path / "RESULTS.md").read_text()
+
+
+@pytest.mark.slow
+def test_decoding_benchmark_end_to_end(tmp_path):
+    """The decoding benchmark's smoke run on a tiny model: every system's process translates the file, the table
+    lands in its section of BENCHMARKS.md, and benchmark_speed's rewrite of the file keeps it."""
+    data = toy_data(tmp_path / "data")
+    script = load_example("benchmark_decoding")
+    markdown = tmp_path / "BENCHMARKS.md"
+    markdown.write_text("# Speed (CPU)\n")
+    script.main([*data_flags(data), "--rounds", "1", "--sentences", "12", "--output-dir", str(tmp_path / "runs"),
+                 "--work-dir", str(tmp_path / "work"), "--output", str(tmp_path / "decoding.json"),
+                 "--markdown", str(markdown), "--variants", "transformer sparsemax",
+                 "--transformer-flags", f"{TINY} --d_model 16 --ffn_dim 32"])
+    report = json.loads((tmp_path / "decoding.json").read_text())
+    assert set(report["rows"]) == {"1", "5"}
+    systems = [row["system"] for row in report["rows"]["5"]]
+    assert systems == ["anchor: MarianMTModel.generate", "ours, generate", "ours, fast", "ours, fast int8",
+                       "CTranslate2 float32", "CTranslate2 int8", "transformer sparsemax, fast",
+                       "transformer sparsemax, fast int8"]
+    rows = {row["system"]: row for row in report["rows"]["1"]}
+    assert rows["anchor: MarianMTModel.generate"]["same_as_anchor"] == 1.0 and rows["ours, fast"]["speedup"] > 0
+    # the same weights: the fast path and CTranslate2's greedy search translate as the anchor does
+    assert rows["ours, fast"]["same_as_anchor"] >= 0.9 and rows["CTranslate2 float32"]["same_as_anchor"] >= 0.9
+    text = markdown.read_text()
+    assert text.startswith("# Speed (CPU)\n\n<!-- section written by examples/benchmark_decoding.py -->")
+    assert "| ours, fast int8 |" in text and "### Beam 5" in text
+    load_example("benchmark_speed").write_markdown(markdown, "# Speed (CPU)\n\nnew run\n")
+    assert markdown.read_text().startswith("# Speed (CPU)\n\nnew run\n\n<!-- section written by")

@@ -1,0 +1,265 @@
+#!/usr/bin/env python
+"""Decoding speed as a deployment sees it: whole processes translating a file, side by side, on the same weights.
+
+Each system is one process that loads a model and translates the first --sentences lines of test_2016_flickr.de into
+a file; its wall time, from start to exit (imports and loading included), is what is compared:
+
+* anchor: a plain-Transformers user with `MarianMTModel.generate`, batches of 32 in file order, on the model's
+  `to_marian()` copy (no hf_headattn imported);
+* `hf-headattn-translate --decoding generate`: this package through Transformers' `generate`;
+* `hf-headattn-translate`: the fast path (hf_headattn/decoding.py), float32, and with `--quantize int8`;
+* CTranslate2 float32 and int8 on the same weights (`hf-headattn-export --format ctranslate2`), through
+  `ctranslate2.Translator.translate_batch` (batches of 32, as it sorts them);
+* every other variant trained by examples/benchmark_quality.py (the fast path, float32 and int8), beside softmax.
+
+Rounds are interleaved (every system once per round, each round starting one system later); tables show the median
+[min-max] of --rounds rounds, sentences per second, the speed-up over the anchor (anchor time / system time), the
+share of lines translated exactly as the anchor translates them, and BLEU against the reference (sacrebleu). All
+processes get the same thread count (--threads: torch's intra-op threads, CTranslate2's intra_threads).
+
+    python examples/benchmark_decoding.py                  # ~1 h on 2 cores; trains missing models first
+    python examples/benchmark_decoding.py --quick          # a smoke run: 40 sentences, 1 round, no variants
+
+The models are those of examples/benchmark_quality.py (runs/quality/<system>/seed-<n>); a missing one is trained first
+with the same command and flags. Results: --output (JSON) and a section of BENCHMARKS.md between its markers.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's systems and helpers
+
+SECTION = "decoding"
+ANCHOR_BATCH = 32
+TARGETS = {  # issue 35: speed-up over the anchor at beam 5, and agreement with it
+    ("ours, fast", 5): 1.5, ("ours, fast int8", 5): 2.5}
+DEFAULT_VARIANTS = ["transformer sparsemax", "transformer csoftmax predicted", "transformer csparsemax predicted",
+                    "transformer mma", "transformer dhicm", "transformer multihop", "lstm baseline 1x1"]
+
+
+# ------------------------------------------------------------------------------------------------ the processes
+def anchor_process(model_dir: str, input_file: str, output_file: str, num_beams: int, threads: int) -> None:
+    """What a plain-Transformers user writes: MarianMTModel.generate in batches of 32, in file order."""
+    import torch
+    from transformers import AutoTokenizer, MarianMTModel
+
+    torch.set_num_threads(threads)
+    model = MarianMTModel.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    lines = Path(input_file).read_text(encoding="utf-8").splitlines()
+    translations = []
+    with torch.inference_mode():
+        for start in range(0, len(lines), ANCHOR_BATCH):
+            batch = tokenizer(lines[start:start + ANCHOR_BATCH], return_tensors="pt", padding=True, truncation=True,
+                              return_token_type_ids=False)
+            generated = model.generate(**batch, num_beams=num_beams)
+            translations += tokenizer.batch_decode(generated, skip_special_tokens=True)
+    Path(output_file).write_text("".join(text.strip() + "\n" for text in translations), encoding="utf-8")
+
+
+def ctranslate2_process(model_dir: str, input_file: str, output_file: str, num_beams: int, threads: int,
+                        max_decoding_length: int) -> None:
+    from hf_headattn.export import translate_with_ctranslate2
+
+    lines = Path(input_file).read_text(encoding="utf-8").splitlines()
+    translations = translate_with_ctranslate2(model_dir, lines, beam_size=num_beams, batch_size=ANCHOR_BATCH,
+                                              intra_threads=threads, max_decoding_length=max_decoding_length)
+    Path(output_file).write_text("".join(text + "\n" for text in translations), encoding="utf-8")
+
+
+def timed(argv: list[str], env: dict) -> float:
+    started = time.perf_counter()
+    completed = subprocess.run(argv, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if completed.returncode != 0:
+        raise RuntimeError(f"{shlex.join(argv)} failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+    return seconds
+
+
+# ------------------------------------------------------------------------------------------------ preparation
+def prepare_models(args, data: dict) -> dict:
+    """Model folders: the softmax zoo model, its MarianMTModel copy, its CTranslate2 exports, and the variants'."""
+    from benchmark_quality import slug, training_argv
+
+    from hf_headattn.export import export_ctranslate2
+    from hf_headattn.loading import load_model_and_tokenizer
+    from hf_headattn.training import train
+
+    def zoo_model(system: str) -> Path:
+        model_dir = Path(args.output_dir) / slug(system) / f"seed-{args.seed}"
+        if not (model_dir / "train_results.json").is_file():
+            train(training_argv(system, args.seed, data, model_dir, args))
+        return model_dir
+
+    work = Path(args.work_dir)
+    softmax = zoo_model("transformer softmax")
+    model, tokenizer = load_model_and_tokenizer(softmax)
+    folders = {"softmax": softmax, "marian": work / "marian", "ct2 float32": work / "ct2-float32",
+               "ct2 int8": work / "ct2-int8"}
+    marian = model.to_marian()
+    marian.save_pretrained(folders["marian"])
+    tokenizer.save_pretrained(folders["marian"])
+    for quantization in ("float32", "int8"):
+        export_ctranslate2(model, tokenizer, folders[f"ct2 {quantization}"], quantization=quantization,
+                           overwrite=True, source=str(softmax))
+    folders["max_length"] = model.generation_config.max_length or 256
+    folders["variants"] = {system: zoo_model(system) for system in args.variants}
+    return folders
+
+
+def commands(folders: dict, input_file: Path, outputs: Path, num_beams: int,
+             threads: int) -> dict[str, tuple[list[str], Path]]:
+    """System name -> (the command that translates `input_file`, the file it writes)."""
+    python, this = sys.executable, os.path.abspath(__file__)
+    systems = {}
+
+    def add(name: str, argv: list[str], output_flag: bool = True) -> None:
+        output = outputs / f"{name.replace(' ', '_').replace(',', '').replace(':', '')}.beam{num_beams}.txt"
+        systems[name] = ([*argv, "--output", str(output)] if output_flag else [*argv[:5], str(output), *argv[5:]],
+                         output)
+
+    def ours(model_dir: Path, *flags: str) -> list[str]:
+        return [python, "-m", "hf_headattn.translation", "--model", str(model_dir), "--input", str(input_file),
+                "--num_beams", str(num_beams), "--quiet", *flags]
+
+    add("anchor: MarianMTModel.generate", [python, this, "--anchor-process", str(folders["marian"]), str(input_file),
+                                           str(num_beams), str(threads)], output_flag=False)
+    add("ours, generate", ours(folders["softmax"], "--decoding", "generate"))
+    add("ours, fast", ours(folders["softmax"]))
+    add("ours, fast int8", ours(folders["softmax"], "--quantize", "int8"))
+    for quantization in ("float32", "int8"):
+        add(f"CTranslate2 {quantization}", [python, this, "--ctranslate2-process", str(folders[f"ct2 {quantization}"]),
+                                            str(input_file), str(num_beams), str(threads),
+                                            str(folders["max_length"] - 1)], output_flag=False)
+    for system, model_dir in folders["variants"].items():
+        add(f"{system}, fast", ours(model_dir))
+        add(f"{system}, fast int8", ours(model_dir, "--quantize", "int8"))
+    return systems
+
+
+# ------------------------------------------------------------------------------------------------ the run
+def run(args) -> dict:
+    import sacrebleu
+    import torch
+
+    from benchmark_quality import data_files, machine
+
+    data = data_files(args)
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    sources = Path(data["test_source"]).read_text(encoding="utf-8").splitlines()[:args.sentences]
+    references = Path(data["test_target"]).read_text(encoding="utf-8").splitlines()[:args.sentences]
+    input_file = work / "input.de"
+    input_file.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    folders = prepare_models(args, data)
+    outputs = work / "outputs"
+    outputs.mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(filter(None, [
+               os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH")]))}
+    plan = {beams: commands(folders, input_file, outputs, beams, args.threads) for beams in args.beams}
+    seconds = {beams: {name: [] for name in systems} for beams, systems in plan.items()}
+    started = time.perf_counter()
+    for round_index in range(args.rounds):
+        for beams, systems in plan.items():
+            names = list(systems)
+            shift = round_index % len(names)
+            for name in names[shift:] + names[:shift]:
+                seconds[beams][name].append(timed(systems[name][0], env))
+                print(f"round {round_index + 1}/{args.rounds}, beam {beams}: {name} "
+                      f"{seconds[beams][name][-1]:.1f} s", file=sys.stderr)
+    rows = {}
+    for beams, systems in plan.items():
+        anchor_lines = systems["anchor: MarianMTModel.generate"][1].read_text(encoding="utf-8").splitlines()
+        anchor_median = statistics.median(seconds[beams]["anchor: MarianMTModel.generate"])
+        rows[beams] = []
+        for name, (argv, output) in systems.items():
+            hypotheses = output.read_text(encoding="utf-8").splitlines()
+            median = statistics.median(seconds[beams][name])
+            rows[beams].append({
+                "system": name, "seconds": seconds[beams][name], "median": median,
+                "sentences_per_second": len(sources) / median, "speedup": anchor_median / median,
+                "same_as_anchor": sum(a == b for a, b in zip(hypotheses, anchor_lines)) / len(sources),
+                "bleu": sacrebleu.corpus_bleu(hypotheses, [references], force=True).score,
+                "command": shlex.join(argv)})
+    return {"machine": {**machine(), "threads": args.threads}, "sentences": len(sources), "rounds": args.rounds,
+            "seed": args.seed, "model": str(folders["softmax"]), "minutes": (time.perf_counter() - started) / 60,
+            "command": shlex.join(["python", "examples/benchmark_decoding.py", *sys.argv[1:]]),
+            "torch": torch.__version__, "rows": {str(beams): table for beams, table in rows.items()}}
+
+
+# ------------------------------------------------------------------------------------------------ the report
+def section_text(report: dict) -> str:
+    machine = report["machine"]
+    lines = [
+        "## Decoding speed: translating a file (CPU)",
+        "",
+        f"Measured by `examples/benchmark_decoding.py`: whole processes (start to exit, loading included) translating "
+        f"the first {report['sentences']:,} lines of test_2016_flickr.de with the anchor-recipe softmax model (seed "
+        f"{report['seed']}) and the same weights as `MarianMTModel` and CTranslate2; each variant's zoo model beside "
+        f"them; median [min-max] of {report['rounds']} interleaved rounds; {machine['threads']} threads; "
+        f"{machine.get('cpu_model') or machine['processor']}, {machine['cpu_count']} CPUs, torch {machine['torch']}, "
+        f"Transformers {machine['transformers']}. Speed-up = anchor time / system time; \"same\" = lines translated "
+        "exactly as the anchor translates them; BLEU against the reference (sacrebleu).",
+    ]
+    for beams, table in report["rows"].items():
+        lines += ["", f"### Beam {beams}" if beams != "1" else "### Greedy", "",
+                  "| system | seconds | sentences/s | speed-up | same as anchor | BLEU |", "|---|---|---|---|---|---|"]
+        for row in table:
+            target = TARGETS.get((row["system"], int(beams)))
+            mark = f" (target {target}x: {'met' if row['speedup'] >= target else 'not met'})" if target else ""
+            lines.append(f"| {row['system']} | {row['median']:.1f} [{min(row['seconds']):.1f}-"
+                         f"{max(row['seconds']):.1f}] | {row['sentences_per_second']:.1f} | "
+                         f"{row['speedup']:.2f}x{mark} | {100 * row['same_as_anchor']:.1f}% | {row['bleu']:.2f} |")
+    lines += ["", "Command:", "", "```", report["command"], "```"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    from benchmark_quality import add_data_arguments, replace_section
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--anchor-process":
+        model_dir, input_file, output_file, beams, threads = argv[1:6]
+        return anchor_process(model_dir, input_file, output_file, int(beams), int(threads))
+    if argv and argv[0] == "--ctranslate2-process":
+        model_dir, input_file, output_file, beams, threads, length = argv[1:7]
+        return ctranslate2_process(model_dir, input_file, output_file, int(beams), int(threads), int(length))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--seed", type=int, default=1, help="of the zoo models")
+    parser.add_argument("--variants", nargs="*", default=DEFAULT_VARIANTS, help="zoo systems beside softmax")
+    parser.add_argument("--quick", action="store_true", help="40 sentences, 1 round, no variants (a smoke run)")
+    add_data_arguments(parser)
+    parser.add_argument("--output-dir", default="runs/quality", help="model folders (benchmark_quality's)")
+    parser.add_argument("--work-dir", default=None, help="exports, input and outputs (default: a temporary folder)")
+    parser.add_argument("--output", default="benchmarks/decoding.json")
+    parser.add_argument("--markdown", default="BENCHMARKS.md")
+    parser.add_argument("--transformer-flags", default="", help="training flags added to every Transformer's")
+    parser.add_argument("--lstm-flags", default="", help="training flags added to every LSTM's")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sentences, args.rounds, args.variants = 40, 1, []
+    with tempfile.TemporaryDirectory() as temporary:
+        args.work_dir = args.work_dir or temporary
+        report = run(args)
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    replace_section(Path(args.markdown), SECTION, section_text(report))
+    print(section_text(report))
+
+
+if __name__ == "__main__":
+    main()
