@@ -62,7 +62,7 @@ def run_seed(seed: int, data: dict, args) -> dict:
         for name, folder in (("last", model_dir), ("average", average_dir)):
             evaluated = evaluate_model(folder, data["test_source"], data["test_target"], num_beams=num_beams,
                                        batch_size=args.batch_size, output_dir=evaluation_dir / name,
-                                       test_name="test_2016_flickr")
+                                       test_name="test_2016_flickr", overwrite=True)  # a rerun redoes its seed
             results[name] = {"bleu": evaluated["bleu"], "chrf": evaluated["chrf"],
                              "hypotheses": read_lines(evaluated["files"]["hypotheses"])}
         record[decoding] = {

@@ -6,8 +6,10 @@ element-wise mean of the weights of several checkpoints of one run, saved as a m
 
 The mean is accumulated in float32 and cast back to each weight's dtype. The folder is written as the training
 command writes one: the model through ``save_pretrained`` (weights, config, generation config and the runtime
-code, so it loads with ``trust_remote_code``) and the tokenizer, both taken from the newest checkpoint, first into a
-temporary sibling folder that is renamed into place, so an interrupted run leaves no half-written folder.
+code, so it loads with ``trust_remote_code``), the tokenizer and the run manifest (which binds the tokenizer to the
+weights), all taken from the newest checkpoint, first into a temporary sibling folder that takes the output's place
+in one step (`run_folder.replace_folder`), so an interrupted run leaves no half-written folder, and ``--overwrite``
+replaces an old one whole.
 
 Checkpoints are refused when their configs, parameter names or shapes differ (naming the first difference), and
 the output folder may be none of the inputs (nor inside one).
@@ -140,6 +142,8 @@ def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Pat
     from transformers import AutoModelForSeq2SeqLM
 
     from . import auto_classes  # noqa: F401  (the folder's model type resolves)
+    from .run_folder import replace_folder
+    from .run_manifest import MANIFEST_NAME
     from .tokenization import load_tokenizer
 
     checkpoints = [Path(checkpoint) for checkpoint in checkpoints]
@@ -179,9 +183,9 @@ def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Pat
         (staging / "averaged_from.json").write_text(json.dumps(
             {"checkpoints": [str(checkpoint.resolve()) for checkpoint in checkpoints]}, indent=2) + "\n",
             encoding="utf-8")
-        if output_dir.exists():  # --overwrite: the old folder goes only once the new one is complete
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
+        if (newest / MANIFEST_NAME).is_file():  # the run's record: which tokenizer the weights belong with
+            shutil.copyfile(newest / MANIFEST_NAME, staging / MANIFEST_NAME)
+        replace_folder(output_dir, staging)  # --overwrite: the old folder is swapped out whole, once this is complete
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -272,6 +272,19 @@ def test_the_final_model_keeps_what_else_the_folder_holds_and_replaces_the_old_m
     assert not list(output_dir.glob("checkpoint-*"))
 
 
+def test_an_average_keeps_the_runs_tokenizer_binding_and_replaces_an_old_folder_whole(resumable, new_model,
+                                                                                     tmp_path):
+    from hf_headattn.averaging import average_checkpoints
+
+    output_dir = copy_of(new_model, tmp_path)  # an older folder where the average goes
+    average_checkpoints([resumable / "checkpoint-2", resumable / "checkpoint-4"], output_dir, overwrite=True)
+    assert json.loads((output_dir / "run_manifest.json").read_text())["identity"] == json.loads(
+        (resumable / "run_manifest.json").read_text())["identity"]
+    load_model_and_tokenizer(output_dir)  # its tokenizer is the run's
+    assert not (output_dir / "train_results.json").exists()  # nothing of the old folder is left
+    assert not list(tmp_path.glob(".*.partial"))
+
+
 def test_the_current_folder_is_not_an_output_dir(data, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit):
