@@ -356,3 +356,21 @@ def test_two_processes_translate_their_shares_into_one_file_in_input_order(folde
     assert [record["source"] for record in records] == lines[:5] + [""] + lines[5:]
     assert (tmp_path / "two.jsonl").read_text(encoding="utf-8") == (tmp_path / "one.jsonl").read_text(encoding="utf-8")
     assert two.stderr.count("lines translated") == 1  # one summary, from the process that wrote
+
+
+def test_half_precision_on_a_cpu_without_its_arithmetic_is_said_to_be_slow(folder, tmp_path, capsys, monkeypatch,
+                                                                             caplog):
+    from hf_headattn import translation
+
+    model_dir, _ = folder
+    source = tmp_path / "in.de"
+    source.write_text("der hund .\n", encoding="utf-8")
+    for has_it in (False, True):
+        monkeypatch.setattr(translation, "cpu_has_any_flag", lambda flags: has_it)
+        caplog.clear()
+        run(["--model", model_dir, "--input", source, "--output", tmp_path / "out.en", "--device", "cpu",
+             "--dtype", "bfloat16", "--max_new_tokens", "3"], capsys)
+        warned = "--dtype bfloat16 on this CPU, which lacks avx512_bf16 and amx_bf16" in caplog.text
+        assert warned is not has_it
+        assert ("slower than float32; for a faster CPU model use --quantize int8" in caplog.text) is not has_it
+    assert (tmp_path / "out.en").read_text(encoding="utf-8").count("\n") == 1
