@@ -7,7 +7,8 @@ a file; its wall time, from start to exit (imports and loading included), is wha
 * anchor: a plain-Transformers user with `MarianMTModel.generate`, batches of 32 in file order, on the model's
   `to_marian()` copy (no hf_headattn imported);
 * `hf-headattn-translate --decoding generate`: this package through Transformers' `generate`;
-* `hf-headattn-translate`: the fast path (hf_headattn/decoding.py), float32, and with `--quantize int8`;
+* `hf-headattn-translate`: the fast path (hf_headattn/decoding.py), float32, with `--quantize int8`, and with
+  `--dtype bfloat16` (fast only on CPUs with native bfloat16 arithmetic, e.g. AVX512-BF16; it warns elsewhere);
 * CTranslate2 float32 and int8 on the same weights (`hf-headattn-export --format ctranslate2`), through
   `ctranslate2.Translator.translate_batch` (batches of 32, as it sorts them);
 * every other variant trained by examples/benchmark_quality.py (the fast path, float32 and int8), beside softmax.
@@ -136,6 +137,7 @@ def commands(folders: dict, input_file: Path, outputs: Path, num_beams: int,
     add("ours, generate", ours(folders["softmax"], "--decoding", "generate"))
     add("ours, fast", ours(folders["softmax"]))
     add("ours, fast int8", ours(folders["softmax"], "--quantize", "int8"))
+    add("ours, fast bfloat16", ours(folders["softmax"], "--dtype", "bfloat16"))
     for quantization in ("float32", "int8"):
         add(f"CTranslate2 {quantization}", [python, this, "--ctranslate2-process", str(folders[f"ct2 {quantization}"]),
                                             str(input_file), str(num_beams), str(threads),

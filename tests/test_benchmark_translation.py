@@ -96,7 +96,7 @@ def test_decoding_benchmark_end_to_end(tmp_path):
     assert set(report["rows"]) == {"1", "5"}
     systems = [row["system"] for row in report["rows"]["5"]]
     assert systems == ["anchor: MarianMTModel.generate", "ours, generate", "ours, fast", "ours, fast int8",
-                       "CTranslate2 float32", "CTranslate2 int8", "transformer sparsemax, fast",
+                       "ours, fast bfloat16", "CTranslate2 float32", "CTranslate2 int8", "transformer sparsemax, fast",
                        "transformer sparsemax, fast int8"]
     rows = {row["system"]: row for row in report["rows"]["1"]}
     assert rows["anchor: MarianMTModel.generate"]["same_as_anchor"] == 1.0 and rows["ours, fast"]["speedup"] > 0
