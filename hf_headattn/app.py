@@ -144,8 +144,16 @@ def _unique(labels: Sequence[str]) -> list[str]:
 
 def card_examples(name: str | Path) -> list[str]:
     """The source sentences of the model card's evaluation examples (the "The first test sentences" table that
-    ``hf-headattn-hub card`` writes into README.md), when the folder has such a card; else none."""
+    ``hf-headattn-hub card`` writes into README.md), when the folder or Hub repository has such a card; else none."""
     readme = Path(name) / "README.md"
+    if not Path(name).is_dir():
+        try:  # a Hub model's card (from_pretrained does not download it)
+            from huggingface_hub import hf_hub_download
+
+            readme = Path(hf_hub_download(str(name), "README.md"))
+        except Exception:  # offline, no card, not a repository: the page shows no examples, nothing else changes
+            logger.info("No model card with examples for %s", name, exc_info=True)
+            return []
     if not readme.is_file():
         return []
     lines = readme.read_text(encoding="utf-8").splitlines()

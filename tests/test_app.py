@@ -243,6 +243,7 @@ def test_card_examples_come_from_the_cards_test_sentences(tmp_path):
         "| ein hund läuft . | again | again |\n\n| other | table |\n", encoding="utf-8")
     assert card_examples(tmp_path) == ["ein hund läuft .", "a | b"]
     assert card_examples(tmp_path / "missing") == []
+    assert card_examples("someone/not-downloaded") == []  # offline (conftest): a Hub card that cannot be read
     (tmp_path / "README.md").write_text("# a card without examples\n", encoding="utf-8")
     assert card_examples(tmp_path) == []
 
