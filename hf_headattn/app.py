@@ -573,8 +573,8 @@ def render_translations(result: PanelResult) -> str:
     items = []
     for line in result.lines:
         hypotheses = "".join(
-            f'<li><span class="translation-text">{_text(h.text)}</span> <span class="score" title="score: log-probability '
-            f'divided by length ** length_penalty">{h.score:.3f}</span></li>'
+            f'<li><span class="translation-text">{_text(h.text)}</span> <span class="score" '
+            f'title="score: log-probability divided by length ** length_penalty">{h.score:.3f}</span></li>'
             for h in line.translation.hypotheses)
         items.append(f'<div class="line" data-line="{line.number}"><div class="source"><b>line {line.number}</b> '
                      f"{_text(line.translation.source)}</div><ol>{hypotheses}</ol></div>")
@@ -682,7 +682,8 @@ table.hm th.hm-corner { font-size: 10px; color: #6b7280; font-weight: normal; pa
 .fert-track { display: flex; flex-direction: column; gap: 1px; padding: 1px 0; }
 .fert-bar { display: block; height: 5px; }
 .fert-bar.fert-over { background-color: #dc2626 !important; }
-.legend { color: #ffffff; font-size: 11px; padding: 0 4px; border-radius: 3px; white-space: nowrap; display: inline-block; }
+.legend { color: #ffffff; font-size: 11px; padding: 0 4px; border-radius: 3px; white-space: nowrap;
+          display: inline-block; }
 .bar-mark, .fert-bound { position: absolute; top: 0; bottom: 0; width: 2px; background: #111827; }
 .bar-value, .fert-value { width: 48px; font-variant-numeric: tabular-nums; }
 .translations .line { margin-bottom: 6px; }
@@ -781,12 +782,12 @@ def build_demo(models: Sequence[DemoModel], *, max_lines: int = DEFAULT_MAX_LINE
                                       **settings)[1:]
 
             panel["model"].input(on_model, inputs=[text, beams, nbest, new_tokens, panel["model"]],
-                                  outputs=[panel[name] for name in PANEL_OUTPUTS], api_name=False,
-                                  concurrency_limit=concurrency_limit, concurrency_id="translate")
+                                 outputs=[panel[name] for name in PANEL_OUTPUTS], api_name=False,
+                                 concurrency_limit=concurrency_limit, concurrency_id="translate")
             views = [panel["heatmap"], panel["links"], panel["importances"], panel["fertility"]]
             for control in (panel["show"], panel["layer"], panel["heads"]):
                 control.input(update_views, inputs=[panel["state"], panel["show"], panel["layer"], panel["heads"]],
-                               outputs=views, api_name=False, show_progress="hidden")
+                              outputs=views, api_name=False, show_progress="hidden")
     demo.queue(default_concurrency_limit=concurrency_limit, max_size=queue_size)
     return demo
 
