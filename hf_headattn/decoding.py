@@ -214,12 +214,18 @@ class _BatchDecoder:
         finished_indices = running_indices.clone()
         sentence_of_row = list(range(batch))
         results: list[list[torch.Tensor]] = [[] for _ in range(batch)]
-        self.repeat_rows(num_beams)
         length = 1
         while True:
             flat = running[:, :, :length].reshape(batch * num_beams, length)
-            log_probs = torch.log_softmax(self.next_token_logits(flat[:, -1]), dim=-1)
-            log_probs = self.processors(flat, log_probs)
+            if length == 1:
+                # A sentence's beams all start from the start token: step once per sentence, then give each beam
+                # a copy of that step's cache rows (generate steps every beam row, to the same values).
+                logits = self.next_token_logits(flat[::num_beams, -1]).repeat_interleave(num_beams, dim=0)
+                self.cache.batch_repeat_interleave(num_beams)
+                self.repeat_rows(num_beams)
+            else:
+                logits = self.next_token_logits(flat[:, -1])
+            log_probs = self.processors(flat, torch.log_softmax(logits, dim=-1))
             log_probs = (log_probs.view(batch, num_beams, -1) + running_scores[:, :, None]).view(batch, -1)
             top_log_probs, top_sequences, top_indices = model._get_top_k_continuations(
                 accumulated_log_probs=log_probs, running_sequences=running, running_beam_indices=running_indices,

@@ -115,7 +115,8 @@ def test_beam_search_reorders_the_per_step_state(monkeypatch):
     input_ids, attention_mask = source_batch(LENGTHS)
     options = dict(num_beams=5, max_new_tokens=12, **NO_REPEAT)
     reordered = up_to_end(fast_generate(model, input_ids, attention_mask, **options))
-    monkeypatch.setattr(HeadAttnCache, "_map_states", lambda self, fn: None)  # states stay where they were
+    monkeypatch.setattr(HeadAttnCache, "reorder_cache",  # the keys and values follow the beams, the states stay
+                        lambda self, beam_idx: self.self_attention_cache.reorder_cache(beam_idx))
     assert up_to_end(fast_generate(model, input_ids, attention_mask, **options)) != reordered
 
 
