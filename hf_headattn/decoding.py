@@ -152,17 +152,19 @@ class _BatchDecoder:
         return outputs.logits[:, -1, :].to(dtype=torch.float32)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
-        """Only `rows` (indices into the current rows) go on: drop the others from cache and inputs."""
+        """Only `rows` (indices into the current rows) go on: drop the others from the cache and the inputs."""
         self.cache.batch_select_indices(rows)
-        self.attention_mask = self.attention_mask[rows]
-        self.encoder_outputs = type(self.encoder_outputs)(**{
-            name: value[rows] if torch.is_tensor(value) else value for name, value in self.encoder_outputs.items()})
+        self._map_inputs(lambda tensor: tensor[rows])
 
     def repeat_rows(self, repeats: int) -> None:
-        self.attention_mask = self.attention_mask.repeat_interleave(repeats, dim=0)
+        """Each row becomes `repeats` equal rows, in the cache and the inputs."""
+        self.cache.batch_repeat_interleave(repeats)
+        self._map_inputs(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
+
+    def _map_inputs(self, rows_of) -> None:
+        self.attention_mask = rows_of(self.attention_mask)
         self.encoder_outputs = type(self.encoder_outputs)(**{
-            name: value.repeat_interleave(repeats, dim=0) if torch.is_tensor(value) else value
-            for name, value in self.encoder_outputs.items()})
+            name: rows_of(value) if torch.is_tensor(value) else value for name, value in self.encoder_outputs.items()})
 
     def output(self, sequences: list[torch.Tensor]) -> torch.LongTensor:
         """One [length] row per sequence -> [sequences, longest], padded with the pad token."""
@@ -221,7 +223,6 @@ class _BatchDecoder:
                 # A sentence's beams all start from the start token: step once per sentence, then give each beam
                 # a copy of that step's cache rows (generate steps every beam row, to the same values).
                 logits = self.next_token_logits(flat[::num_beams, -1]).repeat_interleave(num_beams, dim=0)
-                self.cache.batch_repeat_interleave(num_beams)
                 self.repeat_rows(num_beams)
             else:
                 logits = self.next_token_logits(flat[:, -1])
