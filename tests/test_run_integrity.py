@@ -385,6 +385,17 @@ def test_a_checkpoint_from_before_manifests_resumes_with_a_warning(data, resumab
     assert "checkpoint-4 has no run_manifest.json (saved by an older version): only its model config" in caplog.text
 
 
+def test_a_resume_under_other_package_versions_is_warned_about(data, resumable, tmp_path, caplog):
+    output_dir = copy_of(resumable, tmp_path)
+    path = output_dir / "checkpoint-4" / "run_manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["versions"]["transformers"] = "5.0.0"
+    path.write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING, logger="hf_headattn"):
+        train(command(data, output_dir))
+    assert "was saved under other package versions (transformers: \"5.0.0\" there" in caplog.text
+
+
 def test_every_checkpoint_and_the_model_record_the_run(resumable, data):
     manifest = json.loads((resumable / "run_manifest.json").read_text())
     assert json.loads((resumable / "checkpoint-2" / "run_manifest.json").read_text())["identity"] == \
