@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from .attention_backends import softmax_attention, to_additive  # noqa: F401  (to_additive: the variants' import)
+
 
 ENCODER_SELF_ATTENTION = "encoder_self_attention"
 DECODER_SELF_ATTENTION = "decoder_self_attention"
@@ -42,14 +44,19 @@ class AttentionMask:
     when every key is visible. `is_causal` is True only when `allowed` is exactly the lower triangle for
     every row (queries and keys being the same positions), so that fused kernels may use their causal fast path
     instead of the materialised mask.
+    `padding` ([batch, keys], 1 = a real token, or None) and `causal` (keys after the query are hidden, cached
+    positions or not) say the same as `allowed` the way flash attention takes it (see `attention_backends`).
     `fertility` ([batch, keys], cross-attention only) is each source token's attention budget, for the
     constrained variants.
     """
 
-    def __init__(self, allowed: torch.Tensor | None, is_causal: bool = False, fertility: torch.Tensor | None = None):
+    def __init__(self, allowed: torch.Tensor | None, is_causal: bool = False, fertility: torch.Tensor | None = None,
+                 padding: torch.Tensor | None = None, causal: bool = False):
         self.allowed = allowed
         self.is_causal = is_causal
         self.fertility = fertility
+        self.padding = padding
+        self.causal = causal or is_causal
         self._derived: dict = {}
 
     def additive(self, dtype: torch.dtype) -> torch.Tensor | None:
@@ -76,11 +83,6 @@ def unrolled_length(length: int, loop: str) -> int:
             "(dynamic batch, and dynamic lengths elsewhere, are fine)."
         )
     return length
-
-
-def to_additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    zero = torch.zeros((), dtype=dtype, device=allowed.device)
-    return torch.where(allowed, zero, torch.finfo(dtype).min)
 
 
 @dataclass
@@ -118,7 +120,10 @@ class AttentionVariant(nn.Module):
     whether they need the source tokens' fertilities (`needs_fertility`; the encoder then computes them), and
     which of their `nn.Linear` submodules they use by weight matrix rather than only by calling them
     (`weight_read_linears`: tools that swap linear layers, such as int8 quantization, leave those as they are).
-    They implement `forward` and may refine `check_options`.
+    `kernel` says what computes their attention weights: None for softmax through Transformers' attention function
+    `config._attn_implementation` (`softmax_heads`), else the name of the variant's own kernel, which runs whatever
+    the implementation; `per_head_masks` marks variants that give each head its own mask (which flash attention
+    cannot take). They implement `forward` and may refine `check_options`.
     """
 
     name: ClassVar[str]
@@ -130,6 +135,8 @@ class AttentionVariant(nn.Module):
     prunable: ClassVar[bool] = True
     needs_fertility: ClassVar[bool] = False
     weight_read_linears: ClassVar[tuple[str, ...]] = ()
+    kernel: ClassVar[str | None] = None
+    per_head_masks: ClassVar[bool] = False
 
     def __init__(self, config, site: str, layer_idx: int, num_heads: int, head_dim: int, **options):
         """num_heads: the heads this module has (fewer than the site's when some were pruned); head_dim: the
@@ -141,6 +148,7 @@ class AttentionVariant(nn.Module):
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.scaling = head_dim**-0.5
+        self.is_causal = site == DECODER_SELF_ATTENTION  # what Transformers' attention functions read of a module
         self.attention_dropout = config.attention_dropout
         resolved = {**self.options, **options}
         for option, value in resolved.items():
@@ -152,27 +160,14 @@ class AttentionVariant(nn.Module):
 
     def softmax_heads(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: "AttentionMask",
-        output_attentions: bool,
+        output_attentions: bool, head_mask=None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Standard per-head softmax attention with this module's attention dropout: [B, Tq, H, D] outputs and,
-        if asked for, the weights. Uses SDPA unless the config asks for eager or weights are wanted, and SDPA's
-        causal kernel when the mask is exactly the causal triangle."""
-        use_sdpa = self.config._attn_implementation != "eager" and not output_attentions
-        # `is_causal` marks a square lower triangle (the decoder sets it only when no position is cached, so queries
-        # and keys are the same positions). No comparison of the lengths here: under torch.export they may be
-        # symbolic, and SDPA's `is_causal` takes only a Python bool.
-        use_causal_kernel = use_sdpa and attention_mask.is_causal
-        return dot_product_attention(
-            query,
-            key,
-            value,
-            None if use_causal_kernel else attention_mask.additive(query.dtype),
-            self.scaling,
-            dropout=self.attention_dropout if self.training else 0.0,
-            need_weights=output_attentions,
-            use_sdpa=use_sdpa,
-            is_causal=use_causal_kernel,
-        )
+        """Per-head softmax attention with this module's attention dropout, through the attention function
+        `config._attn_implementation` names (Transformers' `AttentionInterface`; see `attention_backends`): [B, Tq, H, D]
+        outputs and, if asked for, the weights (computed eagerly). head_mask: None or a mask per head (mma; see
+        `attention_backends.softmax_attention`)."""
+        return softmax_attention(self, query, key, value, attention_mask, head_mask=head_mask,
+                                 need_weights=output_attentions)
 
     def forward(
         self,
@@ -190,33 +185,3 @@ class AttentionVariant(nn.Module):
         hidden_states: the un-projected query-side input [batch, queries, d_model]; state: this module's
         per-step state from the cache (None when there is no cache, i.e. start from scratch)."""
         raise NotImplementedError
-
-
-def dot_product_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    additive_mask: torch.Tensor | None,
-    scaling: float,
-    *,
-    dropout: float = 0.0,
-    need_weights: bool = False,
-    use_sdpa: bool = True,
-    is_causal: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax(Q K^T * scaling + mask) V. Returns per-head outputs [B, Tq, H, D] and, if `need_weights`, the
-    weights [B, H, Tq, Tk]. Uses PyTorch's fused SDPA unless weights are needed or `use_sdpa` is False;
-    `is_causal` (only with no additive mask, and only on the SDPA path) selects SDPA's causal kernel."""
-    if is_causal and (need_weights or not use_sdpa):
-        raise ValueError("is_causal selects SDPA's causal kernel; on the eager path pass the causal additive mask")
-    if use_sdpa and not need_weights:
-        output = nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=additive_mask, dropout_p=dropout, is_causal=is_causal, scale=scaling
-        )
-        return output.transpose(1, 2), None
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
-    if additive_mask is not None:
-        scores = scores + additive_mask
-    weights = torch.softmax(scores, dim=-1)
-    dropped = nn.functional.dropout(weights, p=dropout, training=dropout > 0.0)
-    return torch.matmul(dropped, value).transpose(1, 2), weights

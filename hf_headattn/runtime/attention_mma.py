@@ -1,6 +1,7 @@
 """Mixed multi-head self-attention (Cui et al., 2019): every head gets a hard mask of one kind (Eq. 7) —
 global (Eq. 8), local |i - j| <= w (Eq. 9), forward j >= i (Eq. 10) or backward j <= i (Eq. 11). No new
-parameters: the per-head masks join the padding/causal mask into one additive mask for the fused kernel."""
+parameters: the per-head masks join the padding/causal mask in the form the attention backend takes (an additive
+mask for eager and sdpa, a BlockMask for flex attention; see `attention_backends`)."""
 
 import torch
 
@@ -10,8 +11,6 @@ from .attention_base import (
     AttentionMask,
     AttentionResult,
     AttentionVariant,
-    dot_product_attention,
-    to_additive,
 )
 
 
@@ -24,18 +23,40 @@ def default_head_kinds(num_heads: int) -> list[str]:
     return [kind for kind in HEAD_KINDS for _ in range(group)]
 
 
+class HeadKindMask:
+    """The heads' masks of one MMA module for `num_queries` queries over `num_keys` keys, as the attention backends take
+    them (`attention_backends.softmax_attention`): `dense()` for eager and sdpa, `allows` for flex attention's
+    mask_mod. Query i sits at absolute position i + (num_keys - num_queries), so that decoding steps with a cache see
+    the same masks as a full pass."""
+
+    def __init__(self, head_kinds, window: int, num_queries: int, num_keys: int, device):
+        self.key = ("mma", tuple(head_kinds), window)  # what layers sharing a forward pass share
+        self.window = window
+        self.num_queries, self.num_keys = num_queries, num_keys
+        self.device = device
+        self.kinds = torch.tensor([HEAD_KINDS.index(kind) for kind in head_kinds], device=device)
+
+    def allows(self, head, query_position, key_position):
+        """True where `head` may attend from `query_position` to `key_position` (tensors that broadcast together)."""
+        kind = self.kinds[head]
+        return (
+            (kind == 0)  # global, Eq. 8
+            | ((kind == 1) & ((query_position - key_position).abs() <= self.window))  # local, Eq. 9
+            | ((kind == 2) & (key_position >= query_position))  # forward, Eq. 10
+            | ((kind == 3) & (key_position <= query_position))  # backward, Eq. 11
+        )
+
+    def dense(self) -> torch.Tensor:
+        """Bool [heads, queries, keys], True where the head may attend."""
+        heads = torch.arange(len(self.kinds), device=self.device)[:, None, None]
+        query_positions = torch.arange(self.num_keys - self.num_queries, self.num_keys, device=self.device)[:, None]
+        key_positions = torch.arange(self.num_keys, device=self.device)[None, :]
+        return self.allows(heads, query_positions, key_positions)
+
+
 def head_kind_masks(head_kinds, window: int, num_queries: int, num_keys: int, device) -> torch.Tensor:
-    """Bool [heads, queries, keys], True where the head may attend. Query i sits at absolute position
-    i + (num_keys - num_queries), so that decoding steps with a cache see the same masks as a full pass."""
-    query_positions = torch.arange(num_keys - num_queries, num_keys, device=device)[:, None]
-    key_positions = torch.arange(num_keys, device=device)[None, :]
-    by_kind = {
-        "global": torch.ones(num_queries, num_keys, dtype=torch.bool, device=device),  # Eq. 8
-        "local": (query_positions - key_positions).abs() <= window,  # Eq. 9
-        "forward": key_positions >= query_positions,  # Eq. 10
-        "backward": key_positions <= query_positions,  # Eq. 11
-    }
-    return torch.stack([by_kind[kind] for kind in head_kinds])
+    """Bool [heads, queries, keys], True where the head may attend (`HeadKindMask.dense`)."""
+    return HeadKindMask(head_kinds, window, num_queries, num_keys, device).dense()
 
 
 class MixedMultiHeadAttention(AttentionVariant):
@@ -43,6 +64,7 @@ class MixedMultiHeadAttention(AttentionVariant):
     options = {"window": 1, "head_kinds": None}
     sites = (ENCODER_SELF_ATTENTION, DECODER_SELF_ATTENTION)
     prunable = False  # each head's mask kind is tied to its index
+    per_head_masks = True
 
     def __init__(self, config, site, layer_idx, num_heads, head_dim, **options):
         super().__init__(config, site, layer_idx, num_heads, head_dim, **options)
@@ -87,26 +109,8 @@ class MixedMultiHeadAttention(AttentionVariant):
         output_attentions: bool = False,
         output_head_importances: bool = False,
     ) -> AttentionResult:
-        num_queries, num_keys = query.shape[-2], key.shape[-2]
-
-        def combined_mask():
-            allowed = head_kind_masks(self.head_kinds, self.window, num_queries, num_keys, query.device)[None]
-            if attention_mask.allowed is not None:
-                allowed = allowed & attention_mask.allowed
-            return to_additive(allowed, query.dtype)
-
-        # Built once per forward pass and shared by every MMA layer with the same heads and window. (The lengths are
-        # the same for every layer that shares `attention_mask`, so they are not part of the key; under torch.export
-        # they may be symbolic, which cannot be hashed.)
-        additive = attention_mask.derived(("mma", self.head_kinds, self.window, query.dtype), combined_mask)
-        output, weights = dot_product_attention(
-            query,
-            key,
-            value,
-            additive,
-            self.scaling,
-            dropout=self.attention_dropout if self.training else 0.0,
-            need_weights=output_attentions,
-            use_sdpa=self.config._attn_implementation != "eager",
-        )
+        # Built once per forward pass and shared by every MMA layer with the same heads and window (the lengths are the
+        # same for every layer that shares `attention_mask`).
+        head_mask = HeadKindMask(self.head_kinds, self.window, query.shape[-2], key.shape[-2], query.device)
+        output, weights = self.softmax_heads(query, key, value, attention_mask, output_attentions, head_mask=head_mask)
         return AttentionResult(output=output, weights=weights)

@@ -20,6 +20,7 @@ from .attention_base import (
 
 class RunningSumAttention(AttentionVariant):
     name = "running_sum"
+    kernel = "running_sum"  # softmax whose scores change step by step with the coverage
     options = {"penalty": 1.0, "aux_weight": 0.0}
     sites = (CROSS_ATTENTION,)
     stateful = True

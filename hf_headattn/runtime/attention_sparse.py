@@ -52,6 +52,7 @@ class SparsemaxAttention(AttentionVariant):
     """sparsemax(Q K^T / sqrt(d_k)) V per head (Eq. 3): exactly zero weight on low-scoring keys."""
 
     name = "sparsemax"
+    kernel = "sparsemax"
 
     def forward(
         self,
@@ -156,6 +157,7 @@ class ConstrainedSoftmaxAttention(ConstrainedAttention):
     """Constrained softmax (Eq. 4): the distribution closest to softmax(z) in KL with alpha <= u."""
 
     name = "csoftmax"
+    kernel = "csoftmax"
     transform = staticmethod(csoftmax)
 
 
@@ -163,4 +165,5 @@ class ConstrainedSparsemaxAttention(ConstrainedAttention):
     """Constrained sparsemax (Eq. 6): alpha = clip(z - tau, 0, u), sparse over source tokens and over time."""
 
     name = "csparsemax"
+    kernel = "csparsemax"
     transform = staticmethod(csparsemax)

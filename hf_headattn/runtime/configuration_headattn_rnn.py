@@ -12,6 +12,7 @@ from .transformers_compat import CACHE_NAME, validate_base_architecture
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
+from .attention_backends import softmax_attention  # noqa: F401
 from .attention_base import AttentionVariant  # noqa: F401
 from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
 from .attention_mma import MixedMultiHeadAttention  # noqa: F401

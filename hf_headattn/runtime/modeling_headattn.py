@@ -37,6 +37,7 @@ from .attention_base import (
     AttentionMask,
     AttentionResult,
 )
+from .attention_backends import EAGER, PADDING, SDPA, mask_format, registered_implementations
 from .attention_registry import get_attention_variant
 from .cache_headattn import HeadAttnCache
 from .configuration_headattn import HeadAttnConfig
@@ -47,6 +48,7 @@ from .transformers_compat import accepts_past_key_values, cache_of, drop_cache_p
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
+from .attention_backends import softmax_attention  # noqa: F401
 from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
 from .attention_mma import MixedMultiHeadAttention  # noqa: F401
 from .attention_multihop import MultiHopAttention  # noqa: F401
@@ -634,14 +636,84 @@ class HeadAttnDecoderLayer(GradientCheckpointingLayer):
         return hidden_states, self_result, cross_result
 
 
+# ------------------------------------------------------------------------------------------------ attention backends
+def _layers_by_variant(config: HeadAttnConfig, selected) -> str:
+    """The attention modules whose variant class passes `selected`, as "`site` of layers 0, 1 (name)" phrases."""
+    phrases = []
+    for site in SITES:
+        by_name: dict[str, list[int]] = {}
+        for layer, (name, _) in enumerate(config._resolve_site(site)):
+            if selected(get_attention_variant(name)):
+                by_name.setdefault(name, []).append(layer)
+        phrases += [f"`{site}` of layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))} ({name})"
+                    for name, layers in by_name.items()]
+    return "; ".join(phrases)
+
+
+def unknown_attention_implementation(name: str) -> str:
+    """The error message for an `attn_implementation` that no attention function is registered under."""
+    return (f"attn_implementation={name!r} is not an attention implementation Transformers knows; accepted: "
+            f"{', '.join(registered_implementations())} (or a `kernels` hub kernel such as "
+            "'kernels-community/flash-attn' on a GPU)")
+
+
+def check_attention_implementation(config: HeadAttnConfig, implementation: str) -> None:
+    """Check that the model's variants can run under `implementation` (the attention function its softmax sites call):
+    ValueError for per-head masks (mma) under flash attention, which takes one padding mask for all heads; a warning
+    naming the sites whose variant has its own kernel (sparsemax, csoftmax, csparsemax, running_sum) when the
+    implementation is neither eager nor sdpa: those compute their weights as they always do, whatever the
+    implementation (the documented fallback)."""
+    if mask_format(implementation) == PADDING:
+        per_head = _layers_by_variant(config, lambda variant: variant.per_head_masks)
+        if per_head:
+            raise ValueError(
+                f"attn_implementation={implementation!r} takes one padding mask for every head, but {per_head} gives "
+                "each head its own mask (mma's global, local, forward and backward heads); use 'sdpa', 'eager' or "
+                "'flex_attention' for this model"
+            )
+    if implementation not in (EAGER, SDPA):
+        own_kernels = _layers_by_variant(config, lambda variant: variant.kernel is not None)
+        if own_kernels:
+            logger.warning(
+                f"attn_implementation={implementation!r} runs this model's softmax attention; {own_kernels} compute "
+                "their attention weights with their own kernels (not softmax), whatever the attn_implementation"
+            )
+
+
 # ------------------------------------------------------------------------------------------------ models
 class HeadAttnPreTrainedModel(PreTrainedModel):
     config_class = HeadAttnConfig
     config: HeadAttnConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
+    # The softmax sites call Transformers' attention functions (attention_backends.softmax_attention), so every
+    # implementation is accepted; check_attention_implementation refuses what a variant cannot run under.
     _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_flash_attn = True
     _no_split_modules = ["HeadAttnEncoderLayer", "HeadAttnDecoderLayer"]
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        """Whether `set_attn_implementation` may change the implementation: yes. (Transformers guesses it from the
+        modeling file's text, which its releases search for different call patterns; the call is in
+        attention_backends.py.)"""
+        return True
+
+    def get_correct_attn_implementation(self, requested_attention: str | None, is_init_check: bool = False) -> str:
+        """Transformers' check of a requested implementation, with an error for unknown names that lists every
+        accepted one (Transformers' own lists only its built-in names)."""
+        if requested_attention is not None and requested_attention not in registered_implementations():
+            raise ValueError(unknown_attention_implementation(requested_attention))
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, is_init_check: bool = False,
+                                              **kwargs) -> str:
+        """Transformers' choice of the implementation (`from_pretrained`, `from_config`, the constructor and
+        `set_attn_implementation` all pass here), then `check_attention_implementation` on the model's variants."""
+        implementation = super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
+        check_attention_implementation(self.config, implementation)
+        return implementation
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -771,7 +843,8 @@ class HeadAttnEncoder(HeadAttnStack):
             inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
         hidden_states = self._add_positions(inputs_embeds)
 
-        mask = AttentionMask(attention_mask.bool()[:, None, None, :] if attention_mask is not None else None)
+        mask = AttentionMask(attention_mask.bool()[:, None, None, :] if attention_mask is not None else None,
+                             padding=attention_mask)
         records = _AttentionRecords(output_attentions)
         all_hidden_states = [hidden_states] if output_hidden_states else None
         for idx, layer in enumerate(self.layers):
@@ -806,7 +879,7 @@ class HeadAttnDecoder(HeadAttnStack):
     ) -> AttentionMask:
         total = past_len + seq_len
         if attention_mask is None and seq_len == 1:
-            return AttentionMask(None)  # one new token sees every cached position
+            return AttentionMask(None, causal=True)  # one new token sees every cached position
         query_positions = torch.arange(past_len, total, device=device)[:, None]
         allowed = (query_positions >= torch.arange(total, device=device)[None, :])[None, None]
         if attention_mask is not None:
@@ -816,7 +889,8 @@ class HeadAttnDecoder(HeadAttnStack):
                     f"({batch_size}, {total}) = (batch, cached + new decoder positions)"
                 )
             allowed = allowed & attention_mask.bool()[:, None, None, :]
-        return AttentionMask(allowed, is_causal=attention_mask is None and past_len == 0)
+        return AttentionMask(allowed, is_causal=attention_mask is None and past_len == 0, padding=attention_mask,
+                             causal=True)
 
     @accepts_past_key_values
     def forward(
@@ -860,6 +934,7 @@ class HeadAttnDecoder(HeadAttnStack):
         cross_mask = AttentionMask(
             encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None,
             fertility=encoder_fertility,
+            padding=encoder_attention_mask,
         )
         records = _AttentionRecords(output_attentions)
         all_hidden_states = [hidden_states] if output_hidden_states else None

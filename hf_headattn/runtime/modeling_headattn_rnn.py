@@ -46,6 +46,7 @@ from .sparse_attention import csoftmax, csparsemax, sparsemax
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
 from .attention_base import unrolled_length
+from .attention_backends import softmax_attention  # noqa: F401
 from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
 from .attention_mma import MixedMultiHeadAttention  # noqa: F401
 from .attention_registry import ATTENTION_VARIANTS  # noqa: F401

@@ -1,0 +1,194 @@
+"""Softmax attention through Transformers' attention functions (`AttentionInterface`), as Transformers' own models run
+it: the sites whose variant is a softmax computation (softmax, mma, and the first hop of dhicm and multihop) call
+`ALL_ATTENTION_FUNCTIONS[config._attn_implementation]` (`eager` is this module's `eager_attention_forward`), so that
+`attn_implementation` in `from_pretrained` / `from_config` and `set_attn_implementation` pick `eager`, `sdpa`,
+`flex_attention`, `flash_attention_*`, a `kernels` hub kernel or any function registered with
+`AttentionInterface.register`.
+
+Each backend gets the mask in the format Transformers' mask interface (`masking_utils.ALL_MASK_ATTENTION_FUNCTIONS`)
+gives it for that name:
+
+- flash attention (and hub kernels registered with its mask function): the 2-D padding mask [batch, keys] and
+  `is_causal`; one mask for every head, so per-head masks (mma) cannot run there (refused when the implementation is
+  set, see `check_attention_implementation`);
+- flex attention: a `BlockMask` built from the padding/causal mask and the per-head masks (`block_mask`);
+- sdpa, eager and any other function: the additive mask (0 where allowed, finfo.min elsewhere) broadcastable to
+  [batch, heads, queries, keys]; sdpa gets `is_causal=True` instead when the mask is exactly the causal triangle.
+
+Everything here is built once per forward pass and shared by the layers (`AttentionMask.derived`). Transformers'
+registries are imported where they are read: the configuration imports this module (through the variants), and
+`hf-headattn-train --help` must not load `transformers.modeling_utils`.
+"""
+
+import torch
+from torch import nn
+
+
+EAGER = "eager"
+SDPA = "sdpa"
+ADDITIVE, BLOCK, PADDING = "additive", "block", "padding"  # the mask formats
+
+
+def to_additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask (True = may attend) as 0 / finfo(dtype).min scores; a finite minimum keeps fully masked rows free of
+    NaN."""
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T * scaling + mask) V, Transformers' `eager` attention function: per-head outputs [B, Tq, H, D] and
+    the weights [B, H, Tq, Tk]. `attention_mask` is additive, broadcastable to the scores."""
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = torch.softmax(scores, dim=-1)
+    dropped = nn.functional.dropout(weights, p=dropout, training=dropout > 0.0)
+    return torch.matmul(dropped, value).transpose(1, 2), weights
+
+
+def registered_implementations() -> list[str]:
+    """Every `attn_implementation` this release of Transformers accepts: eager and the registered functions."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return [EAGER, *(name for name in ALL_ATTENTION_FUNCTIONS.keys() if name != EAGER)]
+
+
+def attention_function(implementation: str):
+    """The attention function Transformers registered under `implementation` (`eager`: `eager_attention_forward`)."""
+    if implementation is None or implementation == EAGER:
+        return eager_attention_forward
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if implementation not in ALL_ATTENTION_FUNCTIONS:
+        raise ValueError(f"attn_implementation={implementation!r} is not registered with Transformers' "
+                         f"AttentionInterface; accepted: {', '.join(registered_implementations())}")
+    return ALL_ATTENTION_FUNCTIONS[implementation]
+
+
+def mask_format(implementation: str) -> str:
+    """The mask an attention function takes, read from the mask function Transformers' mask interface registers for
+    its name: PADDING (2-D, flash attention and kernels registered like it), BLOCK (flex attention's BlockMask) or
+    ADDITIVE (eager, sdpa and any function registered without a mask function)."""
+    from transformers import masking_utils
+
+    mask_function = masking_utils.ALL_MASK_ATTENTION_FUNCTIONS.get(implementation)
+    if mask_function is not None and mask_function is masking_utils.flash_attention_mask:
+        return PADDING
+    if mask_function is not None and mask_function is masking_utils.flex_attention_mask:
+        return BLOCK
+    return ADDITIVE
+
+
+def additive_mask(mask, head_mask, dtype: torch.dtype) -> torch.Tensor | None:
+    """The additive form of `mask` (an `AttentionMask`) combined with the per-head mask `head_mask` (see
+    `softmax_attention`), or None when everything is allowed."""
+    if head_mask is None:
+        return mask.additive(dtype)
+
+    def build():
+        allowed = head_mask.dense()[None]
+        if mask.allowed is not None:
+            allowed = allowed & mask.allowed
+        return to_additive(allowed, dtype)
+
+    # The lengths are the same for every layer sharing `mask`, so they are not part of the key (under torch.export
+    # they may be symbolic, which cannot be hashed).
+    return mask.derived(("additive", head_mask.key, dtype), build)
+
+
+def block_mask(mask, head_mask, batch: int, heads: int, num_queries: int, num_keys: int, device):
+    """Flex attention's BlockMask for `mask` (an `AttentionMask`) and the per-head mask `head_mask` (see
+    `softmax_attention`), or None when every key is allowed. Its `mask_mod` is written from the masks' structure (the
+    keys' padding, causality, the heads' rule) rather than read from dense [queries, keys] tensors: flex skips the
+    blocks it finds empty, and Inductor's CPU template fails to compile a mask_mod that reads two captured tensors by
+    query position once shapes become dynamic (PyTorch 2.13)."""
+
+    def build():
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        padding = mask.padding.bool() if mask.padding is not None else None  # [B, Tk]
+        dense = None
+        if padding is None and not mask.causal and mask.allowed is not None:  # a mask given only densely
+            dense = mask.allowed[:, 0]  # [B or 1, Tq or 1, Tk]
+        causal = mask.causal and not (isinstance(num_queries, int) and num_queries == 1)
+        if padding is None and dense is None and not causal and head_mask is None:
+            return None
+        offset = num_keys - num_queries  # query i sits at position i + offset (cached positions come first)
+
+        def mask_mod(b, h, q, kv):
+            position = q + offset
+            keep = kv >= 0
+            if padding is not None:
+                keep = keep & padding[b, kv]
+            if dense is not None:
+                keep = keep & dense[b if dense.shape[0] != 1 else 0, q if dense.shape[1] != 1 else 0, kv]
+            if causal:
+                keep = keep & (kv <= position)
+            if head_mask is not None:
+                keep = keep & head_mask.allows(h, position, kv)
+            return keep
+
+        by_batch = padding is not None or (dense is not None and dense.shape[0] != 1)
+        return create_block_mask(mask_mod, B=batch if by_batch else None, H=heads if head_mask is not None else None,
+                                 Q_LEN=num_queries, KV_LEN=num_keys, device=device)
+
+    return mask.derived(("block", head_mask.key if head_mask is not None else None), build)
+
+
+def describe_module(module) -> str:
+    """`module` (an attention variant) as its site and layer, for error messages."""
+    return f"`{module.site}` of layer {module.layer_idx} ({module.name})"
+
+
+def softmax_attention(
+    module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask,
+    *,
+    head_mask=None,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(Q K^T * scaling + mask) V through the attention function `module.config._attn_implementation` names.
+    module: the attention variant (its `config`, `scaling`, `attention_dropout`, `training`, `is_causal`); mask: the
+    `AttentionMask`; head_mask: None or a mask per head (mma), an object with `key` (hashable, names the mask among
+    those derived from `mask`), `dense()` (bool [heads, queries, keys]) and `allows(head, query_position,
+    key_position)` (elementwise, for flex attention's mask_mod). Returns per-head outputs [B, Tq, H, D] and, if `need_weights`, the weights [B, H, Tq, Tk]: the weights are
+    computed by the eager function, whatever the implementation (fused kernels do not return them)."""
+    implementation = module.config._attn_implementation
+    dropout = module.attention_dropout if module.training else 0.0
+    if need_weights or implementation is None or implementation == EAGER:
+        return eager_attention_forward(module, query, key, value, additive_mask(mask, head_mask, query.dtype),
+                                       scaling=module.scaling, dropout=dropout)
+    kind = mask_format(implementation)
+    is_causal = False
+    if kind == PADDING:
+        if head_mask is not None:
+            raise ValueError(f"{implementation} takes one padding mask for every head, but {describe_module(module)} "
+                             "gives each head its own mask; use sdpa, eager or flex_attention for this model")
+        backend_mask, is_causal = mask.padding, mask.causal
+    elif kind == BLOCK:
+        backend_mask = block_mask(mask, head_mask, query.shape[0], query.shape[1], query.shape[2], key.shape[2],
+                                  query.device)
+    elif implementation == SDPA and head_mask is None and mask.is_causal:
+        # `is_causal` marks a square lower triangle (the decoder sets it only when no position is cached). No
+        # comparison of the lengths here: under torch.export they may be symbolic, and SDPA takes a Python bool.
+        backend_mask, is_causal = None, True
+    else:
+        backend_mask = additive_mask(mask, head_mask, query.dtype)
+    output, _ = attention_function(implementation)(
+        module, query, key, value, backend_mask, dropout=dropout, scaling=module.scaling, is_causal=is_causal
+    )
+    return output, None

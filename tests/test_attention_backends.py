@@ -1,0 +1,265 @@
+"""Transformers' attention backends (`AttentionInterface`) in the model: `attn_implementation` in `from_pretrained`,
+`from_config` and `set_attn_implementation` picks the function every softmax site calls (eager, sdpa, flex attention,
+flash attention, any registered function); the backends agree with each other in training and cached decoding;
+variants with their own kernels say so; what a backend cannot run is refused naming the site."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from contextlib import contextmanager
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, masking_utils
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+
+from hf_headattn import HeadAttnForConditionalGeneration
+from hf_headattn.runtime.modeling_headattn import check_attention_implementation
+from hf_headattn.runtime.transformers_compat import cache_of
+
+from helpers import WITHOUT_PACKAGE, random_model, source_batch, tiny_config
+
+
+# The variants whose attention weights are a softmax, hence computed by the attention backend
+SOFTMAX_FAMILY = {
+    "softmax": {},
+    "mma": {"encoder_self_attention": "mma",
+            "decoder_self_attention": {"type": "mma", "head_kinds": ["global", "local", "backward", "local"]}},
+    "dhicm": {"encoder_self_attention": {"type": "dhicm", "layers": [0, 1]}, "cross_attention": "dhicm"},
+    "multihop": {"cross_attention": {"type": "multihop", "hops": 2}},
+}
+GENERATION = dict(max_new_tokens=8, do_sample=False, no_repeat_ngram_size=1)
+DECODER_INPUT_IDS = torch.tensor([[0, 5, 6, 7, 8], [0, 9, 10, 11, 12], [0, 13, 14, 15, 16]])
+
+
+def _batch():
+    input_ids, attention_mask = source_batch((7, 4, 9))
+    return input_ids, attention_mask
+
+
+def _logits(model, implementation, **kwargs):
+    model.set_attn_implementation(implementation)
+    input_ids, attention_mask = _batch()
+    with torch.no_grad():
+        return model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=DECODER_INPUT_IDS,
+                     **kwargs).logits
+
+
+def _cached_step_logits(model, implementation):
+    """The logits of three cached decoding steps after a two-token prefix: what generate computes."""
+    model.set_attn_implementation(implementation)
+    input_ids, attention_mask = _batch()
+    steps = []
+    with torch.no_grad():
+        out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=DECODER_INPUT_IDS[:, :2],
+                    use_cache=True)
+        encoder_outputs = (out.encoder_last_hidden_state,)
+        for position in range(2, 5):
+            out = model(attention_mask=attention_mask, encoder_outputs=encoder_outputs,
+                        decoder_input_ids=DECODER_INPUT_IDS[:, position:position + 1], use_cache=True,
+                        past_key_values=cache_of(out))
+            steps.append(out.logits)
+    return torch.cat(steps, dim=1)
+
+
+@contextmanager
+def registered(name, function, mask_function=None):
+    """`function` registered with Transformers' AttentionInterface under `name` for the block (and its mask function)."""
+    AttentionInterface.register(name, function)
+    if mask_function is not None:
+        masking_utils.AttentionMaskInterface.register(name, mask_function)
+    try:
+        yield
+    finally:
+        AttentionInterface._global_mapping.pop(name, None)
+        masking_utils.AttentionMaskInterface._global_mapping.pop(name, None)
+
+
+# ------------------------------------------------------------------------------------------------ choosing
+def test_attn_implementation_is_chosen_at_load_at_build_and_later(tmp_path):
+    model = random_model(tiny_config(**SOFTMAX_FAMILY["mma"]))
+    assert model.config._attn_implementation == "sdpa"
+    model.save_pretrained(tmp_path / "model")
+    for implementation in ("eager", "flex_attention", "sdpa"):
+        loaded = HeadAttnForConditionalGeneration.from_pretrained(tmp_path / "model",
+                                                                  attn_implementation=implementation)
+        assert loaded.config._attn_implementation == implementation
+        built = AutoModelForSeq2SeqLM.from_config(model.config, attn_implementation=implementation)
+        assert built.config._attn_implementation == implementation
+        model.set_attn_implementation(implementation)
+        assert model.config._attn_implementation == implementation
+        # every module reads the model's own config, so the change reaches them all
+        assert all(module.config is model.config for module in model.modules() if hasattr(module, "scaling"))
+
+
+def test_every_softmax_site_calls_the_chosen_function_and_the_others_keep_their_kernels():
+    calls = []
+
+    def counting_sdpa(module, *args, **kwargs):
+        calls.append(f"{module.site}.{module.layer_idx}")
+        return sdpa_attention_forward(module, *args, **kwargs)
+
+    softmax = random_model(tiny_config())
+    sparse_cross = random_model(tiny_config(cross_attention="sparsemax"))
+    sparse_cross.load_state_dict(softmax.state_dict())
+    with registered("counting_sdpa", counting_sdpa):
+        reference = _logits(softmax, "sdpa")
+        torch.testing.assert_close(_logits(softmax, "counting_sdpa"), reference)
+        assert sorted(calls) == sorted(f"{site}.{layer}" for site in ("encoder_self_attention",
+                                                                      "decoder_self_attention", "cross_attention")
+                                       for layer in (0, 1))
+        calls.clear()
+        _logits(sparse_cross, "counting_sdpa")
+        assert not any(call.startswith("cross_attention") for call in calls) and len(calls) == 4
+
+
+def test_unknown_implementation_names_the_accepted_ones():
+    with pytest.raises(ValueError, match=r"'no_such_attention'.*accepted: eager, .*flex_attention.*sdpa"):
+        HeadAttnForConditionalGeneration(tiny_config(attn_implementation="no_such_attention"))
+    model = random_model(tiny_config())
+    with pytest.raises(ValueError, match=r"accepted: eager"):
+        model.set_attn_implementation("no_such_attention")
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_flash_attention_without_its_package_is_refused_not_replaced():
+    model = random_model(tiny_config())
+    with pytest.raises((ImportError, ValueError), match="(?i)flash"):
+        model.set_attn_implementation("flash_attention_2")
+    assert model.config._attn_implementation == "sdpa"
+
+
+def _flash_like(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """What a flash kernel computes from what it gets (a 2-D padding mask and `is_causal`), written with SDPA."""
+    assert attention_mask is None or attention_mask.dim() == 2
+    allowed = torch.ones(query.shape[0], 1, query.shape[2], key.shape[2], dtype=torch.bool)
+    if attention_mask is not None:
+        allowed = allowed & attention_mask.bool()[:, None, None, :]
+    if is_causal:
+        offset = key.shape[2] - query.shape[2]
+        allowed = allowed & torch.ones(query.shape[2], key.shape[2], dtype=torch.bool).tril(offset)
+    output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=allowed, scale=scaling)
+    return output.transpose(1, 2), None
+
+
+def test_a_flash_like_kernel_gets_padding_masks_and_refuses_per_head_masks():
+    """Hub kernels register with flash attention's mask function: the model gives them the 2-D padding mask and
+    `is_causal` (checked here on the CPU through an SDPA stand-in), and refuses them for mma, naming the sites."""
+    model = random_model(tiny_config())
+    with registered("padding_mask_kernel", _flash_like, masking_utils.flash_attention_mask):
+        torch.testing.assert_close(_logits(model, "padding_mask_kernel"), _logits(model, "eager"), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(_cached_step_logits(model, "padding_mask_kernel"), _cached_step_logits(model, "eager"),
+                                   atol=1e-5, rtol=1e-5)
+        mma = random_model(tiny_config(**SOFTMAX_FAMILY["mma"]))
+        with pytest.raises(ValueError, match=r"padding_mask_kernel.*`encoder_self_attention` of layers 0, 1 \(mma\).*own mask"):
+            mma.set_attn_implementation("padding_mask_kernel")
+        assert mma.config._attn_implementation == "sdpa"
+        with pytest.raises(ValueError, match="decoder_self_attention"):
+            check_attention_implementation(mma.config, "flash_attention_2")
+
+
+def test_own_kernels_are_named_when_another_backend_is_chosen(caplog):
+    model = random_model(tiny_config(cross_attention="csparsemax", encoder_self_attention="sparsemax"))
+    model.set_attn_implementation("eager")
+    assert "own kernels" not in caplog.text
+    model.set_attn_implementation("flex_attention")
+    assert model.config._attn_implementation == "flex_attention"
+    assert "`encoder_self_attention` of layers 0, 1 (sparsemax)" in caplog.text
+    assert "`cross_attention` of layers 0, 1 (csparsemax)" in caplog.text
+
+
+# ------------------------------------------------------------------------------------------------ equality
+@pytest.mark.parametrize("variant", sorted(SOFTMAX_FAMILY))
+def test_sdpa_equals_eager_in_training_and_cached_decoding(variant):
+    model = random_model(tiny_config(**SOFTMAX_FAMILY[variant]), std=0.1)
+    torch.testing.assert_close(_logits(model, "sdpa"), _logits(model, "eager"), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(_cached_step_logits(model, "sdpa"), _cached_step_logits(model, "eager"), atol=1e-5,
+                               rtol=1e-5)
+    input_ids, attention_mask = _batch()
+    labels = DECODER_INPUT_IDS[:, 1:]
+    gradients = {}
+    for implementation in ("eager", "sdpa"):
+        model.set_attn_implementation(implementation)
+        model.train().zero_grad()
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+        gradients[implementation] = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.eval()
+    for name, gradient in gradients["eager"].items():
+        torch.testing.assert_close(gradients["sdpa"][name], gradient, atol=1e-5, rtol=1e-4)
+
+
+def _assert_flex_equals_eager(model):
+    torch.testing.assert_close(_logits(model, "flex_attention"), _logits(model, "eager"), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(_cached_step_logits(model, "flex_attention"), _cached_step_logits(model, "eager"),
+                               atol=1e-5, rtol=1e-5)
+    input_ids, attention_mask = _batch()
+    generated = {}
+    for implementation in ("eager", "flex_attention"):
+        model.set_attn_implementation(implementation)
+        generated[implementation] = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=3,
+                                                   **GENERATION)
+    assert torch.equal(generated["flex_attention"], generated["eager"])
+
+
+def test_flex_attention_equals_eager_with_per_head_masks_on_cpu():
+    """Compiled flex attention (torch.compile, on the CPU) with block masks for padding, causality and mma's heads,
+    in a full pass, cached steps and beam search."""
+    _assert_flex_equals_eager(random_model(tiny_config(**SOFTMAX_FAMILY["mma"]), std=0.1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", sorted(set(SOFTMAX_FAMILY) - {"mma"}))
+def test_flex_attention_equals_eager_for_every_softmax_variant(variant):
+    _assert_flex_equals_eager(random_model(tiny_config(**SOFTMAX_FAMILY[variant]), std=0.1))
+
+
+def test_flex_attention_cannot_train_on_the_cpu():
+    """PyTorch 2.13's flex attention has no backward on the CPU: training with it raises there (and runs on a GPU);
+    `docs/variants.md` says so. When PyTorch adds it, this test fails and the benchmark gains the row."""
+    model = random_model(tiny_config(), std=0.1).train()
+    model.set_attn_implementation("flex_attention")
+    input_ids, attention_mask = _batch()
+    with pytest.raises(NotImplementedError, match="backward on CPU"):
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=DECODER_INPUT_IDS[:, 1:])
+
+
+# ------------------------------------------------------------------------------------------------ remote code
+REMOTE_SCRIPT = WITHOUT_PACKAGE + textwrap.dedent(
+    """
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    folder, implementation, inputs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True, attn_implementation=implementation)
+    assert not type(model).__module__.startswith("hf_headattn"), type(model).__module__
+    batch = {name: torch.tensor(value) for name, value in inputs.items()}
+    with torch.no_grad():
+        logits = model(**batch).logits
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        eager = model(**batch).logits
+    print("RESULT" + json.dumps({"implementation": model.config._attn_implementation, "logits": logits.tolist(),
+                                 "eager": eager.tolist()}))
+    """
+)
+
+
+def test_remote_code_takes_attn_implementation(tmp_path):
+    model = random_model(tiny_config(**SOFTMAX_FAMILY["mma"]), std=0.1)
+    model.save_pretrained(tmp_path / "model")
+    input_ids, attention_mask = _batch()
+    inputs = {"input_ids": input_ids.tolist(), "attention_mask": attention_mask.tolist(),
+              "decoder_input_ids": DECODER_INPUT_IDS.tolist()}
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
+    done = subprocess.run([sys.executable, "-c", REMOTE_SCRIPT, str(tmp_path / "model"), "sdpa", json.dumps(inputs)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT"))[len("RESULT"):])
+    expected = _logits(model, "eager")
+    torch.testing.assert_close(torch.tensor(result["logits"]), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.tensor(result["eager"]), expected, atol=1e-5, rtol=1e-5)
+    assert result["implementation"] == "eager"
