@@ -31,6 +31,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import logging
+import time
 
 import torch
 from transformers import GenerationConfig
@@ -79,7 +80,7 @@ def fast_path_refusal(model, generation_config: GenerationConfig, model_kwargs: 
     if not generation_config.use_cache:
         return "use_cache=False"
     for name in ("guidance_scale", "watermarking_config", "assistant_early_exit", "prompt_lookup_num_tokens",
-                 "stop_strings", "max_time", "penalty_alpha", "constraints", "force_words_ids"):
+                 "stop_strings", "penalty_alpha", "constraints", "force_words_ids"):
         value = getattr(generation_config, name, None)
         if value is not None and not (name == "guidance_scale" and value == 1):
             return f"generation option {name}={value!r}"
@@ -96,6 +97,7 @@ def fast_generate(model, input_ids: torch.LongTensor, attention_mask: torch.Tens
         FastPathUnsupported: options the fast path does not decode (:func:`fast_path_refusal`, logits processors
             whose state spans the batch); `generate` decodes them (:func:`generate_sequences` falls back to it).
     """
+    started = time.time()  # max_time counts from here, as generate's MaxTimeCriteria does from its creation
     generation_config, model_kwargs = resolve_generation_config(model, **generate_kwargs)
     refusal = fast_path_refusal(model, generation_config, model_kwargs)
     if refusal:
@@ -121,7 +123,7 @@ def fast_generate(model, input_ids: torch.LongTensor, attention_mask: torch.Tens
                                   f"{', '.join(batch_wide)}")
     with torch.inference_mode():
         encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
-        search = _BatchDecoder(model, encoder_outputs, attention_mask, generation_config, processors)
+        search = _BatchDecoder(model, encoder_outputs, attention_mask, generation_config, processors, started)
         if generation_config.num_beams == 1:
             return search.greedy()
         return search.beam_search()
@@ -130,7 +132,7 @@ def fast_generate(model, input_ids: torch.LongTensor, attention_mask: torch.Tens
 class _BatchDecoder:
     """One batch's search state: the rows still being decoded, their encoder outputs, source mask and cache."""
 
-    def __init__(self, model, encoder_outputs, attention_mask, generation_config, processors):
+    def __init__(self, model, encoder_outputs, attention_mask, generation_config, processors, started: float):
         self.model = model
         self.config = generation_config
         self.processors = processors
@@ -142,6 +144,11 @@ class _BatchDecoder:
         self.pad = int(generation_config._pad_token_tensor)
         self.eos = generation_config._eos_token_tensor
         self.start = int(generation_config._decoder_start_token_tensor.reshape(-1)[0])
+        self.deadline = None if generation_config.max_time is None else started + generation_config.max_time
+
+    def out_of_time(self) -> bool:
+        """`max_time` is over: generate's MaxTimeCriteria then ends every sequence at this step."""
+        return self.deadline is not None and time.time() > self.deadline
 
     # ------------------------------------------------------------------ the model, one step at a time
     def next_token_logits(self, tokens: torch.LongTensor) -> torch.Tensor:
@@ -185,7 +192,7 @@ class _BatchDecoder:
             scores = self.processors(running[:, :length], self.next_token_logits(running[:, length - 1]))
             running[:, length] = scores.argmax(dim=-1)
             length += 1
-            done = self.ends(running[:, length - 1]) | (length >= self.max_length)
+            done = self.ends(running[:, length - 1]) | (length >= self.max_length) | self.out_of_time()
             for row in done.nonzero().flatten().tolist():
                 results[sentence_of_row[row]] = running[row, :length]
             if done.all():
@@ -232,7 +239,7 @@ class _BatchDecoder:
                 accumulated_log_probs=log_probs, running_sequences=running, running_beam_indices=running_indices,
                 cur_len=length, decoder_prompt_len=1, do_sample=False, beams_to_keep=beams_to_keep,
                 num_beams=num_beams, batch_size=batch)
-            hits_stop = self.ends(top_sequences[:, :, length]) | (length + 1 >= self.max_length)
+            hits_stop = self.ends(top_sequences[:, :, length]) | (length + 1 >= self.max_length) | self.out_of_time()
             running, running_scores, running_indices = model._get_running_beams_for_next_iteration(
                 topk_log_probs=top_log_probs, topk_running_sequences=top_sequences,
                 topk_running_beam_indices=top_indices, next_token_hits_stopping_criteria=hits_stop,
@@ -255,8 +262,10 @@ class _BatchDecoder:
             done = ~can_improve[:, 0] | (is_finished.all(dim=-1) & (early_stopping is True))
             last_step = bool(hits_stop.all())  # generate stops once every continuation ends (max_length)
             for sentence in (torch.ones_like(done) if last_step else done).nonzero().flatten().tolist():
-                results[sentence_of_row[sentence]] = [hypothesis[:self._length(hypothesis)]
-                                                      for hypothesis in finished[sentence, :returned]]
+                # a hypothesis' generated length: its steps' beam indices (generate crops its output by them too)
+                lengths = 1 + (finished_indices[sentence, :returned] >= 0).sum(dim=-1)
+                results[sentence_of_row[sentence]] = [hypothesis[:length] for hypothesis, length in
+                                                      zip(finished[sentence, :returned], lengths.tolist())]
             if last_step or done.all():
                 return self.output([sequence for sentence in results for sequence in sentence])
             if done.any():
@@ -269,11 +278,6 @@ class _BatchDecoder:
                 running_indices, finished_indices = running_indices[kept], finished_indices[kept]
                 is_finished, can_improve = is_finished[kept], can_improve[kept]
                 sentence_of_row = [sentence_of_row[sentence] for sentence in kept.tolist()]
-
-    def _length(self, sequence: torch.Tensor) -> int:
-        """Tokens of a finished hypothesis up to and including its end of sentence (all of it without one)."""
-        ends = self.ends(sequence[1:]).nonzero()
-        return int(ends[0]) + 2 if ends.numel() else sequence.shape[0]
 
 
 def generate_sequences(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, *,

@@ -134,3 +134,28 @@ def test_options_the_fast_path_does_not_decode_go_to_generate():
         torch.manual_seed(0)
         got = generate_sequences(model, input_ids, attention_mask, max_new_tokens=5, **options)
         assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_max_time_ends_every_sequence_as_generate_does(num_beams, monkeypatch):
+    """With max_time over, every sequence ends at that step (generate's MaxTimeCriteria): fake clocks that run out
+    after a few steps give both paths the same cut translations."""
+    import time as time_module
+
+    model = random_model(tiny_config())
+    add_eos_bias(model, EOS_BIASES["transformer-softmax"])
+    input_ids, attention_mask = source_batch(LENGTHS)
+    options = dict(num_beams=num_beams, max_new_tokens=20, max_time=1.0, **NO_REPEAT)
+
+    def clock_ending_after(calls: int):
+        ticks = iter(range(10**6))
+        return lambda: 0.0 if next(ticks) < calls else 100.0
+
+    results = []
+    for decode in (lambda: model.generate(input_ids=input_ids, attention_mask=attention_mask, **options),
+                   lambda: fast_generate(model, input_ids, attention_mask, **options)):
+        monkeypatch.setattr(time_module, "time", clock_ending_after(4))
+        with torch.inference_mode():
+            results.append(up_to_end(decode()))
+    assert results[0] == results[1]
+    assert max(len(ids) for ids in results[0]) < 20  # cut by the clock, not by max_new_tokens
