@@ -18,6 +18,7 @@ _LAZY_ATTRIBUTES = {
     "AttentionResult": ".runtime.attention_base",
     "AttentionVariant": ".runtime.attention_base",
     "ATTENTION_VARIANTS": ".runtime.attention_registry",
+    "register_attention_functions": ".runtime.attention_functions",
     "get_attention_variant": ".runtime.attention_registry",
     "HeadAttnCache": ".runtime.cache_headattn",
     "HeadAttnConfig": ".runtime.configuration_headattn",
@@ -57,6 +58,7 @@ def __dir__():
 
 if TYPE_CHECKING:  # what static analysers and IDEs see
     from .runtime.attention_base import SITES, AttentionMask, AttentionResult, AttentionVariant
+    from .runtime.attention_functions import register_attention_functions
     from .runtime.attention_registry import ATTENTION_VARIANTS, get_attention_variant
     from .runtime.cache_headattn import HeadAttnCache
     from .runtime.configuration_headattn import HeadAttnConfig

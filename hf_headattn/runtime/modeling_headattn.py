@@ -38,6 +38,7 @@ from .attention_base import (
     AttentionResult,
 )
 from .attention_backends import EAGER, PADDING, SDPA, mask_format, registered_implementations
+from .attention_functions import ATTENTION_FUNCTIONS, NOT_REGISTERED, PREFIX
 from .attention_registry import get_attention_variant
 from .cache_headattn import HeadAttnCache
 from .configuration_headattn import HeadAttnConfig
@@ -652,9 +653,17 @@ def _layers_by_variant(config: HeadAttnConfig, selected) -> str:
 
 def unknown_attention_implementation(name: str) -> str:
     """The error message for an `attn_implementation` that no attention function is registered under."""
-    return (f"attn_implementation={name!r} is not an attention implementation Transformers knows; accepted: "
-            f"{', '.join(registered_implementations())} (or a `kernels` hub kernel such as "
-            "'kernels-community/flash-attn' on a GPU)")
+    message = (f"attn_implementation={name!r} is not an attention implementation Transformers knows; accepted: "
+               f"{', '.join(registered_implementations())} (or a `kernels` hub kernel such as "
+               "'kernels-community/flash-attn' on a GPU)")
+    variant = name.removeprefix(PREFIX) if name.startswith(PREFIX) else None
+    if name in ATTENTION_FUNCTIONS:
+        message += (f". {name} is registered by register_attention_functions() (hf_headattn, or the "
+                    "attention_functions module of a saved model's code)")
+    elif variant in NOT_REGISTERED:
+        message += (f". {variant} is no attention function: {NOT_REGISTERED[variant]}; place it per site in the "
+                    f"config instead (e.g. cross_attention={variant!r})")
+    return message
 
 
 def check_attention_implementation(config: HeadAttnConfig, implementation: str) -> None:
