@@ -236,7 +236,7 @@ def main(argv=None) -> None:
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
     print(f"averaged {len(checkpoints)} checkpoints ({', '.join(checkpoint.name for checkpoint in checkpoints)}) "
-          f"-> {output}")
+          f"| written: {output}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""What the package's commands share: `--help` layout and the `--verbose` flag.
+"""What the package's commands share: `--help` layout, the `--verbose` and `--json` flags, and the flag spelling.
+
+One convention for every command: flags are spelled as Transformers spells them (`--output_dir`, `--num_beams`),
+the dashed spelling (`--output-dir`) is accepted as an alias, and `--help` shows the underscore form only. Commands
+print a short line for people (`BLEU 36.50 | chrF 57.00 | 1,000 sentences | written: DIR`); the full results are
+in the files they write, and with `--json` on standard output.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -6,16 +11,38 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """`--help` shows every flag's default, and the description and examples laid out as written."""
+    """`--help` shows every flag's default, and the description and examples laid out as written; a flag that has
+    an underscore spelling and a dashed alias (as `HfArgumentParser` declares both) is shown by the former only."""
+
+    def _format_action_invocation(self, action):
+        shown = underscore_spellings(action.option_strings)
+        if shown == action.option_strings:
+            return super()._format_action_invocation(action)
+        action = copy.copy(action)
+        action.option_strings = shown
+        return super()._format_action_invocation(action)
+
+
+def underscore_spellings(option_strings: list[str]) -> list[str]:
+    """`option_strings` without the dashed aliases of underscore spellings among them (`--vocab-size` beside
+    `--vocab_size`)."""
+    return [option for option in option_strings
+            if not (option.startswith("--") and "-" in option[2:]
+                    and "--" + option[2:].replace("-", "_") in option_strings)]
 
 
 def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="also log progress details (INFO) of this package and of Transformers")
+
+
+def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} instead of the short summary")
 
 
 def configure_logging(verbose: bool) -> None:

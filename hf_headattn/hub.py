@@ -2,12 +2,12 @@ r"""Model cards and Hub upload for saved model folders.
 
     # fill the family's card template from an evaluation JSON into <model>/README.md
     hf-headattn-hub card --model runs/de-en --evaluation runs/de-en/eval/test_2016_flickr.beam4.metrics.json \
-        --dataset-name "Multi30k (task 1)" --dataset-id bentrevett/multi30k --language de en --repo-id user/de-en
+        --dataset_name "Multi30k (task 1)" --dataset_id bentrevett/multi30k --language de en --repo_id user/de-en
     # check the folder is complete, then upload model, tokenizer, code, pipeline and card in one commit
-    hf-headattn-hub push --model runs/de-en --repo-id user/de-en [--private]
+    hf-headattn-hub push --model runs/de-en --repo_id user/de-en [--private]
     # a Gradio Space running the web demo (hf_headattn.app) on one or more models, and its upload
     hf-headattn-hub space --model runs/de-en --model runs/de-en-csparsemax --output_dir runs/space
-    hf-headattn-hub push --space runs/space --repo-id user/de-en-demo
+    hf-headattn-hub push --space runs/space --repo_id user/de-en-demo
 
 * :func:`write_model_card` picks the template of the folder's model family (``model_cards/transformer.md`` for
   ``model_type = "headattn"``, ``model_cards/rnn.md`` for ``"headattn_rnn"``), describes the configured
@@ -185,7 +185,7 @@ def write_model_card(
         try:  # before it is written into the card
             validate_repo_id(repo_id)
         except ValueError as error:
-            raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id ({error}); pass repo_id= (--repo-id) "
+            raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id ({error}); pass repo_id= (--repo_id) "
                              "as user/name") from None
     model_name = model_name or repo_id.split("/")[-1]
     template_path = Path(template) if template is not None else TEMPLATES_DIR / TEMPLATES[config.model_type]
@@ -991,17 +991,17 @@ def push_space(space_dir: str | Path, repo_id: str, *, token: str | None = None,
 EXAMPLES = """examples:
   # fill the family's card template from hf-headattn-evaluate's JSON into runs/de-en/README.md
   hf-headattn-hub card --model runs/de-en --evaluation runs/de-en/eval/test_2016_flickr.beam4.metrics.json \\
-      --dataset-name "Multi30k (task 1)" --dataset-id bentrevett/multi30k --language de en --repo-id user/de-en
+      --dataset_name "Multi30k (task 1)" --dataset_id bentrevett/multi30k --language de en --repo_id user/de-en
   # check the folder is complete, then upload model, tokenizer, code, pipeline and card in one commit
-  hf-headattn-hub push --model runs/de-en --repo-id user/de-en --private
+  hf-headattn-hub push --model runs/de-en --repo_id user/de-en --private
   # a Gradio Space with the web demo of two models (runs with torch, Transformers and gradio alone), then upload it
   hf-headattn-hub space --model runs/demo/model --model runs/demo-csparsemax/model --output_dir runs/space
-  hf-headattn-hub push --space runs/space --repo-id user/headattn-demo
+  hf-headattn-hub push --space runs/space --repo_id user/headattn-demo
 """
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = UnderscoreArgumentParser(
         prog="hf-headattn-hub", formatter_class=HelpFormatter, epilog=EXAMPLES,
         description="Model cards and Hub upload for saved model folders.\n"
                     "`hf-headattn-hub COMMAND --help` lists a command's flags.")
@@ -1016,24 +1016,24 @@ def make_parser() -> argparse.ArgumentParser:
     card = add_command("card", "write <model>/README.md from an evaluation JSON")
     card.add_argument("--model", required=True, help="saved model folder")
     card.add_argument("--evaluation", required=True, help="metrics JSON written by hf-headattn-evaluate")
-    card.add_argument("--dataset-name", required=True, help='e.g. "Multi30k (task 1)"')
-    card.add_argument("--dataset-id", default=None, help="Hub dataset id, e.g. bentrevett/multi30k")
-    card.add_argument("--dataset-config", default=None, help="Hub dataset configuration, if it has several")
+    card.add_argument("--dataset_name", required=True, help='e.g. "Multi30k (task 1)"')
+    card.add_argument("--dataset_id", default=None, help="Hub dataset id, e.g. bentrevett/multi30k")
+    card.add_argument("--dataset_config", default=None, help="Hub dataset configuration, if it has several")
     card.add_argument("--language", nargs=2, default=["de", "en"], metavar=("SOURCE", "TARGET"),
                       help="source and target language codes")
-    card.add_argument("--repo-id", default=None, help="the Hub repository the snippets load from")
-    card.add_argument("--model-name", default=None,
-                      help="the card's title (None: --repo-id's last part, else the folder name)")
+    card.add_argument("--repo_id", default=None, help="the Hub repository the snippets load from")
+    card.add_argument("--model_name", default=None,
+                      help="the card's title (None: --repo_id's last part, else the folder name)")
     card.add_argument("--license", default=None, help="Hub license id, e.g. apache-2.0 (omitted if not given)")
-    card.add_argument("--training-data", default=None, help="text of the Training data section")
+    card.add_argument("--training_data", default=None, help="text of the Training data section")
     card.add_argument("--limitation", action="append", default=[], help="an extra limitation bullet (repeatable)")
     push = add_command("push", "check the folder and upload it to the Hub")
     what = push.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="saved model folder with README.md")
     what.add_argument("--space", help="a Space folder written by `hf-headattn-hub space`, uploaded as a Gradio Space")
-    push.add_argument("--repo-id", required=True, help="Hub repository, e.g. user/de-en (created if missing)")
+    push.add_argument("--repo_id", required=True, help="Hub repository, e.g. user/de-en (created if missing)")
     push.add_argument("--private", action="store_true", help="create the repository private")
-    push.add_argument("--commit-message", default=None, help="None: huggingface_hub's default message")
+    push.add_argument("--commit_message", default=None, help="None: huggingface_hub's default message")
     space = add_command("space", "write a Gradio Space folder with the web demo of one or more models")
     space.add_argument("--model", action="append", required=True,
                        help="saved model folder (copied into the Space) or Hub model id; repeat for side by side")
@@ -1050,7 +1050,7 @@ def main(argv=None):
     configure_logging(args.verbose)
 
     if args.command == "card":
-        print(write_model_card(
+        print("written:", write_model_card(
             args.model, args.evaluation, dataset_name=args.dataset_name, dataset_id=args.dataset_id,
             dataset_config=args.dataset_config, language=tuple(args.language), repo_id=args.repo_id,
             model_name=args.model_name, license=args.license, training_data=args.training_data,
@@ -1058,18 +1058,23 @@ def main(argv=None):
         ))
     elif args.command == "space":
         try:
-            print(write_space(args.model, args.output_dir, title=args.title, overwrite=args.overwrite))
+            print("written:", write_space(args.model, args.output_dir, title=args.title, overwrite=args.overwrite))
         except ValueError as error:
             parser.exit(1, f"{parser.prog} space: error: {error}\n")
     elif args.space:
         message = {"commit_message": args.commit_message} if args.commit_message else {}
         try:
-            print(push_space(args.space, args.repo_id, private=args.private, **message))
+            print("uploaded:", _commit_url(push_space(args.space, args.repo_id, private=args.private, **message)))
         except (FileNotFoundError, ValueError) as error:
             parser.exit(1, f"{parser.prog} push: error: {error}\n")
     else:
         message = {"commit_message": args.commit_message} if args.commit_message else {}
-        print(push_to_hub(args.model, args.repo_id, private=args.private, **message))
+        print("uploaded:", _commit_url(push_to_hub(args.model, args.repo_id, private=args.private, **message)))
+
+
+def _commit_url(commit_info) -> str:
+    """The address of the commit an upload made (what ``upload_folder``'s ``CommitInfo`` names)."""
+    return str(getattr(commit_info, "commit_url", None) or commit_info)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ A saved model of this package runs the Python files saved next to its weights (T
 
 * a local folder without asking: the user named a path on their own disk, where its code can be read, and such
   folders are normally written by this package's training command;
-* a Hugging Face Hub repository id only with ``--trust-remote-code`` (``trust_remote_code=True``): loading it
+* a Hugging Face Hub repository id only with ``--trust_remote_code`` (``trust_remote_code=True``): loading it
   downloads a stranger's code and runs it, which the user should decide after reading that repository's code.
 
 (``hf_headattn.evaluation`` accepts local folders only.)
@@ -49,7 +49,7 @@ def remote_code_allowed(name_or_path: str | Path, trust_remote_code: bool = Fals
     raise ValueError(
         f"{str(name_or_path)!r} is not a local folder, so it would be downloaded from the Hugging Face Hub and the "
         "Python code it ships would run on this machine. If you have read that repository's code and trust it, "
-        "pass --trust-remote-code (trust_remote_code=True); if you meant a local folder, check the path."
+        "pass --trust_remote_code (trust_remote_code=True); if you meant a local folder, check the path."
     )
 
 
@@ -132,6 +132,7 @@ def resolve_device(device: str) -> "torch.device":
     return torch.device("cpu")
 
 
-def add_trust_remote_code_argument(parser: argparse.ArgumentParser, flag: str = "--trust-remote-code") -> None:
-    """The tools' ``--trust-remote-code`` flag (off by default; `flag` spells it)."""
+def add_trust_remote_code_argument(parser: argparse.ArgumentParser, flag: str = "--trust_remote_code") -> None:
+    """The tools' ``--trust_remote_code`` flag (off by default; `flag` spells it; an `UnderscoreArgumentParser` also
+    takes ``--trust-remote-code``)."""
     parser.add_argument(flag, action="store_true", help=TRUST_REMOTE_CODE_HELP)

@@ -3,7 +3,7 @@ r"""Figures for analysing trained models, written to PNG with matplotlib (Agg ba
     # DHICM's Figure 3: one DHICM module's head importances for one sentence
     python -m hf_headattn.plotting head-importances --model runs/dhicm --sentence "ein hund läuft ." \
         --output head_importances.png [--module encoder.layers.5.self_attn]
-    # --model takes a local folder; a Hugging Face Hub id also needs --trust-remote-code (its code would run here)
+    # --model takes a local folder; a Hugging Face Hub id also needs --trust_remote_code (its code would run here)
     # cross-attention map of one sentence (DHICM's Figures 1-2, Malaviya et al.'s Figure 2); either model family
     python -m hf_headattn.plotting attention-map --model runs/de-en --sentence "ein hund läuft ." \
         --output attention.png [--layer -1] [--heads mean|all] [--target "a dog runs ."]
@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .cli import HelpFormatter, add_verbose_argument, configure_logging
+from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
 from .loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed
 
 # matplotlib and torch are imported where they are used, so that `--help` is instant.
@@ -288,8 +288,8 @@ def _systems_from_files(paths: Sequence[str | Path], labels: Sequence[str] | Non
 
 # ------------------------------------------------------------------------------------------------ command line
 EXAMPLES = """examples:
-  # a model to plot: the demo writes runs/demo/model (softmax cross-attention; --cross-attention dhicm for DHICM)
-  hf-headattn-demo --cross-attention dhicm --output-dir runs/demo-dhicm
+  # a model to plot: the demo writes runs/demo/model (softmax cross-attention; --cross_attention dhicm for DHICM)
+  hf-headattn-demo --cross_attention dhicm --output_dir runs/demo-dhicm
   # cross-attention map of one sentence (DHICM's Figures 1-2, Malaviya et al.'s Figure 2); either model family
   hf-headattn-plot attention-map --model runs/demo/model --sentence "ein hund läuft ." \\
       --output runs/demo/attention.png --heads all
@@ -299,17 +299,18 @@ EXAMPLES = """examples:
   # BLEU by source length of several systems (Cui et al.'s Figure 2), from hf-headattn-evaluate's JSONs
   hf-headattn-plot bleu-by-length --results runs/a/eval/test.beam4.metrics.json \\
       runs/b/eval/test.beam4.metrics.json --labels softmax MMA --output runs/bleu_by_length.png
-  # --model takes a local folder; a Hugging Face Hub id also needs --trust-remote-code (its code would run here)
+  # --model takes a local folder; a Hugging Face Hub id also needs --trust_remote_code (its code would run here)
 """
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = UnderscoreArgumentParser(
         prog="hf-headattn-plot", formatter_class=HelpFormatter, epilog=EXAMPLES,
         description="Figures of trained models as PNG files: attention maps, DHICM head importances, BLEU by "
                     "length.\n`hf-headattn-plot COMMAND --help` lists a command's flags.")
     add_verbose_argument(parser)
-    commands = parser.add_subparsers(dest="command", required=True)
+    # subcommands take the underscore spelling (--num_beams) with the dashed one as an alias
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=UnderscoreArgumentParser)
 
     def add_command(name, help):
         return commands.add_parser(name, help=help, description=help, formatter_class=HelpFormatter,
@@ -317,7 +318,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     heads = add_command("head-importances", "DHICM head importances of one sentence (Figure 3)")
     heads.add_argument("--model", required=True, help="saved model folder (loaded through its own code), or a Hub "
-                                                       "id with --trust-remote-code")
+                                                       "id with --trust_remote_code")
     add_trust_remote_code_argument(heads)
     heads.add_argument("--sentence", required=True, help="source sentence")
     heads.add_argument("--module", default=None, help="e.g. encoder.layers.5.self_attn (None: the last encoder one)")
@@ -325,14 +326,14 @@ def make_parser() -> argparse.ArgumentParser:
 
     attention = add_command("attention-map", "cross-attention map of one sentence (either family)")
     attention.add_argument("--model", required=True, help="saved model folder (loaded through its own code), or "
-                                                           "a Hub id with --trust-remote-code")
+                                                           "a Hub id with --trust_remote_code")
     add_trust_remote_code_argument(attention)
     attention.add_argument("--sentence", required=True, help="source sentence")
     attention.add_argument("--layer", type=int, default=-1, help="decoder layer (negative: from the top)")
     attention.add_argument("--heads", default="mean", choices=ATTENTION_HEADS, help="head mean, or one panel a head")
     attention.add_argument("--target", default=None, help="force this target (e.g. the reference) instead of "
                                                           "the model's translation")
-    attention.add_argument("--num-beams", type=int, default=1, help="beam size of the translation")
+    attention.add_argument("--num_beams", type=int, default=1, help="beam size of the translation")
     attention.add_argument("--output", required=True, help="PNG file to write")
 
     lengths = add_command("bleu-by-length", "BLEU by source length of several systems")
@@ -349,7 +350,8 @@ def main(argv=None):
     configure_logging(args.verbose)
 
     if args.command == "bleu-by-length":
-        print(plot_bleu_by_length(_systems_from_files(args.results, args.labels), args.output, title=args.title))
+        systems = _systems_from_files(args.results, args.labels)
+        print(f"written: {plot_bleu_by_length(systems, args.output, title=args.title)}")
         return
 
     try:
@@ -358,10 +360,11 @@ def main(argv=None):
         parser.error(str(error))
     model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
     if args.command == "head-importances":
-        print(head_importance_figure(model, tokenizer, args.sentence, args.output, args.module))
+        print(f"written: {head_importance_figure(model, tokenizer, args.sentence, args.output, args.module)}")
     else:
-        print(plot_attention_map(model, tokenizer, args.sentence, args.output, layer=args.layer, heads=args.heads,
-                                 target=args.target, num_beams=args.num_beams))
+        written = plot_attention_map(model, tokenizer, args.sentence, args.output, layer=args.layer, heads=args.heads,
+                                     target=args.target, num_beams=args.num_beams)
+        print(f"written: {written}")
 
 
 if __name__ == "__main__":

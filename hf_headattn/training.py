@@ -28,6 +28,7 @@ import yaml
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from .cli import HelpFormatter
 from .runtime.attention_registry import ATTENTION_VARIANTS
 from .runtime.configuration_headattn import HeadAttnConfig
 from .runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, HeadAttnRNNConfig
@@ -400,10 +401,6 @@ class RunArguments:
                 "--load_best_model_at_end)"})
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults in --help, and the examples laid out as written."""
-
-
 def make_parser() -> HfArgumentParser:
     parser = HfArgumentParser(
         (ModelArguments, DataArguments, RunArguments, Seq2SeqTrainingArguments),
@@ -412,7 +409,7 @@ def make_parser() -> HfArgumentParser:
         description="Train a HeadAttn translation model with Seq2SeqTrainer and save a folder that loads anywhere "
                     "through trust_remote_code (model, tokenizer, code, pipeline).",
         epilog=EXAMPLES,
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,  # shows --vocab_size, not its alias --vocab-size
     )
     parser.set_defaults(**NMT_TRAINING_DEFAULTS)
     # Trainer's flags land in argparse's default group; title it and list it after the package's own groups
@@ -905,7 +902,7 @@ def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metri
         if carried := carry_over(output_dir, staging, keep_checkpoints):
             logger.info(f"kept from {output_dir} beside the new model: {', '.join(carried)}")
         replace_folder(output_dir, staging)
-        logger.info(json.dumps(_jsonable(metrics), indent=2))
+        logger.info(summary_line(metrics, output_dir))
     trainer.accelerator.wait_for_everyone()
 
 
@@ -945,6 +942,19 @@ def main(argv=None) -> None:
         # teardown ("terminate called without an active exception") after training succeeded.
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def summary_line(metrics: dict, output_dir: Path) -> str:
+    """`trained 470 steps | 3,000 pairs | 3.9 min | train_loss 1.969 | eval_loss 0.926 | written: DIR`: what the
+    command says at the end (every metric is in the folder's train_results.json)."""
+    parts = [f"trained {metrics['global_step']:,} steps"]
+    if metrics.get("train_pairs") is not None:
+        parts.append(f"{metrics['train_pairs']:,} pairs")
+    if metrics.get("train_runtime_total") is not None:
+        parts.append(f"{metrics['train_runtime_total'] / 60:.1f} min")
+    parts += [f"{name} {metrics[name]:.4g}" for name in ("train_loss", "eval_loss", "eval_bleu")
+              if isinstance(metrics.get(name), float) and math.isfinite(metrics[name])]
+    return " | ".join([*parts, f"written: {output_dir}"])
 
 
 def _jsonable(metrics: dict) -> dict:

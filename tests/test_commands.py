@@ -1,8 +1,11 @@
 """What a newcomer meets first: the installed commands and their --help, the import time of the package, and
 quiet output (no Python warnings) from training, the demo and evaluation."""
 
+import argparse
+import importlib
 import logging
 import os
+import re
 import runpy
 import shlex
 import shutil
@@ -15,6 +18,7 @@ from importlib.metadata import entry_points
 import pytest
 
 from hf_headattn import demo
+from hf_headattn.cli import UnderscoreArgumentParser, underscore_spellings
 from hf_headattn.evaluation import evaluate_model
 from hf_headattn.metrics import bleu_by_length, corpus_scores
 from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
@@ -26,7 +30,7 @@ from helpers import MULTI30K, REPO, toy_data, train_tiny_model
 # console script -> (module it runs, words its --help must show besides the defaults and the examples)
 COMMANDS = {
     "hf-headattn-train": ("hf_headattn.training", ["--cross_attention", *ATTENTION_VARIANTS]),
-    "hf-headattn-evaluate": ("hf_headattn.evaluation", ["--num-beams", "(default: 4)"]),
+    "hf-headattn-evaluate": ("hf_headattn.evaluation", ["--num_beams", "--json", "(default: 4)"]),
     "hf-headattn-translate": ("hf_headattn.translation", ["--num_beams", "--nbest", "--alignments", "jsonl", "|||"]),
     "hf-headattn-average": ("hf_headattn.averaging", ["--last", "--checkpoints", "--output_dir"]),
     "hf-headattn-export": ("hf_headattn.export", ["--format", "ctranslate2", "--quantization", "int8", "to_marian"]),
@@ -111,6 +115,51 @@ def test_python_m_hf_headattn_lists_every_command():
         assert f"{name} " in listing and f"({module.removeprefix('hf_headattn.')})" in listing
 
 
+def command_parsers(module: str) -> dict[str, argparse.ArgumentParser]:
+    """The parser of a command's module (its `make_parser`) and those of its subcommands, by name."""
+    parser = importlib.import_module(module).make_parser()
+    parsers = {module: parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers.update({f"{module} {name}": subparser for name, subparser in action.choices.items()})
+    return parsers
+
+
+DASHED_FLAG = re.compile(r"(?<![\w-])--[a-z0-9]+(?:_[a-z0-9]+)*-[a-z0-9_-]+")
+
+
+@pytest.mark.parametrize("module", [module for module, _ in COMMANDS.values()], ids=list(COMMANDS))
+def test_every_command_takes_underscore_flags_with_dashed_aliases_and_shows_the_underscore_form(module):
+    """One flag convention (Transformers'): `--output_dir`, `--num_beams`; `--output-dir` works as an alias; `--help`
+    shows the underscore form only."""
+    for name, parser in command_parsers(module).items():
+        for action in parser._actions:
+            flags = [option for option in action.option_strings if option.startswith("--")]
+            shown = underscore_spellings(flags)
+            assert not [flag for flag in shown if "-" in flag[2:]], f"{name}: {shown} is not spelled with underscores"
+            for flag in (flag for flag in shown if "_" in flag):
+                dashed = flag.replace("_", "-")
+                # UnderscoreArgumentParser respells a dashed flag it knows; HfArgumentParser declares both
+                assert isinstance(parser, UnderscoreArgumentParser) or dashed in flags, \
+                    f"{name}: {dashed} is not an alias of {flag}"
+        # (a description may name an alias as such: "the dashed spelling (--num-beams) works too")
+        shown_help = DASHED_FLAG.findall(re.sub(r"dashed spelling \(--[\w-]+\)", "", parser.format_help()))
+        assert not shown_help, f"{name} --help shows dashed flags: {shown_help}"
+
+
+def test_dashed_aliases_parse_to_the_underscore_flags():
+    from hf_headattn.evaluation import make_parser as evaluation_parser
+    from hf_headattn.hub import make_parser as hub_parser
+
+    required = ["--model", "m", "--source", "s", "--reference", "r"]
+    assert (vars(evaluation_parser().parse_args([*required, "--output-dir", "o", "--num-beams", "2"]))
+            == vars(evaluation_parser().parse_args([*required, "--output_dir", "o", "--num_beams", "2"])))
+    card = ["card", "--model", "m", "--evaluation", "e.json", "--dataset-name", "toy", "--repo-id", "a/b"]
+    parsed = hub_parser().parse_args(card)
+    assert (parsed.dataset_name, parsed.repo_id) == ("toy", "a/b")
+    assert "--dataset_name" in command_parsers("hf_headattn.hub")["hf_headattn.hub card"].format_help()
+
+
 @pytest.mark.parametrize("command", ["head-importances", "attention-map", "bleu-by-length"])
 def test_plot_subcommands_show_defaults(command, capsys):
     from hf_headattn.plotting import main
@@ -177,11 +226,18 @@ def messages(caught) -> list[str]:
     return [f"{warning.category.__name__}: {warning.message}" for warning in caught]
 
 
-def test_demo_emits_no_warnings(tmp_path, caught_warnings):
+def test_demo_emits_no_warnings_and_says_what_it_did_in_a_line(tmp_path, caught_warnings, capsys, caplog):
     caught, log_records = caught_warnings
-    demo.run(tmp_path, epochs=0.03)  # a few steps: what is checked is what gets printed, not the translations
+    with caplog.at_level(logging.INFO, logger="hf_headattn.training"):
+        demo.run(tmp_path, epochs=0.03)  # a few steps: what is checked is what gets printed, not the translations
     assert not messages(caught)
     assert not log_records
+    # short lines for people; the numbers are in demo_results.json and the model's train_results.json
+    assert re.fullmatch(r"BLEU [\d.]+ \| exact match \d+% \| 100 test sentences \| written: .*model",
+                        capsys.readouterr().out.splitlines()[-1])
+    trained = [record.getMessage() for record in caplog.records if record.name == "hf_headattn.training"][-1]
+    assert re.fullmatch(r"trained \d+ steps \| 3,000 pairs \| [\d.]+ min \| train_loss [\d.]+ \| eval_loss [\d.]+ "
+                        r"\| written: .*model", trained), trained
 
 
 def test_evaluation_emits_no_warnings(tmp_path, caught_warnings):

@@ -1,6 +1,7 @@
 """The evaluation command: a saved folder of either family + a test set -> hypotheses file and metrics JSON."""
 
 import json
+import re
 import runpy
 import sys
 
@@ -93,14 +94,27 @@ def test_drop_is_measured_with_the_aligners_training_corpus(models, data, tmp_pa
 def test_example_script_runs_the_command(models, data, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", [
         "evaluate_translation.py", "--model", str(models["rnn"]), "--source", str(data["test.src"]),
-        "--reference", str(data["test.tgt"]), "--output-dir", str(tmp_path), "--num-beams", "1",
-        "--batch-size", "4", "--device", "cpu", "--length-buckets", "6",
+        "--reference", str(data["test.tgt"]), "--output_dir", str(tmp_path), "--num_beams", "1",
+        "--batch_size", "4", "--device", "cpu", "--length_buckets", "6",
     ])
     runpy.run_path(str(REPO / "examples" / "evaluate_translation.py"), run_name="__main__")
     printed = capsys.readouterr().out
-    assert f"test ({N_TEST} sentences): BLEU " in printed and "REP" in printed and "DROP" not in printed
-    results = json.loads((tmp_path / "test.greedy.metrics.json").read_text(encoding="utf-8"))
+    metrics_file = tmp_path / "test.greedy.metrics.json"
+    # one line for people: the scores, the sentence count and the file holding everything
+    assert re.fullmatch(rf"BLEU [\d.]+ \| chrF [\d.]+ \| TER [\d.]+ \| REP [\d.]+ \| {N_TEST} sentences \| "
+                        rf"written: {re.escape(str(metrics_file))}\n", printed), printed
+    results = json.loads(metrics_file.read_text(encoding="utf-8"))
     assert list(results["bleu_by_length"]) == ["<6", ">=6"] and results["decoding"]["batch_size"] == 4
+
+    # --json: the whole JSON the command wrote, on standard output (the dashed spellings are aliases)
+    from hf_headattn.evaluation import main
+
+    main([*sys.argv[1:], "--overwrite", "--json"])
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(metrics_file.read_text(encoding="utf-8"))
+    main(["--model", str(models["rnn"]), "--source", str(data["test.src"]), "--reference", str(data["test.tgt"]),
+          "--output-dir", str(tmp_path), "--num-beams", "2", "--batch-size", "4", "--device", "cpu"])
+    assert (tmp_path / "test.beam2.metrics.json").is_file() and "| written: " in capsys.readouterr().out
 
 
 def test_decoding_settings_name_the_outputs_so_runs_never_overwrite_each_other(models, data, tmp_path):

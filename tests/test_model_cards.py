@@ -29,7 +29,7 @@ from helpers import WITHOUT_PACKAGE, toy_data, train_tiny_model
 
 DATASET = dict(dataset_name="Toy German-English", dataset_id="hf-headattn/toy-de-en")
 FAMILY_FLAGS = {  # a non-default variant in each family, so the card has something to describe
-    "transformer": ["--cross-attention", '{"type": "multihop", "hops": 2, "layers": [-1]}'],
+    "transformer": ["--cross_attention", '{"type": "multihop", "hops": 2, "layers": [-1]}'],
     "rnn": [],  # 2 heads x 2 dependent hops (test_evaluation.FAMILIES)
 }
 SENTENCES = ["der kleine hund sieht die katze .", "die frau lacht ."]
@@ -241,11 +241,11 @@ def test_hub_command_writes_the_card_and_pushes(evaluated, fake_hub, tmp_path, c
     folder, evaluation = evaluated["rnn"]
     folder = shutil.copytree(folder, tmp_path / "model")
     hub.main(["card", "--model", str(folder), "--evaluation", evaluation["files"]["metrics"],
-              "--dataset-name", "Toy German-English", "--language", "de", "en", "--repo-id", "someone/toy",
+              "--dataset_name", "Toy German-English", "--language", "de", "en", "--repo_id", "someone/toy",
               "--limitation", "Only a test."])
     assert "- Only a test." in (folder / "README.md").read_text()
-    hub.main(["push", "--model", str(folder), "--repo-id", "someone/toy", "--private"])
-    assert capsys.readouterr().out.split()[-2:] == [str(folder / "README.md"), "commit-info"]
+    hub.main(["push", "--model", str(folder), "--repo_id", "someone/toy", "--private"])
+    assert capsys.readouterr().out.splitlines()[-2:] == [f"written: {folder / 'README.md'}", "uploaded: commit-info"]
     assert dict(fake_hub.calls)["create_repo"]["private"] is True
 
 

@@ -181,7 +181,7 @@ def test_plotting_command(folders, evaluations, tmp_path, capsys):
     plotting.main(["head-importances", "--model", str(folders["transformer"]), "--sentence", SENTENCE,
                    "--output", str(importances)])
     assert_png(importances)
-    assert capsys.readouterr().out.split()[-3:] == [str(attention), str(lengths), str(importances)]
+    assert capsys.readouterr().out.splitlines()[-3:] == [f"written: {path}" for path in (attention, lengths, importances)]
     with pytest.raises(ValueError, match=r"1 labels for 2 systems"):
         plotting.main(["bleu-by-length", "--results", *evaluations.values(), "--labels", "A",
                        "--output", str(lengths)])

@@ -645,7 +645,7 @@ def test_loading_says_when_the_folders_code_is_not_the_installed_packages(old_mo
 def test_the_evaluation_command_exits_0_and_checks_every_argument_before_translating(data, old_model, tmp_path,
                                                                                    monkeypatch):
     argv = ["--model", str(old_model), "--source", str(data["test.src"]), "--reference", str(data["test.tgt"]),
-            "--output-dir", str(tmp_path / "eval"), "--num-beams", "1", "--device", "cpu", "--length-buckets", "5"]
+            "--output_dir", str(tmp_path / "eval"), "--num_beams", "1", "--device", "cpu", "--length_buckets", "5"]
     with pytest.raises(SystemExit) as done:
         sys.exit(evaluation.main(argv))  # as the console script calls it
     assert done.value.code is None
@@ -655,9 +655,9 @@ def test_the_evaluation_command_exits_0_and_checks_every_argument_before_transla
     monkeypatch.setattr(hf_headattn.translation, "translate_sentences",
                         lambda *args, **kwargs: pytest.fail("translated before refusing an argument"))
     (tmp_path / "a-file").write_text("")
-    for extra, error in ((["--length-buckets", "10", "5"], "Bucket boundaries must be strictly increasing"),
-                         (["--output-dir", str(tmp_path / "a-file")], "a-file is a file, not a folder"),
-                         (["--test-name", "../elsewhere"], "test_name '../elsewhere' must be a plain file name"),
+    for extra, error in ((["--length_buckets", "10", "5"], "Bucket boundaries must be strictly increasing"),
+                         (["--output_dir", str(tmp_path / "a-file")], "a-file is a file, not a folder"),
+                         (["--test_name", "../elsewhere"], "test_name '../elsewhere' must be a plain file name"),
                          ([], "already hold a result")):
         with pytest.raises((ValueError, FileExistsError), match=error):
             evaluation.main([*argv, *extra])

@@ -192,10 +192,10 @@ def test_push_space_uploads_the_checked_files_as_a_gradio_space(space, tmp_path,
 def test_hub_command_writes_and_pushes_a_space(folders, tmp_path, fake_hub, capsys):
     softmax, _ = folders
     hub.main(["space", "--model", str(softmax), "--output-dir", str(tmp_path / "space"), "--title", "Toy demo"])
-    assert capsys.readouterr().out.strip() == str(tmp_path / "space")
+    assert capsys.readouterr().out.strip() == f"written: {tmp_path / 'space'}"
     assert SpaceCard.load(tmp_path / "space" / "README.md").data.title == "Toy demo"
     hub.main(["push", "--space", str(tmp_path / "space"), "--repo-id", "someone/toy-demo"])
-    assert capsys.readouterr().out.strip() == "commit-info"
+    assert capsys.readouterr().out.strip() == "uploaded: commit-info"
     with pytest.raises(SystemExit) as exit_code:
         hub.main(["space", "--model", str(softmax), "--output_dir", str(tmp_path / "space")])
     assert exit_code.value.code == 1

@@ -1,4 +1,4 @@
-"""The tools run a model's own code only when they may (local folders, or Hub ids with --trust-remote-code), and the
+"""The tools run a model's own code only when they may (local folders, or Hub ids with --trust_remote_code), and the
 Hub upload sends only what a user of the model needs, never pickle weights (issue 17, item 5)."""
 
 import warnings
@@ -36,7 +36,7 @@ def loads(monkeypatch):
 
 
 def test_hub_ids_need_the_flag_local_folders_do_not(tmp_path):
-    with pytest.raises(ValueError, match=rf"'{HUB_ID}' is not a local folder.*pass --trust-remote-code"):
+    with pytest.raises(ValueError, match=rf"'{HUB_ID}' is not a local folder.*pass --trust_remote_code"):
         remote_code_allowed(HUB_ID)
     with pytest.raises(ValueError, match="check the path"):
         remote_code_allowed(tmp_path / "mistyped-folder")
@@ -46,7 +46,7 @@ def test_hub_ids_need_the_flag_local_folders_do_not(tmp_path):
 
 
 def test_load_model_and_tokenizer_checks_before_downloading(loads, tmp_path):
-    with pytest.raises(ValueError, match="--trust-remote-code"):
+    with pytest.raises(ValueError, match="--trust_remote_code"):
         load_model_and_tokenizer(HUB_ID)
     assert loads == []  # nothing was fetched
     with pytest.raises(Loaded):
@@ -64,7 +64,7 @@ def test_plotting_command_asks_before_running_hub_code(command, loads, capsys, t
     assert exited.value.code == 2 and loads == []
     assert f"'{HUB_ID}' is not a local folder" in capsys.readouterr().err
     with pytest.raises(Loaded):
-        plotting.main([*arguments, "--trust-remote-code"])
+        plotting.main([*arguments, "--trust-remote-code"])  # the dashed alias of --trust_remote_code
     assert loads == [{"name": HUB_ID, "trust_remote_code": True}]
 
 
@@ -72,7 +72,7 @@ def test_head_pruning_example_asks_before_running_hub_code(loads, capsys, tmp_pa
     example = load_example("dhicm_head_pruning")
     with pytest.raises(SystemExit):
         example.main(["--model", HUB_ID, "--output-dir", str(tmp_path / "pruned"), "--data-dir", str(tmp_path)])
-    assert "--trust-remote-code" in capsys.readouterr().err and loads == []
+    assert "--trust_remote_code" in capsys.readouterr().err and loads == []
 
 
 # ------------------------------------------------------------------------------------------------ upload
