@@ -9,8 +9,8 @@ r"""Model cards and Hub upload for saved model folders.
     hf-headattn-hub space --model runs/de-en --model runs/de-en-csparsemax --output_dir runs/space
     hf-headattn-hub push --space runs/space --repo_id user/de-en-demo
 
-* :func:`write_model_card` picks the template of the folder's model family (``model_cards/transformer.md`` for
-  ``model_type = "headattn"``, ``model_cards/rnn.md`` for ``"headattn_rnn"``), describes the configured
+* :func:`write_model_card` picks the template of the folder's model family (``hf_headattn/model_cards/transformer.md``
+  for ``model_type = "headattn"``, ``hf_headattn/model_cards/rnn.md`` for ``"headattn_rnn"``), describes the configured
   attention variants from the config, and fills in the measured numbers of an evaluation JSON
   (:func:`hf_headattn.evaluation.evaluate_model`) as a results table and as ``model-index`` metadata, which
   the Hub shows as evaluation results and which ``huggingface_hub`` parses back
@@ -69,8 +69,8 @@ __all__ = [
     "write_space",
 ]
 
-# The card templates live in the repository's model_cards/ folder, next to the package (editable install).
-TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "model_cards"
+# The card templates are package data (pyproject.toml), so a wheel install has them too.
+TEMPLATES_DIR = Path(__file__).resolve().with_name("model_cards")
 TEMPLATES = {"headattn": "transformer.md", "headattn_rnn": "rnn.md"}
 
 # Evaluation JSON key -> name shown on the card and in model-index; lower is better for the last three.
@@ -190,8 +190,8 @@ def write_model_card(
     model_name = model_name or repo_id.split("/")[-1]
     template_path = Path(template) if template is not None else TEMPLATES_DIR / TEMPLATES[config.model_type]
     if not template_path.is_file():
-        raise FileNotFoundError(f"Model card template not found: {template_path} (the templates live in the "
-                                "repository's model_cards/ folder; pass template= to use another file)")
+        raise FileNotFoundError(f"Model card template not found: {template_path} (the templates are the "
+                                "package's hf_headattn/model_cards/ files; pass template= to use another file)")
 
     variant_names = _variant_names(config)
     card_data = ModelCardData(
