@@ -626,7 +626,7 @@ def write_report(args) -> None:
 
 
 # Sections other scripts write into the report between markers (examples/benchmark_<name>.py); a rewrite keeps them
-OTHER_SECTIONS = ("alignment", "averaging", "decoding")  # decoding: in BENCHMARKS.md
+OTHER_SECTIONS = ("alignment", "averaging", "decoding", "backends")  # decoding, backends: in BENCHMARKS.md
 
 
 def section_markers(name: str) -> tuple[str, str]:

@@ -107,15 +107,26 @@ def additive_mask(mask, head_mask, dtype: torch.dtype) -> torch.Tensor | None:
     return mask.derived(("additive", head_mask.key, dtype), build)
 
 
+FLEX_BLOCK = 128  # flex attention's default block size, in queries and keys
+
+
+def _block_indices(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """BlockMask's per-row block counts and indices (the selected blocks first) of a bool [B, H, q blocks, kv blocks]."""
+    return blocks.sum(-1, dtype=torch.int32), torch.argsort(~blocks, dim=-1, stable=True).to(torch.int32)
+
+
 def block_mask(mask, head_mask, batch: int, heads: int, num_queries: int, num_keys: int, device):
     """Flex attention's BlockMask for `mask` (an `AttentionMask`) and the per-head mask `head_mask` (see
-    `softmax_attention`), or None when every key is allowed. Its `mask_mod` is written from the masks' structure (the
-    keys' padding, causality, the heads' rule) rather than read from dense [queries, keys] tensors: flex skips the
-    blocks it finds empty, and Inductor's CPU template fails to compile a mask_mod that reads two captured tensors by
-    query position once shapes become dynamic (PyTorch 2.13)."""
+    `softmax_attention`), or None when every key is allowed.
+
+    Its `mask_mod` is written from the masks' structure (the keys' padding, causality, the heads' rule) rather than
+    read from dense [queries, keys] tensors: Inductor's CPU template fails to compile a mask_mod that reads two captured
+    tensors by query position once shapes become dynamic (PyTorch 2.13). Which blocks are empty, partial or full comes
+    from the dense mask at block granularity (`BlockMask.from_kv_blocks`), which costs one pass over the mask instead
+    of `create_block_mask`'s evaluation of the mask_mod at every position (13 ms per decoding step at batch 32)."""
 
     def build():
-        from torch.nn.attention.flex_attention import create_block_mask
+        from torch.nn.attention.flex_attention import BlockMask
 
         padding = mask.padding.bool() if mask.padding is not None else None  # [B, Tk]
         dense = None
@@ -139,9 +150,19 @@ def block_mask(mask, head_mask, batch: int, heads: int, num_queries: int, num_ke
                 keep = keep & head_mask.allows(h, position, kv)
             return keep
 
-        by_batch = padding is not None or (dense is not None and dense.shape[0] != 1)
-        return create_block_mask(mask_mod, B=batch if by_batch else None, H=heads if head_mask is not None else None,
-                                 Q_LEN=num_queries, KV_LEN=num_keys, device=device)
+        allowed = mask.allowed if mask.allowed is not None else torch.ones(1, 1, 1, num_keys, dtype=torch.bool,
+                                                                              device=device)
+        if head_mask is not None:
+            allowed = allowed & head_mask.dense()[None]
+        allowed = allowed.expand(allowed.shape[0], allowed.shape[1], num_queries, num_keys)
+        query_blocks, key_blocks = -(-num_queries // FLEX_BLOCK), -(-num_keys // FLEX_BLOCK)
+        padded = nn.functional.pad(allowed, (0, key_blocks * FLEX_BLOCK - num_keys,
+                                             0, query_blocks * FLEX_BLOCK - num_queries))
+        padded = padded.reshape(*allowed.shape[:2], query_blocks, FLEX_BLOCK, key_blocks, FLEX_BLOCK)
+        full = padded.all(dim=5).all(dim=3)
+        partial = padded.any(dim=5).any(dim=3) & ~full
+        return BlockMask.from_kv_blocks(*_block_indices(partial), *_block_indices(full), BLOCK_SIZE=FLEX_BLOCK,
+                                        mask_mod=mask_mod, seq_lengths=(num_queries, num_keys))
 
     return mask.derived(("block", head_mask.key if head_mask is not None else None), build)
 

@@ -1,0 +1,83 @@
+"""examples/benchmark_backends.py: the systems it runs, the time ratios and target checks and the Markdown section on
+made-up throughputs, and (slow) the --quick smoke run writing its JSON and its section of BENCHMARKS.md."""
+
+import json
+
+import pytest
+import torch
+
+from helpers import load_example
+
+
+def summary(median):
+    return {"median": median, "min": median * 0.9, "max": median * 1.1, "all": [median]}
+
+
+def made_up_results():
+    return {
+        "softmax eager": {"train": summary(90.0), "forward": summary(400.0), "warm_up_seconds": 0.1,
+                          "host_sync_free_forward": None},
+        "softmax sdpa": {"train": summary(100.0), "forward": summary(500.0), "warm_up_seconds": 0.1,
+                         "host_sync_free_forward": None},
+        "mma flex_attention": {"train": {"not_run": "no CPU backward (PyTorch 2.13 flex attention)"},
+                               "forward": summary(400.0), "warm_up_seconds": 12.0, "host_sync_free_forward": None},
+    }
+
+
+def test_systems_batches_and_what_cannot_train():
+    script = load_example("benchmark_backends")
+    systems = script.systems_for(["softmax", "mma"], ["eager", "sdpa", "flex_attention", "flash_attention_2"])
+    assert ("softmax", "flash_attention_2") in systems and ("mma", "flash_attention_2") not in systems  # per-head masks
+    assert len(systems) == 7
+    assert script.can_train("flex_attention", torch.device("cpu")) and script.can_train("sdpa", torch.device("cpu")) is None
+    batches = script.make_batches(2, 4, 100, 5, 9, seed=0)
+    assert len(batches) == 2
+    for batch in batches:
+        assert batch["input_ids"].shape[0] == 4 and 5 <= batch["input_ids"].shape[1] <= 9
+        assert torch.equal(batch["attention_mask"], (batch["input_ids"] != 0).long())
+        lengths = (batch["labels"] != -100).sum(-1)
+        assert ((lengths >= 5) & (lengths <= 9)).all()
+        assert (batch["labels"].gather(1, lengths[:, None] - 1) == 1).all()  # every target ends in EOS
+
+
+def test_ratios_targets_and_section():
+    script = load_example("benchmark_backends")
+    results = made_up_results()
+    assert script.time_ratio(results, "softmax eager", "train") == pytest.approx(100 / 90)
+    assert script.time_ratio(results, "mma flex_attention", "train") is None
+    checks = script.check_targets(results, ["train", "forward"], "cpu")
+    assert checks == [{"system": "mma flex_attention", "measure": "forward", "limit": 1.2,
+                       "ratio": pytest.approx(500 / 400), "met": False}]  # 1.25 > 1.2
+    assert script.check_targets(results, ["forward"], "cuda") == []  # the target is the CPU's
+    report = {
+        "command": "python examples/benchmark_backends.py --repeats 3",
+        "machine": {"device": "cpu", "processor": "CPU X", "threads": 2, "torch": "2.x", "transformers": "5.x"},
+        "settings": {"d_model": 256, "layers": 3, "batches": 4, "batch_size": 32, "min_length": 8, "max_length": 28,
+                     "output_length": 20, "repeats": 3, "measures": ["train", "forward"]},
+        "results": results, "targets": checks, "minutes": 2.0,
+    }
+    text = script.section_text(report)
+    assert "`python examples/benchmark_backends.py --repeats 3`" in text
+    assert "| softmax eager | 90.0 [81.0-99.0] | 1.11 | 400.0 [360.0-440.0] | 1.25 | 0.1 | n/a (CPU) |" in text
+    assert "| mma flex_attention | n/a: no CPU backward (PyTorch 2.13 flex attention) |  | 400.0" in text
+    assert "Targets (issue 31): 0 of 1 met." in text
+    assert "| mma flex_attention <= 1.2x sdpa softmax | forward | 1.25 | NO |" in text
+
+
+@pytest.mark.slow
+def test_quick_run_writes_json_and_its_section(tmp_path):
+    script = load_example("benchmark_backends")
+    markdown = tmp_path / "BENCHMARKS.md"
+    markdown.write_text("# Speed (CPU)\n\nthe speed benchmark's report\n")
+    report = script.main(["--quick", "--device", "cpu", "--threads", "1", "--output", str(tmp_path / "backends.json"),
+                          "--markdown", str(markdown)])
+    saved = json.loads((tmp_path / "backends.json").read_text())
+    assert saved["results"].keys() == report["results"].keys() == {
+        f"{variant} {backend}" for variant in ("softmax", "mma") for backend in ("eager", "sdpa", "flex_attention")}
+    for system, entry in saved["results"].items():
+        for measure in ("forward", "greedy", "beam5"):
+            assert entry[measure]["median"] > 0, (system, measure)
+        assert ("not_run" in entry["train"]) == system.endswith("flex_attention")
+    text = markdown.read_text()
+    assert text.startswith("# Speed (CPU)\n\nthe speed benchmark's report")
+    assert "<!-- section written by examples/benchmark_backends.py -->" in text and "| mma flex_attention |" in text
