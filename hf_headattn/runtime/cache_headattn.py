@@ -91,6 +91,13 @@ class HeadAttnRNNCache(Cache):
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.decoded_length
 
+    @property
+    def is_linear(self) -> list[bool]:
+        """Transformers (5.x) feeds only the positions a cache has not seen when generation restarts from it, except for
+        caches whose layers are all linear-attention states; this one has no layers (`all([])` would count it as such)
+        but knows its decoded positions, so it answers like one position-counting layer."""
+        return [False]
+
     def update_states(self, states: dict[str, torch.Tensor], new_positions: int) -> None:
         self.states = dict(states)
         self.decoded_length += new_positions

@@ -139,8 +139,12 @@ def checks_inputs(forward):
 
 
 def check_generate_inputs(model, inputs, kwargs: dict) -> None:
-    """`model.check_inputs` on what `generate(inputs, **kwargs)` was given (its first argument is the source ids)."""
+    """`model.check_inputs` on what `generate(inputs, **kwargs)` was given (its first argument is the source ids).
+    Without any source, `generate` is left to answer as it answers MarianMTModel: a source of one BOS token when
+    `bos_token_id` is set, else its error asking for it."""
     if _inputs_checked_elsewhere():
+        return
+    if inputs is None and all(kwargs.get(name) is None for name in ("input_ids", "inputs_embeds", "encoder_outputs")):
         return
     arguments = {name: kwargs.get(name) for name in ("input_ids", "attention_mask", "inputs_embeds", "decoder_input_ids",
                                                      "decoder_attention_mask", "encoder_outputs")}
@@ -687,6 +691,26 @@ def check_attention_implementation(config: HeadAttnConfig, implementation: str) 
                 f"attn_implementation={implementation!r} runs this model's softmax attention; {own_kernels} compute "
                 "their attention weights with their own kernels (not softmax), whatever the attn_implementation"
             )
+
+
+def refuse_candidate_decoding(model, kwargs: dict) -> None:
+    """Refuse, before any decoding, assisted and prompt-lookup decoding (`generate(assistant_model=...)`,
+    `prompt_lookup_num_tokens=...`, ...) for a model with stateful variants: those decodings check draft tokens and roll
+    the cache back to the accepted ones (`Cache.crop`), and a stateful variant's per-step state is a running quantity
+    with no earlier values to return to."""
+    stateful = _layers_by_variant(model.config, lambda variant: variant.stateful)
+    if not stateful:
+        return
+    from transformers.generation.configuration_utils import GenerationMode
+
+    generation_config = copy.deepcopy(kwargs.get("generation_config") or model.generation_config)
+    generation_config.update(**{name: value for name, value in kwargs.items() if hasattr(generation_config, name)})
+    if generation_config.get_generation_mode(kwargs.get("assistant_model")) == GenerationMode.ASSISTED_GENERATION:
+        raise ValueError(
+            f"Assisted and prompt-lookup decoding are not available for this model: they roll the decoding state back "
+            f"to the accepted draft tokens, and {stateful} keep per-step state (a running sum over the decoded "
+            "positions) that cannot be rolled back. Use greedy or beam search."
+        )
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -1261,6 +1285,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         generated sequences, which computes exactly what the decoding steps computed (every step depends only
         on the source and the prefix), without carrying per-step tensors through beam reordering."""
         check_generate_inputs(self, inputs, kwargs)
+        refuse_candidate_decoding(self, kwargs)
         if not output_head_importances:
             with inputs_checked_by_caller():  # the decoding steps' inputs come from generate itself
                 return super().generate(inputs, *args, **kwargs)
