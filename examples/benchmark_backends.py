@@ -16,9 +16,10 @@ compiles it for every shape the timed rounds use, and its time is reported apart
 
 Timings repeat --repeats times, interleaved (every system once per round, each round starting one system later);
 the table shows the median [min-max] and the time ratio of medians against sdpa softmax, with the issue's target
-(flex MMA within 1.2x of sdpa softmax on the CPU). On CUDA each backend's forward also runs under
-`torch.cuda.set_sync_debug_mode("error")` (inputs checked beforehand, as `generate` does), which raises at any host
-synchronisation inside the forward; the table records it.
+(flex MMA within 1.2x of sdpa softmax on the CPU). On CUDA each backend's forward, and every variant's forward with
+sdpa (`SYNC_VARIANTS`, each where its paper puts it), also runs under `torch.cuda.set_sync_debug_mode("error")`
+(inputs checked beforehand, as `generate` does), which raises at any host synchronisation inside the forward; the
+report records it.
 
     python examples/benchmark_backends.py --output benchmarks/backends.json --markdown BENCHMARKS.md  # ~10 min, 2 cores
     python examples/benchmark_backends.py --quick --output /tmp/backends.json --markdown /tmp/BENCHMARKS.md
@@ -73,13 +74,14 @@ def make_batches(count: int, batch_size: int, vocab_size: int, min_length: int, 
     return batches
 
 
-def build_model(variant: str, backend: str, d_model: int, layers: int, vocab_size: int, device):
+def build_model(placement: dict, backend: str, d_model: int, layers: int, vocab_size: int, device):
+    """A random HeadAttn model with the variants `placement` gives (config fields), running `backend`."""
     torch.manual_seed(0)
     config = HeadAttnConfig(
         vocab_size=vocab_size, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
         encoder_attention_heads=d_model // 64, decoder_attention_heads=d_model // 64, encoder_ffn_dim=4 * d_model,
         decoder_ffn_dim=4 * d_model, max_position_embeddings=256, dropout=0.1, attention_dropout=0.0,
-        pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=START, **VARIANTS[variant],
+        pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=START, **placement,
     )
     model = HeadAttnForConditionalGeneration(config).to(device)
     model.set_attn_implementation(backend)
@@ -189,6 +191,27 @@ def host_sync_free(model, batch, device) -> bool | None:
         torch.cuda.set_sync_debug_mode("default")
 
 
+# Every variant where its paper puts it, for the host-synchronisation check on CUDA (sdpa at the softmax sites)
+SYNC_VARIANTS = {
+    "softmax": {}, "mma": {"encoder_self_attention": "mma"},
+    "dhicm": {"encoder_self_attention": "dhicm", "decoder_self_attention": "dhicm", "cross_attention": "dhicm"},
+    "sparsemax": {"cross_attention": "sparsemax"}, "csoftmax": {"cross_attention": "csoftmax"},
+    "csparsemax": {"cross_attention": "csparsemax"}, "multihop": {"cross_attention": "multihop"},
+    "running_sum": {"cross_attention": "running_sum"},
+}
+
+
+def host_sync_by_variant(args, batch, device) -> dict | None:
+    """On CUDA: for every variant, whether its forward runs without host synchronisation; None elsewhere."""
+    if device.type != "cuda":
+        return None
+    results = {}
+    for name, placement in SYNC_VARIANTS.items():
+        model = build_model(placement, "sdpa", args.d_model, args.layers, args.vocab_size, device)
+        results[name] = host_sync_free(model, batch, device)
+    return results
+
+
 def summary(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "all": values}
 
@@ -199,7 +222,8 @@ def run(args) -> dict:
     backends = [backend for backend in backends_for(device) if backend in args.backends]
     systems = systems_for(args.variants, backends)
     batches = make_batches(args.batches, args.batch_size, args.vocab_size, args.min_length, args.max_length, seed=0)
-    models = {system: build_model(*system, args.d_model, args.layers, args.vocab_size, device) for system in systems}
+    models = {system: build_model(VARIANTS[system[0]], system[1], args.d_model, args.layers, args.vocab_size, device)
+              for system in systems}
     warm_up = {}
     for system, model in models.items():  # an untimed round: compiles flex attention for every shape timed below
         start = time.perf_counter()
@@ -225,7 +249,7 @@ def run(args) -> dict:
             reason = can_train(system[1], device) if measure_name == "train" else None
             entry[measure_name] = {"not_run": reason} if reason else summary(rounds[system][measure_name])
         results[f"{system[0]} {system[1]}"] = entry
-    return results
+    return results, host_sync_by_variant(args, batches[0], device)
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -282,6 +306,10 @@ def section_text(report: dict) -> str:
         sync = entry.get("host_sync_free_forward")
         lines.append(f"| {system} | " + " | ".join(cells) + f" | {entry['warm_up_seconds']:.1f} | "
                      + ("n/a (CPU)" if sync is None else "yes" if sync else "NO") + " |")
+    host_sync = report.get("host_sync_free_forward_by_variant")
+    if host_sync:
+        lines += ["", "Forward without host synchronisation (sdpa, inputs checked beforehand): " + ", ".join(
+            f"{name} {'yes' if free else 'NO'}" for name, free in host_sync.items()) + "."]
     if report["targets"]:
         met = sum(check["met"] for check in report["targets"])
         lines += ["", f"Targets (issue 31): {met} of {len(report['targets'])} met.", "",
@@ -324,7 +352,7 @@ def main(argv=None):
         args.d_model, args.layers, args.vocab_size, args.batches, args.batch_size = 256, 1, 100, 1, 4
         args.repeats, args.output_length, args.max_length = 1, 3, 12
     start = time.perf_counter()
-    results = run(args)
+    results, host_sync = run(args)
     import transformers
 
     report = {
@@ -337,6 +365,7 @@ def main(argv=None):
                                                              "min_length", "max_length", "output_length", "repeats",
                                                              "measures")},
         "results": results,
+        "host_sync_free_forward_by_variant": host_sync,
         "targets": check_targets(results, args.measures, torch.device(args.device).type),
         "minutes": (time.perf_counter() - start) / 60,
     }

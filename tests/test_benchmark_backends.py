@@ -55,6 +55,7 @@ def test_ratios_targets_and_section():
         "settings": {"d_model": 256, "layers": 3, "batches": 4, "batch_size": 32, "min_length": 8, "max_length": 28,
                      "output_length": 20, "repeats": 3, "measures": ["train", "forward"]},
         "results": results, "targets": checks, "minutes": 2.0,
+        "host_sync_free_forward_by_variant": {"softmax": True, "csparsemax": False},
     }
     text = script.section_text(report)
     assert "`python examples/benchmark_backends.py --repeats 3`" in text
@@ -62,6 +63,17 @@ def test_ratios_targets_and_section():
     assert "| mma flex_attention | n/a: no CPU backward (PyTorch 2.13 flex attention) |  | 400.0" in text
     assert "Targets (issue 31): 0 of 1 met." in text
     assert "| mma flex_attention <= 1.2x sdpa softmax | forward | 1.25 | NO |" in text
+    assert "Forward without host synchronisation (sdpa, inputs checked beforehand): softmax yes, csparsemax NO." in text
+
+
+def test_the_host_synchronisation_check_covers_every_variant_and_needs_cuda():
+    from hf_headattn import ATTENTION_VARIANTS
+
+    script = load_example("benchmark_backends")
+    assert set(script.SYNC_VARIANTS) == set(ATTENTION_VARIANTS)
+    for placement in script.SYNC_VARIANTS.values():  # each placement builds
+        script.build_model(placement, "sdpa", 256, 1, 100, torch.device("cpu"))
+    assert script.host_sync_by_variant(None, None, torch.device("cpu")) is None
 
 
 @pytest.mark.slow
