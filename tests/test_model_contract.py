@@ -169,6 +169,14 @@ def test_assisted_and_prompt_lookup_decoding_run_or_are_refused_up_front(variant
     assert not forwards  # refused before any decoding
 
 
+def test_beam_search_with_draft_settings_is_beam_search_for_stateful_variants():
+    """Transformers ignores draft settings under beam search (and says so); so does the refusal."""
+    model = random_model(tiny_config(**VARIANT_CONFIGS["running_sum"]))
+    input_ids, attention_mask = source_batch()
+    one = dict(input_ids=input_ids[:1], attention_mask=attention_mask[:1], num_beams=2, max_new_tokens=5)
+    assert torch.equal(model.generate(**one, prompt_lookup_num_tokens=2), model.generate(**one))
+
+
 def test_the_lstm_refuses_assisted_decoding_up_front():
     model = random_rnn_model(rnn_config())
     input_ids, attention_mask = source_batch()

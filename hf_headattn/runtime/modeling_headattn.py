@@ -701,11 +701,16 @@ def refuse_candidate_decoding(model, kwargs: dict) -> None:
     stateful = _layers_by_variant(model.config, lambda variant: variant.stateful)
     if not stateful:
         return
-    from transformers.generation.configuration_utils import GenerationMode
+    generation_config = kwargs.get("generation_config") or model.generation_config
 
-    generation_config = copy.deepcopy(kwargs.get("generation_config") or model.generation_config)
-    generation_config.update(**{name: value for name, value in kwargs.items() if hasattr(generation_config, name)})
-    if generation_config.get_generation_mode(kwargs.get("assistant_model")) == GenerationMode.ASSISTED_GENERATION:
+    def setting(name):
+        return kwargs[name] if name in kwargs else getattr(generation_config, name, None)
+
+    # Transformers' `get_generation_mode` rule (read here without validating the settings, which generate does):
+    # drafts from an assistant, the prompt, early exit or multi-token prediction, on greedy search or sampling
+    drafts = (kwargs.get("assistant_model") is not None or setting("prompt_lookup_num_tokens") is not None
+              or setting("assistant_early_exit") is not None or bool(setting("use_mtp")))
+    if drafts and (setting("num_beams") or 1) == 1:
         raise ValueError(
             f"Assisted and prompt-lookup decoding are not available for this model: they roll the decoding state back "
             f"to the accepted draft tokens, and {stateful} keep per-step state (a running sum over the decoded "
