@@ -169,7 +169,7 @@ def prepare_fertility(model, tokenizer, sources: list[str], targets: list[str], 
 # ------------------------------------------------------------------------------------------------ the command
 
 EXAMPLES = """examples:
-  # a small model on 2,000 Multi30k pairs (see README for measured times), checkpoints every 500 steps
+  # a small model on 2,000 Multi30k pairs (docs/training.md: its time), checkpoints every 500 steps
   hf-headattn-train --train_source ../shared/data/multi30k/train.de --train_target ../shared/data/multi30k/train.en \\
       --valid_source ../shared/data/multi30k/val.de --valid_target ../shared/data/multi30k/val.en \\
       --max_train_pairs 2000 --num_train_epochs 2 --output_dir runs/de-en
