@@ -1,6 +1,6 @@
 """Runs are transactions (issue 32): fault injection through the training and evaluation commands.
 
-Kills are real SIGKILLs: the run goes on in a forked child (no second interpreter start), which kills itself at the
+Kills are real SIGKILLs: the run goes on in a child process (a fresh interpreter), which kills itself at the
 point under test through a patched function, as `kill -9` from outside would at that moment. The folder is then
 loaded the way the tools load it (`loading.load_model_and_tokenizer`, which refuses a tokenizer the model was not
 trained with) and compared, weights and tokenizer, with the old model or with an uninterrupted run of the new one.
@@ -35,7 +35,7 @@ from hf_headattn.training import train
 
 from helpers import FAMILIES, tiny_config, toy_data
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the forked runs tokenise too
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the child runs tokenise too
 
 STEPS, SAVE_STEPS = 4, 2
 
@@ -52,15 +52,26 @@ def command(data, output_dir, *extra, family="transformer") -> list[str]:
 NEW = ("--seed", "2", "--vocab_size", "150")  # the second model: other weights, another tokenizer
 
 
+# Children start a fresh interpreter ("spawn"): a fork of the test process copies whatever locks its other threads
+# (OpenMP's, an earlier test's servers) hold at that moment, and can hang in the default suite.
+CHILDREN = multiprocessing.get_context("spawn")
+
+
 def in_child(function, *args, timeout: float = 300) -> int:
-    """Run function(*args) in a forked process; its exit code (-9: it was killed with SIGKILL)."""
-    process = multiprocessing.get_context("fork").Process(target=function, args=args)
+    """Run function(*args) (a module-level function) in a child process; its exit code (-9: killed with SIGKILL)."""
+    process = CHILDREN.Process(target=_as_this_process, args=(torch.get_num_threads(), function, *args))
     process.start()
     process.join(timeout)
     if process.is_alive():
         process.kill()
         raise AssertionError(f"{function.__name__} did not end within {timeout} s")
     return process.exitcode
+
+
+def _as_this_process(threads: int, function, *args) -> None:
+    """In the child: the test process's torch threads (conftest's one), so its float results are the same."""
+    torch.set_num_threads(threads)
+    function(*args)
 
 
 def kill_at(owner, name: str, when=lambda *args, **kwargs: True, after: bool = False):
@@ -139,7 +150,8 @@ def hold_the_folder(data, output_dir, marker):
 def test_a_second_run_on_a_folder_is_refused_and_a_killed_runs_lock_blocks_nothing(data, old_model, new_model,
                                                                                    tmp_path):
     output_dir, marker = copy_of(old_model, tmp_path), tmp_path / "marker"
-    process = multiprocessing.get_context("fork").Process(target=hold_the_folder, args=(data, output_dir, marker))
+    process = CHILDREN.Process(target=_as_this_process,
+                               args=(torch.get_num_threads(), hold_the_folder, data, output_dir, marker))
     process.start()
     try:
         deadline = time.monotonic() + 300
@@ -164,6 +176,18 @@ def test_a_second_run_on_a_folder_is_refused_and_a_killed_runs_lock_blocks_nothi
 def killed_run(argv, point):
     """The run `argv`, killed with SIGKILL at `point` (a key of KILL_POINTS)."""
     KILL_POINTS[point]()
+    train(argv)
+
+
+def killed_between_renames(argv):
+    """The run `argv` on a file system without renameat2's exchange, killed between its two renames."""
+    run_folder._exchange = lambda first, second: False
+    kill_at(run_folder.os, "rename", lambda source, destination: str(source).endswith(".partial"))
+    train(argv)
+
+
+def killed_training_its_tokenizer(argv):
+    kill_at(training, "train_tokenizer")
     train(argv)
 
 
@@ -224,13 +248,7 @@ def test_without_an_atomic_exchange_a_swap_killed_between_its_renames_is_undone(
                                                                                monkeypatch):
     output_dir = copy_of(old_model, tmp_path)
     argv = command(data, output_dir, *NEW, "--overwrite_output_dir")
-
-    def killed_between_renames():
-        run_folder._exchange = lambda first, second: False  # a file system without renameat2's exchange
-        kill_at(run_folder.os, "rename", lambda source, destination: str(source).endswith(".partial"))
-        train(argv)
-
-    assert in_child(killed_between_renames) == -signal.SIGKILL
+    assert in_child(killed_between_renames, argv) == -signal.SIGKILL
     assert not output_dir.exists()
     assert_loads_as(run_folder.sibling(output_dir, "replaced"), old_model)  # whole, beside the path
     monkeypatch.setattr(run_folder, "_exchange", lambda first, second: False)
@@ -241,12 +259,8 @@ def test_without_an_atomic_exchange_a_swap_killed_between_its_renames_is_undone(
 
 def test_overwrite_deletes_nothing_before_the_new_run_has_its_data_and_tokenizer(data, resumable, tmp_path):
     output_dir = copy_of(resumable, tmp_path)
-
-    def killed_training_its_tokenizer():
-        kill_at(training, "train_tokenizer")
-        train(command(data, output_dir, *NEW, "--overwrite_output_dir"))
-
-    assert in_child(killed_training_its_tokenizer) == -signal.SIGKILL
+    assert in_child(killed_training_its_tokenizer, command(data, output_dir, *NEW, "--overwrite_output_dir")) \
+        == -signal.SIGKILL
     assert sorted(path.name for path in output_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     assert not (output_dir / run_folder.TOKENIZER_SCRATCH).exists()  # nothing written into the folder
     assert_loads_as(output_dir, resumable)
