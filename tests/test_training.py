@@ -270,7 +270,7 @@ def test_help_lists_the_package_flags_first_with_defaults_and_variant_names():
     assert groups == sorted(groups)
     assert "variants: csoftmax, csparsemax, dhicm, mma, multihop, running_sum, softmax, sparsemax" in text
     assert "(default: 8000)" in text and "The batch size per device for training. (default: 64)" in text
-    assert "--max_tokens MAX_TOKENS, --max-tokens MAX_TOKENS" in text
+    assert "--max_tokens MAX_TOKENS" in text and "--max-tokens" not in text  # the dashed alias works, unshown
 
 
 @pytest.mark.parametrize("eval_steps", [3, 500])
