@@ -263,3 +263,35 @@ def test_remote_code_takes_attn_implementation(tmp_path):
     torch.testing.assert_close(torch.tensor(result["logits"]), expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(torch.tensor(result["eager"]), expected, atol=1e-5, rtol=1e-5)
     assert result["implementation"] == "eager"
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_block_masks_match_pytorchs_over_many_blocks():
+    """The BlockMask built from the masks' structure at block granularity (`block_mask`) selects the blocks PyTorch's
+    create_block_mask selects, and flex attention with it computes what SDPA computes with the dense mask, over
+    sequences of several 128-position blocks, with padding, causality and mma's heads."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from hf_headattn import AttentionMask
+    from hf_headattn.runtime.attention_backends import additive_mask, block_mask
+    from hf_headattn.runtime.attention_mma import HeadKindMask
+
+    lengths, num_queries, num_keys = (300, 170), 260, 300
+    padding = (torch.arange(num_keys)[None, :] < torch.tensor(lengths)[:, None]).long()
+    causal_allowed = torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
+    for causal in (False, True):
+        allowed = padding.bool()[:, None, None, :] & (causal_allowed if causal else True)
+        mask = AttentionMask(allowed, padding=padding, causal=causal)
+        heads = HeadKindMask(["global", "local", "backward", "forward" if not causal else "local"], 2, num_queries,
+                             num_keys, "cpu")
+        ours = block_mask(mask, heads, 2, 4, num_queries, num_keys, "cpu")
+        dense = heads.dense()[None] & allowed
+        theirs = create_block_mask(lambda b, h, q, kv: dense[b, h, q, kv], 2, 4, num_queries, num_keys, device="cpu")
+        assert torch.equal(ours.to_dense(), theirs.to_dense())
+        query, key, value = (torch.randn(2, 4, length, 8, generator=torch.Generator().manual_seed(length))
+                             for length in (num_queries, num_keys, num_keys))
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=additive_mask(mask, heads, torch.float32))
+        real = padding.bool()[:, None, -num_queries:, None]  # padding queries may see nothing: flex gives 0 there
+        output = flex_attention(query, key, value, block_mask=ours)  # eager flex: the unfused reference
+        torch.testing.assert_close(output * real, expected * real, atol=1e-5, rtol=1e-5)

@@ -156,11 +156,14 @@ def block_mask(mask, head_mask, batch: int, heads: int, num_queries: int, num_ke
             allowed = allowed & head_mask.dense()[None]
         allowed = allowed.expand(allowed.shape[0], allowed.shape[1], num_queries, num_keys)
         query_blocks, key_blocks = -(-num_queries // FLEX_BLOCK), -(-num_keys // FLEX_BLOCK)
-        padded = nn.functional.pad(allowed, (0, key_blocks * FLEX_BLOCK - num_keys,
-                                             0, query_blocks * FLEX_BLOCK - num_queries))
-        padded = padded.reshape(*allowed.shape[:2], query_blocks, FLEX_BLOCK, key_blocks, FLEX_BLOCK)
-        full = padded.all(dim=5).all(dim=3)
-        partial = padded.any(dim=5).any(dim=3) & ~full
+        # Key blocks first, per query row (positions past the end count as masked, so boundary blocks are partial),
+        # then query blocks over those rows: the padding to whole blocks is paid on rows, not on positions.
+        by_keys = nn.functional.pad(allowed, (0, key_blocks * FLEX_BLOCK - num_keys)).unflatten(-1, (key_blocks,
+                                                                                                     FLEX_BLOCK))
+        row_blocks = [nn.functional.pad(reduce(-1), (0, 0, 0, query_blocks * FLEX_BLOCK - num_queries))
+                      .unflatten(2, (query_blocks, FLEX_BLOCK)) for reduce in (by_keys.any, by_keys.all)]
+        full = row_blocks[1].all(dim=3)
+        partial = row_blocks[0].any(dim=3) & ~full
         return BlockMask.from_kv_blocks(*_block_indices(partial), *_block_indices(full), BLOCK_SIZE=FLEX_BLOCK,
                                         mask_mod=mask_mod, seq_lengths=(num_queries, num_keys))
 
