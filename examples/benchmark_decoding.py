@@ -6,8 +6,9 @@ a file; its wall time, from start to exit (imports and loading included), is wha
 
 * anchor: a plain-Transformers user with `MarianMTModel.generate`, batches of 32 in file order, on the model's
   `to_marian()` copy (no hf_headattn imported);
-* `hf-headattn-translate --decoding generate`: this package through Transformers' `generate`;
-* `hf-headattn-translate`: the fast path (hf_headattn/decoding.py), float32, with `--quantize int8`, and with
+* `hf-headattn-translate --decoding generate`: this package through Transformers' `generate`, on the
+  `HeadAttnForConditionalGeneration.from_marian` model of the anchor's weights, saved by this checkout;
+* `hf-headattn-translate`: the fast path (its default batches: 128 sentences, 4,096 source tokens) (hf_headattn/decoding.py), float32, with `--quantize int8`, and with
   `--dtype bfloat16` (fast only on CPUs with native bfloat16 arithmetic, e.g. AVX512-BF16; it warns elsewhere);
 * CTranslate2 float32 and int8 on the same weights (`hf-headattn-export --format ctranslate2`), through
   `ctranslate2.Translator.translate_batch` (batches of 32, as it sorts them);
@@ -91,6 +92,7 @@ def prepare_models(args, data: dict) -> dict:
     """Model folders: the softmax zoo model, its MarianMTModel copy, its CTranslate2 exports, and the variants'."""
     from benchmark_quality import slug, training_argv
 
+    from hf_headattn import HeadAttnForConditionalGeneration
     from hf_headattn.export import export_ctranslate2
     from hf_headattn.loading import load_model_and_tokenizer
     from hf_headattn.training import train
@@ -104,11 +106,15 @@ def prepare_models(args, data: dict) -> dict:
     work = Path(args.work_dir)
     softmax = zoo_model("transformer softmax")
     model, tokenizer = load_model_and_tokenizer(softmax)
-    folders = {"softmax": softmax, "marian": work / "marian", "ct2 float32": work / "ct2-float32",
+    folders = {"marian": work / "marian", "softmax": work / "ours", "ct2 float32": work / "ct2-float32",
                "ct2 int8": work / "ct2-int8"}
     marian = model.to_marian()
-    marian.save_pretrained(folders["marian"])
-    tokenizer.save_pretrained(folders["marian"])
+    # ours: the issue's `from_marian` model of the anchor's weights, saved by this checkout (its code, not the code
+    # the zoo model was saved with)
+    ours = HeadAttnForConditionalGeneration.from_marian(marian)
+    for name, saved in (("marian", marian), ("softmax", ours)):
+        saved.save_pretrained(folders[name])
+        tokenizer.save_pretrained(folders[name])
     for quantization in ("float32", "int8"):
         export_ctranslate2(model, tokenizer, folders[f"ct2 {quantization}"], quantization=quantization,
                            overwrite=True, source=str(softmax))

@@ -34,6 +34,7 @@ import logging
 import time
 
 import torch
+from torch import nn
 from transformers import GenerationConfig
 from transformers.generation import logits_process
 
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 class FastPathUnsupported(ValueError):
     """The options or the model ask for something the fast path does not decode; `generate` does."""
 
+BEAM_BUFFER_COLUMNS = 32  # beam search's first token buffers, doubled when full
 MODEL_TYPES = ("headattn", "headattn_rnn")  # the families whose forward this path steps
 
 # Processors that look at each row alone and keep no state across rows: a row's scores do not change when other
@@ -211,7 +213,10 @@ class _BatchDecoder:
         beams_to_keep = max(2, 1 + self.eos.shape[0]) * num_beams
         top_num_beam_mask = torch.arange(beams_to_keep, device=device) < num_beams
 
-        running = torch.full((batch, num_beams, self.max_length), self.pad, dtype=torch.long, device=device)
+        # The token and beam-index buffers grow with the hypotheses (generate allocates max_length columns): each
+        # step's top-k gathers and merges copy them whole, so their width is paid at every step.
+        capacity = min(self.max_length, BEAM_BUFFER_COLUMNS)
+        running = torch.full((batch, num_beams, capacity), self.pad, dtype=torch.long, device=device)
         running[:, :, 0] = self.start
         finished = running.clone()
         running_scores = torch.zeros((batch, num_beams), device=device)
@@ -219,12 +224,18 @@ class _BatchDecoder:
         finished_scores = torch.full((batch, num_beams), -1e9, device=device)
         is_finished = torch.zeros((batch, num_beams), dtype=torch.bool, device=device)
         can_improve = torch.ones((batch, 1), dtype=torch.bool, device=device)
-        running_indices = torch.full((batch, num_beams, self.max_length - 1), -1, dtype=torch.int32, device=device)
+        running_indices = torch.full((batch, num_beams, capacity - 1), -1, dtype=torch.int32, device=device)
         finished_indices = running_indices.clone()
         sentence_of_row = list(range(batch))
         results: list[list[torch.Tensor]] = [[] for _ in range(batch)]
         length = 1
         while True:
+            if length == running.shape[-1]:  # this step writes column `length`: make room, up to max_length
+                extra = min(running.shape[-1], self.max_length - running.shape[-1])
+                running, finished = (nn.functional.pad(tensor, (0, extra), value=self.pad)
+                                     for tensor in (running, finished))
+                running_indices, finished_indices = (nn.functional.pad(tensor, (0, extra), value=-1)
+                                                     for tensor in (running_indices, finished_indices))
             flat = running[:, :, :length].reshape(batch * num_beams, length)
             if length == 1:
                 # A sentence's beams all start from the start token: step once per sentence, then give each beam

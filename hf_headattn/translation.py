@@ -78,7 +78,11 @@ OUTPUT_FORMATS = ("text", "jsonl")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATIONS = ("none", "int8")
 DECODINGS = ("fast", "generate")
-DEFAULT_BATCH_SIZE = 32
+# The command's batches when neither --batch_size nor --max_tokens is given: 128 sentences (with beam 5 on 2 CPU
+# cores 1.25x faster than 32, and faster than 256, whose [rows, vocab] logits no longer stay in cache; measured on
+# Multi30k's test set), and at most 4,096 padded source tokens so that a file of long sentences gets smaller batches.
+DEFAULT_BATCH_SIZE = 128
+DEFAULT_MAX_TOKENS = 4096
 LISTED_LINES = 10  # line numbers a truncation warning names before it only counts
 
 
@@ -218,7 +222,29 @@ def quantize(model, method: str = "int8"):
                if isinstance(module, torch.nn.Linear) and name not in kept_float}
     with warnings.catch_warnings():  # torch announces the move of this API to torchao; it works as documented
         warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(model, linears, dtype=torch.qint8)
+        quantized = torch.ao.quantization.quantize_dynamic(model, linears, dtype=torch.qint8)
+    fold_final_logits_bias(quantized)
+    return quantized
+
+
+def fold_final_logits_bias(model) -> None:
+    """Move a Transformer's `final_logits_bias` into its int8 output layer's bias, where the quantized GEMM adds it,
+    instead of a separate pass over the [rows, vocab] logits at every decoding step (4% of int8 beam search on
+    Multi30k). Models whose saved code predates this (no `final_logits_bias_optional`) and the LSTM family keep
+    theirs."""
+    import torch
+
+    head = getattr(model, "lm_head", None)
+    bias = getattr(model, "final_logits_bias", None)
+    if not isinstance(head, torch.ao.nn.quantized.dynamic.Linear) or bias is None:
+        return
+    if not getattr(model, "final_logits_bias_optional", False):
+        return
+    folded = bias.reshape(-1).to(torch.float32)
+    if head.bias() is not None:
+        folded = folded + head.bias()
+    head.set_weight_bias(head.weight(), folded)
+    model.final_logits_bias = None
 
 
 # The CPU features (Linux /proc/cpuinfo flags) that give PyTorch native arithmetic in a half-precision dtype; without
@@ -249,7 +275,7 @@ def translate(
     *,
     nbest: int = 1,
     batch_size: int | None = DEFAULT_BATCH_SIZE,
-    max_tokens: int | None = None,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
     scores: bool = False,
     alignments: bool = False,
     alignment_layer: int | None = None,
@@ -654,7 +680,8 @@ def make_parser() -> argparse.ArgumentParser:
     decoding.add_argument("--seed", type=int, default=None, help="random seed (sampling)")
     batching = parser.add_argument_group("batching (sentences are sorted by length, output keeps input order)")
     batching.add_argument("--batch_size", type=int, default=None,
-                          help="sentences per batch (None: 32, or no limit but --max_tokens' when that is given)")
+                          help=f"sentences per batch (default: {DEFAULT_BATCH_SIZE}, with --max_tokens {DEFAULT_MAX_TOKENS}, when neither "
+                               "is given; given one alone, the other has no limit)")
     batching.add_argument("--max_tokens", type=int, default=None, help="padded source tokens per batch")
     batching.add_argument("--strict", action="store_true",
                           help="refuse lines longer than the model takes (default: translate them cut, warning once)")
@@ -792,9 +819,10 @@ def _load_and_translate(parser, args, sources, state):
     progress = not args.quiet and (args.progress or (args.input != "-" and sys.stderr.isatty()))
     started = time.perf_counter()
     try:
-        batch_size = args.batch_size if args.batch_size or args.max_tokens else DEFAULT_BATCH_SIZE
+        batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
+                                  else (DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS))
         translations = translate(model, tokenizer, sources, nbest=args.nbest, batch_size=batch_size,
-                                 max_tokens=args.max_tokens, scores=args.nbest > 1 or args.output_format == "jsonl",
+                                 max_tokens=max_tokens, scores=args.nbest > 1 or args.output_format == "jsonl",
                                  alignments=args.alignments, alignment_layer=args.alignment_layer,
                                  alignment_heads=args.alignment_heads, strict=args.strict,
                                  fast=args.decoding == "fast", progress=progress,

@@ -90,6 +90,22 @@ def test_fast_path_gives_the_ids_of_generate(model, search, max_new_tokens):
     assert up_to_end(fast) == up_to_end(expected)
 
 
+@pytest.mark.parametrize("name", ["transformer-softmax", "transformer-csparsemax-guided", "lstm-2x2-dependent"])
+def test_hypotheses_longer_than_the_first_beam_buffers(name):
+    """Beam search's token buffers start BEAM_BUFFER_COLUMNS wide and grow, up to max_length: hypotheses longer than
+    the first buffers (the end of sentence made unlikely) are still generate's."""
+    from hf_headattn.decoding import BEAM_BUFFER_COLUMNS
+
+    model = MODELS[name]()
+    add_eos_bias(model, EOS_BIASES[name] - 4.0)
+    input_ids, attention_mask = source_batch(LENGTHS)
+    options = dict(max_new_tokens=BEAM_BUFFER_COLUMNS + 20, num_beams=3, no_repeat_ngram_size=2)
+    with torch.inference_mode():
+        expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
+    assert max(map(len, up_to_end(expected))) > BEAM_BUFFER_COLUMNS
+    assert up_to_end(fast_generate(model, input_ids, attention_mask, **options)) == up_to_end(expected)
+
+
 def test_the_test_models_end_sentences_at_many_lengths(model):
     """Otherwise nothing would leave the batch early, and dropping finished sentences would go untested."""
     assert len(output_lengths(model)) >= 5

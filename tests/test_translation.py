@@ -182,6 +182,27 @@ def test_every_variant_translates_with_int8_linear_layers(model, tokenizer, sour
         quantize(model, "int4")
 
 
+def test_int8_adds_the_final_logits_bias_inside_the_output_layer():
+    """quantize folds a Transformer's final_logits_bias into the int8 output layer's bias: the logits are those of
+    the quantized model that adds it after the layer."""
+    import copy
+
+    from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration
+
+    config = HeadAttnConfig(vocab_size=50, d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=32,
+                            decoder_ffn_dim=32, encoder_attention_heads=2, decoder_attention_heads=2)
+    torch.manual_seed(0)
+    model = HeadAttnForConditionalGeneration(config).eval()
+    model.final_logits_bias.normal_()
+    inputs = {"input_ids": torch.tensor([[5, 6, 7, 1]]), "decoder_input_ids": torch.tensor([[0, 8, 9]])}
+    with torch.no_grad():
+        unfolded = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
+        expected = unfolded(**inputs).logits
+        folded = quantize(copy.deepcopy(model))
+        assert folded.final_logits_bias is None
+        torch.testing.assert_close(folded(**inputs).logits, expected, atol=1e-5, rtol=1e-5)
+
+
 def test_hop_alignments_need_weights_over_heads(tokenizer, sources):
     for model in (transformer_model("multihop-dependent-2-hops"), transformer_model("dhicm-every-layer-and-site"),
                   rnn_model("2x2-dependent")):

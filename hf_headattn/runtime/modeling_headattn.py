@@ -1141,6 +1141,8 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
     attention variants' auxiliary loss, normalised so that gradient accumulation gives the same result."""
 
     _keys_to_ignore_on_load_missing = ["final_logits_bias"]
+    # `output_logits` takes final_logits_bias = None (the bias folded into lm_head's own, as int8 quantization does)
+    final_logits_bias_optional = True
     # Trainer passes num_items_in_batch to forward when a model declares it takes loss kwargs.
     accepts_loss_kwargs = True
 
@@ -1193,6 +1195,8 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
     def output_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """lm_head(hidden_states) + final_logits_bias, with the bias added inside the output GEMM (addmm) rather
         than by a separate pass over the [batch, length, vocab] logits."""
+        if self.final_logits_bias is None:  # folded into lm_head's own bias (hf_headattn's int8 `quantize` does)
+            return self.lm_head(hidden_states)
         bias = self.final_logits_bias.view(-1).to(hidden_states.dtype)
         if not isinstance(self.lm_head, nn.Linear):  # e.g. replaced by a quantized linear, whose weight is a method
             return self.lm_head(hidden_states) + bias
