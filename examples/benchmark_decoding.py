@@ -8,8 +8,9 @@ a file; its wall time, from start to exit (imports and loading included), is wha
   `to_marian()` copy (no hf_headattn imported);
 * `hf-headattn-translate --decoding generate`: this package through Transformers' `generate`, on the
   `HeadAttnForConditionalGeneration.from_marian` model of the anchor's weights, saved by this checkout;
-* `hf-headattn-translate`: the fast path (its default batches: 128 sentences, 4,096 source tokens) (hf_headattn/decoding.py), float32, with `--quantize int8`, and with
-  `--dtype bfloat16` (fast only on CPUs with native bfloat16 arithmetic, e.g. AVX512-BF16; it warns elsewhere);
+* `hf-headattn-translate`: the fast path (hf_headattn/decoding.py; the command's default batches of 128 sentences,
+  4,096 source tokens), float32, with `--quantize int8`, and with `--dtype bfloat16` (fast only on CPUs with native
+  bfloat16 arithmetic, e.g. AVX512-BF16; it warns elsewhere);
 * CTranslate2 float32 and int8 on the same weights (`hf-headattn-export --format ctranslate2`), through
   `ctranslate2.Translator.translate_batch` (batches of 32, as it sorts them);
 * every other variant trained by examples/benchmark_quality.py (the fast path, float32 and int8), beside softmax.

@@ -236,9 +236,8 @@ def fold_final_logits_bias(model) -> None:
 
     head = getattr(model, "lm_head", None)
     bias = getattr(model, "final_logits_bias", None)
-    if not isinstance(head, torch.ao.nn.quantized.dynamic.Linear) or bias is None:
-        return
-    if not getattr(model, "final_logits_bias_optional", False):
+    if (not isinstance(head, torch.ao.nn.quantized.dynamic.Linear) or bias is None
+            or not getattr(model, "final_logits_bias_optional", False)):
         return
     folded = bias.reshape(-1).to(torch.float32)
     if head.bias() is not None:
@@ -680,8 +679,8 @@ def make_parser() -> argparse.ArgumentParser:
     decoding.add_argument("--seed", type=int, default=None, help="random seed (sampling)")
     batching = parser.add_argument_group("batching (sentences are sorted by length, output keeps input order)")
     batching.add_argument("--batch_size", type=int, default=None,
-                          help=f"sentences per batch (default: {DEFAULT_BATCH_SIZE}, with --max_tokens {DEFAULT_MAX_TOKENS}, when neither "
-                               "is given; given one alone, the other has no limit)")
+                          help=f"sentences per batch (default: {DEFAULT_BATCH_SIZE}, with --max_tokens "
+                               f"{DEFAULT_MAX_TOKENS}, when neither is given; given one alone, the other has no limit)")
     batching.add_argument("--max_tokens", type=int, default=None, help="padded source tokens per batch")
     batching.add_argument("--strict", action="store_true",
                           help="refuse lines longer than the model takes (default: translate them cut, warning once)")

@@ -125,6 +125,8 @@ def block_mask(mask, head_mask, batch: int, heads: int, num_queries: int, num_ke
     from the dense mask at block granularity (`BlockMask.from_kv_blocks`), which costs one pass over the mask instead
     of `create_block_mask`'s evaluation of the mask_mod at every position (13 ms per decoding step at batch 32)."""
 
+    needs_backward = torch.is_grad_enabled()  # query-major block indices only for a backward pass (see below)
+
     def build():
         from torch.nn.attention.flex_attention import BlockMask
 
@@ -170,7 +172,6 @@ def block_mask(mask, head_mask, batch: int, heads: int, num_queries: int, num_ke
                                         mask_mod=mask_mod, seq_lengths=(num_queries, num_keys),
                                         compute_q_blocks=needs_backward)
 
-    needs_backward = torch.is_grad_enabled()
     return mask.derived(("block", head_mask.key if head_mask is not None else None, needs_backward), build)
 
 
