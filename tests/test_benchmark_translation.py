@@ -105,5 +105,19 @@ def test_decoding_benchmark_end_to_end(tmp_path):
     text = markdown.read_text()
     assert text.startswith("# Speed (CPU)\n\n<!-- section written by examples/benchmark_decoding.py -->")
     assert "| ours, fast int8 |" in text and "### Beam 5" in text
+    sparsemax_row = next(line for line in text.splitlines() if line.startswith("| transformer sparsemax, fast |"))
+    assert sparsemax_row.rstrip(" |").endswith(("(target <= 1.5x: met)", "(target <= 1.5x: not met)"))
     load_example("benchmark_speed").write_markdown(markdown, "# Speed (CPU)\n\nnew run\n")
     assert markdown.read_text().startswith("# Speed (CPU)\n\nnew run\n\n<!-- section written by")
+
+
+def test_decoding_rows_compare_each_variant_with_its_familys_softmax():
+    relative = load_example("benchmark_decoding").relative_to_softmax
+    medians = {"ours, fast": 10.0, "ours, fast int8": 8.0, "lstm baseline 1x1, fast": 4.0,
+               "transformer sparsemax, fast": 16.0, "transformer mma, fast int8": 12.0,
+               "lstm sparsemax, fast": 5.0, "lstm 2x2 dependent, fast": 6.0}
+    assert relative("transformer sparsemax, fast", medians) == "1.60x (target <= 1.5x: not met)"
+    assert relative("transformer mma, fast int8", medians) == "1.50x"
+    assert relative("lstm sparsemax, fast", medians) == "1.25x (target <= 1.5x: met)"
+    assert relative("lstm 2x2 dependent, fast", medians) == "1.50x"
+    assert relative("ours, fast", medians) == relative("lstm baseline 1x1, fast", medians) == ""
