@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
+from .run_folder import with_default_permissions
 
 __all__ = ["average_checkpoints", "average_state_dicts", "last_checkpoints", "main"]
 
@@ -176,7 +177,8 @@ def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Pat
                          f"missing: {missing[:3]})")
     tokenizer = load_tokenizer(newest)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial", dir=output_dir.parent))
+    staging = with_default_permissions(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial",
+                                                         dir=output_dir.parent))
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)

@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
+from .run_folder import with_default_permissions
 
 __all__ = ["CTRANSLATE2_QUANTIZATIONS", "FORMATS", "export_ctranslate2", "main", "translate_with_ctranslate2"]
 
@@ -106,7 +107,8 @@ def export_ctranslate2(model, tokenizer, output_dir: str | Path, *, quantization
             return loader_class()(marian, tokenizer)
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial", dir=output_dir.parent))
+    staging = with_default_permissions(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial",
+                                                         dir=output_dir.parent))
     try:
         InMemoryConverter().convert(str(staging), quantization=None if quantization == "float32" else quantization,
                                     force=True)

@@ -47,6 +47,7 @@ from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
+from .run_folder import with_default_permissions
 
 # transformers and the model classes are imported where they are used, so that `--help` is instant.
 
@@ -883,7 +884,8 @@ def write_space(
     title = title or ("hf_headattn: " + " vs ".join(names[:2]) + (" and more" if len(names) > 2 else ""))
     package_version = version("hf_headattn")
 
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial", dir=output_dir.parent))
+    staging = with_default_permissions(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial",
+                                                         dir=output_dir.parent))
     try:
         code_dir = staging / SPACE_PACKAGE
         code_dir.mkdir()

@@ -54,6 +54,17 @@ def sibling(output_dir: str | Path, role: str) -> Path:
     return output_dir.parent / f".{output_dir.name}.{role}"
 
 
+def with_default_permissions(path: str | Path) -> Path:
+    """`path` with the permissions open() or mkdir() would have given it under the user's umask: tempfile's
+    staging files and folders are private (0600, 0700), and an output renamed into place from one would stay so,
+    unreadable to the group and others where every other tool's output is not."""
+    path = Path(path)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+    return path
+
+
 class RunLock:
     """Exclusive use of `output_dir` by this process, as a context manager (see the module docstring)."""
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
+from .run_folder import with_default_permissions
 
 # torch, Transformers and the models are imported where they are used, so that `--help` is instant.
 
@@ -766,7 +767,7 @@ def main(argv=None) -> None:
         else:
             temporary.write(text)
             temporary.close()
-            os.replace(temporary.name, args.output)
+            os.replace(with_default_permissions(temporary.name), args.output)
             temporary = None
     finally:
         if temporary is not None:  # interrupted or failed: no partial file under any name

@@ -1,6 +1,7 @@
 """`hf-headattn-average`: the mean of a run's checkpoints, the folder it writes, and what it refuses."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -68,6 +69,9 @@ def test_averaged_folder_holds_the_mean_and_loads_without_the_package(run_dir, t
     assert json.loads((tmp_path / "avg" / "averaged_from.json").read_text())["checkpoints"][-1].endswith(
         "checkpoint-3")
     assert not list(tmp_path.glob(".avg*"))  # the staging folder was renamed
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "avg").stat().st_mode & 0o777 == 0o777 & ~umask  # not tempfile's private 0700
     script = WITHOUT_PACKAGE + f"""
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from safetensors.torch import load_file

@@ -288,6 +288,9 @@ def test_command_writes_one_line_per_input_line(folder, tmp_path, capsys):
     assert len(written) == 9 and written[-1] == "" and written[2] == "" and written[7] == ""
     assert all(written[k] for k in (0, 1, 3, 4, 5, 6))
     assert out.out == "" and "6 lines translated (2 blank)" in out.err and "out.en" in out.err
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "out.en").stat().st_mode & 0o777 == 0o666 & ~umask  # not tempfile's private 0600
     assert not list(tmp_path.glob(".*partial"))  # the temporary file was renamed
 
     out = run(["--model", model_dir, "--input", source, "--num_beams", "3", "--nbest", "2", "--alignments",
