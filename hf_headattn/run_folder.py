@@ -29,8 +29,6 @@ import socket
 import time
 from pathlib import Path
 
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
 logger = logging.getLogger(__name__)
 
 # What a saved model consists of (save_pretrained of a model and a tokenizer, the training command's records):
@@ -127,6 +125,10 @@ def carry_over(output_dir: str | Path, staging: str | Path, keep_checkpoints: bo
     """Hard-link into `staging` what of `output_dir` outlives the swap: everything but its model files, the run's
     tokenizer scratch and, unless `keep_checkpoints`, its checkpoints. Returns the names carried over besides
     checkpoints (a previous model's card, evaluations, logs), which the caller reports."""
+    # imported here: the translate, average, export and hub commands import this module for
+    # with_default_permissions, and their --help must not load transformers
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
     output_dir, staging = Path(output_dir), Path(staging)
     if not output_dir.is_dir():
         return []
