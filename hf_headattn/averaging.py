@@ -22,12 +22,11 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
-from .run_folder import with_default_permissions
+from .run_folder import staging_folder
 
 __all__ = ["average_checkpoints", "average_state_dicts", "last_checkpoints", "main"]
 
@@ -177,8 +176,7 @@ def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Pat
                          f"missing: {missing[:3]})")
     tokenizer = load_tokenizer(newest)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = with_default_permissions(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial",
-                                                         dir=output_dir.parent))
+    staging = staging_folder(output_dir)
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)

@@ -26,11 +26,10 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
-from .run_folder import with_default_permissions
+from .run_folder import staging_folder
 
 __all__ = ["CTRANSLATE2_QUANTIZATIONS", "FORMATS", "export_ctranslate2", "main", "translate_with_ctranslate2"]
 
@@ -107,8 +106,7 @@ def export_ctranslate2(model, tokenizer, output_dir: str | Path, *, quantization
             return loader_class()(marian, tokenizer)
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = with_default_permissions(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial",
-                                                         dir=output_dir.parent))
+    staging = staging_folder(output_dir)
     try:
         InMemoryConverter().convert(str(staging), quantization=None if quantization == "float32" else quantization,
                                     force=True)

@@ -47,7 +47,7 @@ from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
-from .run_folder import with_default_permissions
+from .run_folder import staging_folder
 
 # transformers and the model classes are imported where they are used, so that `--help` is instant.
 
@@ -832,7 +832,6 @@ def write_space(
             gradio not installed (the Space pins its version).
     """
     import shutil
-    import tempfile
     from importlib.metadata import PackageNotFoundError, version
 
     from huggingface_hub import SpaceCardData
@@ -884,8 +883,7 @@ def write_space(
     title = title or ("hf_headattn: " + " vs ".join(names[:2]) + (" and more" if len(names) > 2 else ""))
     package_version = version("hf_headattn")
 
-    staging = with_default_permissions(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial",
-                                                         dir=output_dir.parent))
+    staging = staging_folder(output_dir)
     try:
         code_dir = staging / SPACE_PACKAGE
         code_dir.mkdir()

@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,6 +62,13 @@ def with_default_permissions(path: str | Path) -> Path:
     os.umask(umask)
     os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
     return path
+
+
+def staging_folder(output_dir: Path) -> Path:
+    """A new, uniquely named sibling folder (``runs/.de-en.<random>.partial``) that an output is written into and
+    then renamed to `output_dir`, with the permissions a plain mkdir would give the output."""
+    return with_default_permissions(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial",
+                                                     dir=output_dir.parent))
 
 
 class RunLock:
