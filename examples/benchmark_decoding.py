@@ -24,6 +24,12 @@ processes get the same thread count (--threads: torch's intra-op threads, CTrans
 
     python examples/benchmark_decoding.py                  # ~1 h on 2 cores; trains missing models first
     python examples/benchmark_decoding.py --quick          # a smoke run: 40 sentences, 1 round, no variants
+    python examples/benchmark_decoding.py --device cuda    # the GPU table: float32, float16 and bfloat16
+
+On a GPU (--device cuda) every process runs there: the anchor in float32, ours in float32, float16 and bfloat16
+(int8 is the CPU's), and CTranslate2 (float32, float16, int8_float16) where its CUDA build is installed; the report
+says why CTranslate2 did not run otherwise. The GPU table is a section of its own in BENCHMARKS.md, and its JSON
+defaults to benchmarks/decoding-gpu.json.
 
 The models are those of examples/benchmark_quality.py (runs/quality/<system>/seed-<n>); a missing one is trained first
 with the same command and flags. Results: --output (JSON) and a section of BENCHMARKS.md between its markers.
@@ -43,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's systems and helpers
 
-SECTION = "decoding"
+SECTIONS = {"cpu": "decoding", "cuda": "decoding-gpu"}  # BENCHMARKS.md sections, by --device
 ANCHOR_BATCH = 32
 TARGETS = {  # issue 35: speed-up over the anchor at beam 5, and agreement with it
     ("ours, fast", 5): 1.5, ("ours, fast int8", 5): 2.5}
@@ -56,32 +62,34 @@ SPARSE_TRANSFORMS = ("sparsemax", "csoftmax", "csparsemax")
 
 
 # ------------------------------------------------------------------------------------------------ the processes
-def anchor_process(model_dir: str, input_file: str, output_file: str, num_beams: int, threads: int) -> None:
+def anchor_process(model_dir: str, input_file: str, output_file: str, num_beams: int, threads: int,
+                   device: str) -> None:
     """What a plain-Transformers user writes: MarianMTModel.generate in batches of 32, in file order."""
     import torch
     from transformers import AutoTokenizer, MarianMTModel
 
     torch.set_num_threads(threads)
-    model = MarianMTModel.from_pretrained(model_dir).eval()
+    model = MarianMTModel.from_pretrained(model_dir).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     lines = Path(input_file).read_text(encoding="utf-8").splitlines()
     translations = []
     with torch.inference_mode():
         for start in range(0, len(lines), ANCHOR_BATCH):
             batch = tokenizer(lines[start:start + ANCHOR_BATCH], return_tensors="pt", padding=True, truncation=True,
-                              return_token_type_ids=False)
+                              return_token_type_ids=False).to(device)
             generated = model.generate(**batch, num_beams=num_beams)
             translations += tokenizer.batch_decode(generated, skip_special_tokens=True)
     Path(output_file).write_text("".join(text.strip() + "\n" for text in translations), encoding="utf-8")
 
 
 def ctranslate2_process(model_dir: str, input_file: str, output_file: str, num_beams: int, threads: int,
-                        max_decoding_length: int) -> None:
+                        max_decoding_length: int, device: str, compute_type: str) -> None:
     from hf_headattn.export import translate_with_ctranslate2
 
     lines = Path(input_file).read_text(encoding="utf-8").splitlines()
     translations = translate_with_ctranslate2(model_dir, lines, beam_size=num_beams, batch_size=ANCHOR_BATCH,
-                                              intra_threads=threads, max_decoding_length=max_decoding_length)
+                                              intra_threads=threads, max_decoding_length=max_decoding_length,
+                                              device=device, compute_type=compute_type)
     Path(output_file).write_text("".join(text + "\n" for text in translations), encoding="utf-8")
 
 
@@ -95,6 +103,17 @@ def timed(argv: list[str], env: dict) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ preparation
+def ctranslate2_unavailable(device: str) -> str | None:
+    """Why CTranslate2 cannot run on `device` here (None: it can)."""
+    try:
+        import ctranslate2
+    except ImportError as error:
+        return f"ctranslate2 is not installed ({error})"
+    if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+        return f"this ctranslate2 {ctranslate2.__version__} sees no CUDA device (a CPU-only build, or no CUDA libraries)"
+    return None
+
+
 def prepare_models(args, data: dict) -> dict:
     """Model folders: the softmax zoo model, its MarianMTModel copy, its CTranslate2 exports, and the variants'."""
     from benchmark_quality import slug, training_argv
@@ -122,17 +141,18 @@ def prepare_models(args, data: dict) -> dict:
     for name, saved in (("marian", marian), ("softmax", ours)):
         saved.save_pretrained(folders[name])
         tokenizer.save_pretrained(folders[name])
-    for quantization in ("float32", "int8"):
-        export_ctranslate2(model, tokenizer, folders[f"ct2 {quantization}"], quantization=quantization,
-                           overwrite=True, source=str(softmax))
+    if not ctranslate2_unavailable(args.device):
+        for quantization in ("float32", "int8"):
+            export_ctranslate2(model, tokenizer, folders[f"ct2 {quantization}"], quantization=quantization,
+                               overwrite=True, source=str(softmax))
     folders["max_length"] = model.generation_config.max_length or 256
     folders["variants"] = {system: zoo_model(system) for system in args.variants}
     return folders
 
 
-def commands(folders: dict, input_file: Path, outputs: Path, num_beams: int,
-             threads: int) -> dict[str, tuple[list[str], Path]]:
-    """System name -> (the command that translates `input_file`, the file it writes)."""
+def commands(folders: dict, input_file: Path, outputs: Path, num_beams: int, threads: int,
+             device: str = "cpu") -> dict[str, tuple[list[str], Path]]:
+    """System name -> (the command that translates `input_file`, the file it writes), on `device` (cpu or cuda)."""
     python, this = sys.executable, os.path.abspath(__file__)
     systems = {}
 
@@ -143,21 +163,31 @@ def commands(folders: dict, input_file: Path, outputs: Path, num_beams: int,
 
     def ours(model_dir: Path, *flags: str) -> list[str]:
         return [python, "-m", "hf_headattn.translation", "--model", str(model_dir), "--input", str(input_file),
-                "--num_beams", str(num_beams), "--quiet", *flags]
+                "--num_beams", str(num_beams), "--quiet", "--device", device, *flags]
 
+    # the reduced-precision paths: int8 on the CPU; float16 and bfloat16 on a GPU (bfloat16 on the CPU too, where
+    # the table shows whether this CPU has native bfloat16 arithmetic)
+    reduced = {"int8": ["--quantize", "int8"], "bfloat16": ["--dtype", "bfloat16"]} if device == "cpu" else \
+        {"float16": ["--dtype", "float16"], "bfloat16": ["--dtype", "bfloat16"]}
+    # CTranslate2's compute types on each export: (export, compute type) per row
+    ctranslate2_rows = {"cpu": {"float32": ("float32", "default"), "int8": ("int8", "default")},
+                        "cuda": {"float32": ("float32", "float32"), "float16": ("float32", "float16"),
+                                 "int8_float16": ("int8", "int8_float16")}}[device]
     add("anchor: MarianMTModel.generate", [python, this, "--anchor-process", str(folders["marian"]), str(input_file),
-                                           str(num_beams), str(threads)], output_flag=False)
+                                           str(num_beams), str(threads), device], output_flag=False)
     add("ours, generate", ours(folders["softmax"], "--decoding", "generate"))
     add("ours, fast", ours(folders["softmax"]))
-    add("ours, fast int8", ours(folders["softmax"], "--quantize", "int8"))
-    add("ours, fast bfloat16", ours(folders["softmax"], "--dtype", "bfloat16"))
-    for quantization in ("float32", "int8"):
-        add(f"CTranslate2 {quantization}", [python, this, "--ctranslate2-process", str(folders[f"ct2 {quantization}"]),
-                                            str(input_file), str(num_beams), str(threads),
-                                            str(folders["max_length"] - 1)], output_flag=False)
+    for name, flags in reduced.items():
+        add(f"ours, fast {name}", ours(folders["softmax"], *flags))
+    if "ct2 float32" in folders:
+        for name, (export, compute_type) in ctranslate2_rows.items():
+            add(f"CTranslate2 {name}", [python, this, "--ctranslate2-process", str(folders[f"ct2 {export}"]),
+                                        str(input_file), str(num_beams), str(threads), str(folders["max_length"] - 1),
+                                        device, compute_type], output_flag=False)
     for system, model_dir in folders["variants"].items():
         add(f"{system}, fast", ours(model_dir))
-        add(f"{system}, fast int8", ours(model_dir, "--quantize", "int8"))
+        first_reduced = next(iter(reduced))  # int8 on the CPU, float16 on a GPU
+        add(f"{system}, fast {first_reduced}", ours(model_dir, *reduced[first_reduced]))
     return systems
 
 
@@ -181,7 +211,7 @@ def run(args) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false",
            "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(filter(None, [
                os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH")]))}
-    plan = {beams: commands(folders, input_file, outputs, beams, args.threads) for beams in args.beams}
+    plan = {beams: commands(folders, input_file, outputs, beams, args.threads, args.device) for beams in args.beams}
     seconds = {beams: {name: [] for name in systems} for beams, systems in plan.items()}
     started = time.perf_counter()
     for round_index in range(args.rounds):
@@ -206,7 +236,8 @@ def run(args) -> dict:
                 "same_as_anchor": sum(a == b for a, b in zip(hypotheses, anchor_lines)) / len(sources),
                 "bleu": sacrebleu.corpus_bleu(hypotheses, [references], force=True).score,
                 "command": shlex.join(argv)})
-    return {"machine": {**machine(), "threads": args.threads}, "sentences": len(sources), "rounds": args.rounds,
+    return {"machine": {**machine(), "threads": args.threads}, "device": args.device,
+            "ctranslate2": ctranslate2_unavailable(args.device) or "ran", "sentences": len(sources), "rounds": args.rounds,
             "seed": args.seed, "model": str(folders["softmax"]), "minutes": (time.perf_counter() - started) / 60,
             "command": shlex.join(["python", "examples/benchmark_decoding.py", *sys.argv[1:]]),
             "torch": torch.__version__, "rows": {str(beams): table for beams, table in rows.items()}}
@@ -232,17 +263,22 @@ def relative_to_softmax(name: str, medians: dict) -> str:
 
 def section_text(report: dict) -> str:
     machine = report["machine"]
+    on_gpu = report.get("device", "cpu") == "cuda"
+    where = f"GPU: {machine['cuda']}" if on_gpu else "CPU"
     lines = [
-        "## Decoding speed: translating a file (CPU)",
+        f"## Decoding speed: translating a file ({where})",
         "",
         f"Measured by `examples/benchmark_decoding.py`: whole processes (start to exit, loading included) translating "
         f"the first {report['sentences']:,} lines of test_2016_flickr.de with the anchor-recipe softmax model (seed "
         f"{report['seed']}) and the same weights as `MarianMTModel` and CTranslate2; each variant's zoo model beside "
-        f"them; median [min-max] of {report['rounds']} interleaved rounds; {machine['threads']} threads; "
-        f"{machine.get('cpu_model') or machine['processor']}, {machine['cpu_count']} CPUs, torch {machine['torch']}, "
+        f"them; median [min-max] of {report['rounds']} interleaved rounds; {machine['threads']} CPU threads; "
+        + (f"{machine['cuda']}, " if on_gpu else "")
+        + f"{machine.get('cpu_model') or machine['processor']}, {machine['cpu_count']} CPUs, torch {machine['torch']}, "
         f"Transformers {machine['transformers']}. Speed-up = anchor time / system time; \"same\" = lines translated "
         "exactly as the anchor translates them; BLEU against the reference (sacrebleu).",
     ]
+    if report.get("ctranslate2", "ran") != "ran":
+        lines += ["", f"CTranslate2 did not run: {report['ctranslate2']}."]
     for beams, table in report["rows"].items():
         lines += ["", f"### Beam {beams}" if beams != "1" else "### Greedy", "",
                   "| system | seconds | sentences/s | speed-up | same as anchor | BLEU | time / family's softmax |",
@@ -264,35 +300,44 @@ def main(argv=None) -> None:
 
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--anchor-process":
-        model_dir, input_file, output_file, beams, threads = argv[1:6]
-        return anchor_process(model_dir, input_file, output_file, int(beams), int(threads))
+        model_dir, input_file, output_file, beams, threads, device = argv[1:7]
+        return anchor_process(model_dir, input_file, output_file, int(beams), int(threads), device)
     if argv and argv[0] == "--ctranslate2-process":
-        model_dir, input_file, output_file, beams, threads, length = argv[1:7]
-        return ctranslate2_process(model_dir, input_file, output_file, int(beams), int(threads), int(length))
+        model_dir, input_file, output_file, beams, threads, length, device, compute_type = argv[1:9]
+        return ctranslate2_process(model_dir, input_file, output_file, int(beams), int(threads), int(length), device,
+                                   compute_type)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--device", default="cpu", choices=sorted(SECTIONS), help="where every process decodes")
     parser.add_argument("--seed", type=int, default=1, help="of the zoo models")
     parser.add_argument("--variants", nargs="*", default=DEFAULT_VARIANTS, help="zoo systems beside softmax")
     parser.add_argument("--quick", action="store_true", help="40 sentences, 1 round, no variants (a smoke run)")
     add_data_arguments(parser)
     parser.add_argument("--output-dir", default="runs/quality", help="model folders (benchmark_quality's)")
     parser.add_argument("--work-dir", default=None, help="exports, input and outputs (default: a temporary folder)")
-    parser.add_argument("--output", default="benchmarks/decoding.json")
+    parser.add_argument("--output", default=None, help="the JSON report (default: benchmarks/decoding.json, "
+                        "benchmarks/decoding-gpu.json on a GPU)")
     parser.add_argument("--markdown", default="BENCHMARKS.md")
     parser.add_argument("--transformer-flags", default="", help="training flags added to every Transformer's")
     parser.add_argument("--lstm-flags", default="", help="training flags added to every LSTM's")
     args = parser.parse_args(argv)
     if args.quick:
         args.sentences, args.rounds, args.variants = 40, 1, []
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device here")
+    args.output = args.output or f"benchmarks/{SECTIONS[args.device]}.json"
     with tempfile.TemporaryDirectory() as temporary:
         args.work_dir = args.work_dir or temporary
         report = run(args)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
-    replace_section(Path(args.markdown), SECTION, section_text(report))
+    replace_section(Path(args.markdown), SECTIONS[args.device], section_text(report))
     print(section_text(report))
 
 

@@ -626,11 +626,15 @@ def write_report(args) -> None:
 
 
 # Sections other scripts write into the report between markers (examples/benchmark_<name>.py); a rewrite keeps them
-OTHER_SECTIONS = ("alignment", "averaging", "decoding", "backends")  # decoding, backends: in BENCHMARKS.md
+# decoding, decoding-gpu, backends: in BENCHMARKS.md
+OTHER_SECTIONS = ("alignment", "averaging", "decoding", "decoding-gpu", "backends")
 
 
 def section_markers(name: str) -> tuple[str, str]:
-    return f"<!-- section written by examples/benchmark_{name}.py -->", f"<!-- end of section {name} -->"
+    """A section's markers; "<script>-<what>" names a second section of examples/benchmark_<script>.py."""
+    script, _, what = name.partition("-")
+    return (f"<!-- section written by examples/benchmark_{script}.py{f' ({what})' if what else ''} -->",
+            f"<!-- end of section {name} -->")
 
 
 def kept_sections(results_file: Path) -> list[str]:
