@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's recipe and helpers
-from benchmark_quality import (add_data_arguments, data_files, mean_std, paired_bleu_p,  # noqa: E402
-                               replace_section, training_argv)
+from benchmark_quality import (add_data_arguments, data_files, machine, machine_label, mean_std,  # noqa: E402
+                               paired_bleu_p, replace_section, training_argv)
 from hf_headattn.averaging import average_checkpoints, last_checkpoints  # noqa: E402
 from hf_headattn.evaluation import evaluate_model  # noqa: E402
 from hf_headattn.training import train  # noqa: E402
@@ -51,6 +51,8 @@ def run_seed(seed: int, data: dict, args) -> dict:
     if not (average_dir / "config.json").is_file():
         average_checkpoints(checkpoints, average_dir)
     record = {"seed": seed, "averaged": [checkpoint.name for checkpoint in checkpoints],
+              # where it trained and decoded: seeds of one table may run on different machines
+              "trained_on": machine_label({"machine_at_start": machine()}),
               "training_command": shlex.join(["hf-headattn-train", *train_argv]),
               "average_command": shlex.join(["hf-headattn-average", "--last", str(args.last), str(model_dir),
                                              "--output_dir", str(average_dir)]),
@@ -77,12 +79,13 @@ def run_seed(seed: int, data: dict, args) -> dict:
 
 
 def section_text(records: list[dict], last: int) -> str:
-    lines = ["| seed | averaged checkpoints | greedy: last | greedy: average | gain | p | beam 5: last | "
-             "beam 5: average | gain | p |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| seed | trained on | averaged checkpoints | greedy: last | greedy: average | gain | p | beam 5: last | "
+             "beam 5: average | gain | p |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for record in records:
         cells = [f"{record[d]['last']:.2f} | {record[d]['average']:.2f} | {record[d]['gain']:+.2f} | "
                  f"{record[d]['p']:.3f}" for d in DECODINGS]
-        lines.append(f"| {record['seed']} | {', '.join(record['averaged'])} | {' | '.join(cells)} |")
+        lines.append(f"| {record['seed']} | {record['trained_on']} | {', '.join(record['averaged'])} | "
+                     f"{' | '.join(cells)} |")
     summary = "; ".join(
         f"{decoding}: last {mean_std([r[decoding]['last'] for r in records])}, average "
         f"{mean_std([r[decoding]['average'] for r in records])} (gain {statistics.mean(r[decoding]['gain'] for r in records):+.2f})"

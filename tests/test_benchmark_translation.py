@@ -2,6 +2,7 @@
 records its results and puts its table into RESULTS.md between markers that benchmark_quality's report keeps."""
 
 import json
+import os
 
 import pytest
 
@@ -73,6 +74,7 @@ def test_averaging_benchmark_end_to_end(tmp_path):
                  "--transformer-flags", f"{TINY} --d_model 16 --ffn_dim 32", "--checkpoint-flags", "--save_steps 1"])
     record = json.loads((tmp_path / "records" / "seed-1.json").read_text())
     assert record["averaged"] == ["checkpoint-3", "checkpoint-4"]
+    assert record["trained_on"] == f"CPU, {os.cpu_count()} cores"  # the table names each seed's machine
     assert (tmp_path / "runs" / "seed-1-average2" / "averaged_from.json").is_file()
     for decoding in ("greedy", "beam5"):
         assert record[decoding]["gain"] == pytest.approx(record[decoding]["average"] - record[decoding]["last"])
