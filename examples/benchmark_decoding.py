@@ -110,7 +110,8 @@ def ctranslate2_unavailable(device: str) -> str | None:
     except ImportError as error:
         return f"ctranslate2 is not installed ({error})"
     if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
-        return f"this ctranslate2 {ctranslate2.__version__} sees no CUDA device (a CPU-only build, or no CUDA libraries)"
+        return (f"this ctranslate2 {ctranslate2.__version__} sees no CUDA device (a CPU-only build, or no CUDA "
+                "libraries)")
     return None
 
 
@@ -184,10 +185,10 @@ def commands(folders: dict, input_file: Path, outputs: Path, num_beams: int, thr
             add(f"CTranslate2 {name}", [python, this, "--ctranslate2-process", str(folders[f"ct2 {export}"]),
                                         str(input_file), str(num_beams), str(threads), str(folders["max_length"] - 1),
                                         device, compute_type], output_flag=False)
+    variant_reduced = next(iter(reduced))  # each variant's reduced-precision row: int8 on the CPU, float16 on a GPU
     for system, model_dir in folders["variants"].items():
         add(f"{system}, fast", ours(model_dir))
-        first_reduced = next(iter(reduced))  # int8 on the CPU, float16 on a GPU
-        add(f"{system}, fast {first_reduced}", ours(model_dir, *reduced[first_reduced]))
+        add(f"{system}, fast {variant_reduced}", ours(model_dir, *reduced[variant_reduced]))
     return systems
 
 
@@ -237,7 +238,8 @@ def run(args) -> dict:
                 "bleu": sacrebleu.corpus_bleu(hypotheses, [references], force=True).score,
                 "command": shlex.join(argv)})
     return {"machine": {**machine(), "threads": args.threads}, "device": args.device,
-            "ctranslate2": ctranslate2_unavailable(args.device) or "ran", "sentences": len(sources), "rounds": args.rounds,
+            "ctranslate2": ctranslate2_unavailable(args.device) or "ran", "sentences": len(sources),
+            "rounds": args.rounds,
             "seed": args.seed, "model": str(folders["softmax"]), "minutes": (time.perf_counter() - started) / 60,
             "command": shlex.join(["python", "examples/benchmark_decoding.py", *sys.argv[1:]]),
             "torch": torch.__version__, "rows": {str(beams): table for beams, table in rows.items()}}

@@ -113,6 +113,24 @@ def test_decoding_benchmark_end_to_end(tmp_path):
     assert markdown.read_text().startswith("# Speed (CPU)\n\nnew run\n\n<!-- section written by")
 
 
+def test_decoding_systems_on_a_gpu(tmp_path):
+    """--device cuda: every process gets the device; float16 and bfloat16 rows instead of int8 (CPU only); no
+    CTranslate2 rows without its exports, and CTranslate2's GPU compute types with them."""
+    commands = load_example("benchmark_decoding").commands
+    folders = {"marian": tmp_path / "marian", "softmax": tmp_path / "ours", "max_length": 128,
+               "variants": {"transformer sparsemax": tmp_path / "sparsemax"}}
+    systems = commands(folders, tmp_path / "input.de", tmp_path, 5, 2, "cuda")
+    assert list(systems) == ["anchor: MarianMTModel.generate", "ours, generate", "ours, fast", "ours, fast float16",
+                             "ours, fast bfloat16", "transformer sparsemax, fast", "transformer sparsemax, fast float16"]
+    for name, (argv, _) in systems.items():
+        assert "cuda" in argv and "int8" not in argv, name
+    folders.update({"ct2 float32": tmp_path / "ct2-float32", "ct2 int8": tmp_path / "ct2-int8"})
+    ctranslate2 = {name: argv[-1] for name, (argv, _) in commands(folders, tmp_path / "input.de", tmp_path, 5, 2,
+                                                                   "cuda").items() if name.startswith("CTranslate2")}
+    assert ctranslate2 == {"CTranslate2 float32": "float32", "CTranslate2 float16": "float16",
+                           "CTranslate2 int8_float16": "int8_float16"}
+
+
 def test_decoding_rows_compare_each_variant_with_its_familys_softmax():
     relative = load_example("benchmark_decoding").relative_to_softmax
     medians = {"ours, fast": 10.0, "ours, fast int8": 8.0, "lstm baseline 1x1, fast": 4.0,
