@@ -134,7 +134,7 @@ def carry_over(output_dir: str | Path, staging: str | Path, keep_checkpoints: bo
     tokenizer scratch and, unless `keep_checkpoints`, its checkpoints. Returns the names carried over besides
     checkpoints (a previous model's card, evaluations, logs), which the caller reports."""
     # imported here: the translate, average, export and hub commands import this module for
-    # with_default_permissions, and their --help must not load transformers
+    # with_default_permissions and staging_folder, and their --help must not load transformers
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     output_dir, staging = Path(output_dir), Path(staging)
