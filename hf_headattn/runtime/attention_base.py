@@ -124,9 +124,19 @@ class AttentionVariant(nn.Module):
     `config._attn_implementation` (`softmax_heads`), else the name of the variant's own kernel, which runs whatever
     the implementation; `per_head_masks` marks variants that give each head its own mask (which flash attention
     cannot take). They implement `forward` and may refine `check_options`.
+
+    What the tooling asks of a variant (model cards, the web page, the commands' `--help`, export) it answers here,
+    so that a new variant is one module and one registry line: `description` (one line, for `--help` and the page),
+    `paper` (the citation a model card lists, with what the model takes from it; None for plain attention),
+    `weighs_heads` (it computes weights over its heads, which the page and the plots draw: `head_importances`) and
+    `exportable` (CTranslate2 can run it, so a model made only of such variants exports).
     """
 
     name: ClassVar[str]
+    description: ClassVar[str]
+    paper: ClassVar[str | None] = None
+    weighs_heads: ClassVar[bool] = False
+    exportable: ClassVar[bool] = False
     options: ClassVar[dict[str, Any]] = {}
     sites: ClassVar[tuple[str, ...]] = SITES
     default_layers: ClassVar[tuple[int, ...] | None] = None

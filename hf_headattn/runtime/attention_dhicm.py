@@ -29,6 +29,11 @@ class DynamicHeadImportanceAttention(AttentionVariant):
     """
 
     name = "dhicm"
+    description = "a second-level attention over the heads' outputs (dynamic head importance), with a KL term"
+    paper = ("Goindani & Shrivastava (2021), *A Dynamic Head Importance Computation Mechanism for Neural Machine "
+             "Translation*: `dhicm`, a second-level attention over the heads' outputs with a KL term that keeps "
+             "the head importances from being uniform.")
+    weighs_heads = True
     options = {"d_m": None, "dropout": None, "kl_weight": 0.1, "score": "dot"}
     default_layers = (-1,)  # the paper's best placement: the last layer
     combines_heads = True

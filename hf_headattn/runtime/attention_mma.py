@@ -61,6 +61,9 @@ def head_kind_masks(head_kinds, window: int, num_queries: int, num_keys: int, de
 
 class MixedMultiHeadAttention(AttentionVariant):
     name = "mma"
+    description = "mixed multi-head self-attention: heads with global, local, forward and backward hard masks"
+    paper = ("Cui, Iida, Hung, Utsuro & Nagata (2019), *Mixed Multi-Head Self-Attention for Neural Machine "
+             "Translation*: `mma`, heads with global, local, forward and backward hard masks.")
     options = {"window": 1, "head_kinds": None}
     sites = (ENCODER_SELF_ATTENTION, DECODER_SELF_ATTENTION)
     prunable = False  # each head's mask kind is tied to its index

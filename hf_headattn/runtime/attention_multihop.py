@@ -18,6 +18,8 @@ from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, Att
 
 
 HOP_MODES = ("dependent", "independent")
+MULTIHOP_PAPER = ("Iida, Kimura, Cui, Hung, Utsuro & Nagata (2019), *A Multi-Hop Attention for RNN based Neural "
+                  "Machine Translation*: multi-head source attention and second-level hops over the heads.")
 
 
 def check_hop_mode(hop_mode) -> None:
@@ -75,6 +77,9 @@ class MultiHopAttention(AttentionVariant):
     and `hop_mode` ("dependent" or "independent")."""
 
     name = "multihop"
+    description = "multi-head cross-attention with second-level hops over the heads (Iida et al., 2019)"
+    paper = MULTIHOP_PAPER
+    weighs_heads = True
     options = {"hops": 1, "hop_mode": "dependent"}
     sites = (CROSS_ATTENTION,)
     prunable = False  # U_b and U_c are per head

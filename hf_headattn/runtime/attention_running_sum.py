@@ -20,6 +20,8 @@ from .attention_base import (
 
 class RunningSumAttention(AttentionVariant):
     name = "running_sum"
+    description = ("the seam's test variant: softmax cross-attention lowered by the attention each source position "
+                   "has already received")
     kernel = "running_sum"  # softmax whose scores change step by step with the coverage
     options = {"penalty": 1.0, "aux_weight": 0.0}
     sites = (CROSS_ATTENTION,)

@@ -10,6 +10,8 @@ class SoftmaxAttention(AttentionVariant):
     the eager implementation or the caller wants the attention weights (which SDPA does not return)."""
 
     name = "softmax"
+    description = "scaled dot-product attention, softmax over the keys (Vaswani et al., 2017)"
+    exportable = True
 
     def forward(
         self,

@@ -25,6 +25,11 @@ from .attention_base import (
 from .sparse_attention import csoftmax, csparsemax, sparsemax
 
 
+MALAVIYA_2018 = ("Malaviya, Ferreira & Martins (2018), *Sparse and Constrained Attention for Neural Machine "
+                 "Translation*: sparsemax, constrained softmax and constrained sparsemax attention with fertility "
+                 "bounds, and the REP and DROP metrics.")
+
+
 def with_sink_column(allowed: torch.Tensor) -> torch.Tensor:
     """A [..., sources] mask of allowed source tokens, extended by an always-allowed <SINK> column."""
     return torch.cat([allowed, allowed.new_ones(*allowed.shape[:-1], 1)], dim=-1)
@@ -52,6 +57,8 @@ class SparsemaxAttention(AttentionVariant):
     """sparsemax(Q K^T / sqrt(d_k)) V per head (Eq. 3): exactly zero weight on low-scoring keys."""
 
     name = "sparsemax"
+    description = "sparsemax over the keys: exactly zero weight on low-scoring keys (Malaviya et al., 2018)"
+    paper = MALAVIYA_2018
     kernel = "sparsemax"
 
     def forward(
@@ -157,6 +164,8 @@ class ConstrainedSoftmaxAttention(ConstrainedAttention):
     """Constrained softmax (Eq. 4): the distribution closest to softmax(z) in KL with alpha <= u."""
 
     name = "csoftmax"
+    description = "constrained softmax: each source token's attention over time bounded by its fertility"
+    paper = MALAVIYA_2018
     kernel = "csoftmax"
     transform = staticmethod(csoftmax)
 
@@ -165,5 +174,7 @@ class ConstrainedSparsemaxAttention(ConstrainedAttention):
     """Constrained sparsemax (Eq. 6): alpha = clip(z - tau, 0, u), sparse over source tokens and over time."""
 
     name = "csparsemax"
+    description = "constrained sparsemax: sparse, each source token's attention over time bounded by its fertility"
+    paper = MALAVIYA_2018
     kernel = "csparsemax"
     transform = staticmethod(csparsemax)

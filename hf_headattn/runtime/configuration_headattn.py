@@ -6,7 +6,7 @@ from transformers import PretrainedConfig
 
 from .attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION, SITES
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
-from .fertility import check_fertility_config
+from .fertility import check_fertility_config, describe_fertility
 from .remote_code import check_code_travels
 from .transformers_compat import CACHE_NAME, validate_base_architecture
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
@@ -24,6 +24,10 @@ from .sparse_attention import sparsemax  # noqa: F401
 
 
 POSITION_EMBEDDINGS = ("sinusoidal", "none")
+TRANSFORMER_PAPER = ("Vaswani et al. (2017), *Attention Is All You Need*: the Transformer; the layout (post-LN, "
+                     "sinusoidal positions, final logits bias) follows Marian (Junczys-Dowmunt et al., 2018).")
+_SITE_TITLES = {ENCODER_SELF_ATTENTION: "Encoder self-attention", DECODER_SELF_ATTENTION: "Decoder self-attention",
+                CROSS_ATTENTION: "Cross-attention"}
 _MODULE_NAMES = {
     ENCODER_SELF_ATTENTION: ("encoder", "self_attn"),
     DECODER_SELF_ATTENTION: ("decoder", "self_attn"),
@@ -413,6 +417,102 @@ class HeadAttnConfig(PretrainedConfig):
         if site not in SITES:
             raise ValueError(f"Unknown attention site {site!r}; sites are: {', '.join(SITES)}")
         return self._resolve_site(site)[layer_idx]
+
+    # ------------------------------------------------------------------------ what the tooling asks of the family
+    # Both families' configs answer these, so that cards, the web page, plots and the commands never test a model
+    # type or name a variant.
+    family = "transformer"  # the model card template (model_cards/<family>.md) and the family's tag
+
+    def attention_variant_names(self) -> list[str]:
+        """The registered variants the model uses, at any site and layer, sorted."""
+        return sorted({self.attention_variant(site, layer)[0] for site in SITES
+                       for layer in range(self._num_layers(site))})
+
+    def papers(self) -> list[str]:
+        """The citations a model card lists: the Transformer's, then each variant's paper, once each."""
+        variant_papers = (ATTENTION_VARIANTS[name].paper for name in self.attention_variant_names())
+        return list(dict.fromkeys([TRANSFORMER_PAPER, *(paper for paper in variant_papers if paper)]))
+
+    def card_tags(self) -> list[str]:
+        """The family's own Hub tags (the variants' names are tagged by the card)."""
+        return []
+
+    def describe(self) -> str:
+        """One line saying which attention the model uses where (the web page's model description)."""
+        parts = []
+        for site in SITES:
+            names = [self.attention_variant(site, layer)[0] for layer in range(self._num_layers(site))]
+            shown = names[0] if len(set(names)) == 1 else f"{' / '.join(names)} (by layer)"
+            parts.append(f"{_SITE_TITLES[site].lower()}: {shown}")
+        fertility = f"; fertility {self.fertility}" if self.uses_fertility() else ""
+        return f"Transformer, {self.decoder_layers} decoder layers; " + "; ".join(parts) + fertility
+
+    def describe_architecture(self) -> list[str]:
+        """The architecture in sentences, for the model card (the card adds the parameter count to the first)."""
+        encoder_heads, decoder_heads = self.encoder_attention_heads, self.decoder_attention_heads
+        heads = (f"{encoder_heads} heads" if encoder_heads == decoder_heads
+                 else f"{encoder_heads} encoder / {decoder_heads} decoder heads")
+        lines = [
+            f"Transformer: {self.encoder_layers} encoder and {self.decoder_layers} decoder layers, d_model "
+            f"{self.d_model}, {heads}, feed-forward {self.encoder_ffn_dim}, {self.position_embedding} position "
+            f"embeddings, vocabulary {self.vocab_size:,}",
+            *(f"{title}: {self._describe_site(site)}." for site, title in _SITE_TITLES.items()),
+        ]
+        if self.uses_fertility():
+            lines.append(f"Fertility of the constrained cross-attention: {describe_fertility(self)}.")
+        if self.pruned_heads:
+            pruned = "; ".join(f"{name}: heads {', '.join(map(str, removed))}"
+                               for name, removed in self.pruned_heads.items())
+            lines.append(f"Pruned heads (indices among each module's original heads): {pruned}.")
+        return lines
+
+    def _describe_site(self, site: str) -> str:
+        """e.g. "`softmax` in layers 0-4, `dhicm` (kl_weight=0.1) in layer 5", from the resolved per-layer specs."""
+        placements: dict[str, list[int]] = {}
+        for layer in range(self._num_layers(site)):
+            name, options = self.attention_variant(site, layer)
+            label = f"`{name}`" + (f" ({', '.join(f'{k}={v}' for k, v in sorted(options.items()))})" if options else "")
+            placements.setdefault(label, []).append(layer)
+        if len(placements) == 1:
+            return f"{next(iter(placements))} in every layer"
+        return ", ".join(f"{label} in {_layer_ranges(layers)}" for label, layers in placements.items())
+
+    @property
+    def cross_attention_layers(self) -> int:
+        """How many cross-attention layers the model returns (`outputs.cross_attentions`)."""
+        return self.decoder_layers
+
+    def cross_attention_module(self, layer_idx: int) -> str:
+        """The name of the cross-attention module of decoder layer `layer_idx` (as `pruned_heads` names it)."""
+        return self.module_name(CROSS_ATTENTION, layer_idx)
+
+    def cross_attention_variant(self, layer_idx: int) -> tuple[str, dict[str, Any]]:
+        """The (variant name, options) of the cross-attention of decoder layer `layer_idx`."""
+        return self.attention_variant(CROSS_ATTENTION, layer_idx)
+
+    def cross_attention_heads(self, layer_idx: int) -> list[int]:
+        """Original indices of the heads the cross-attention of decoder layer `layer_idx` keeps."""
+        return self.kept_heads(CROSS_ATTENTION, layer_idx)
+
+    def head_weighting_modules(self) -> dict[str, str]:
+        """Module name -> variant name, for the modules whose variant computes weights over their heads."""
+        return {module: self.attention_variant(site, layer)[0]
+                for module, (site, layer) in self.attention_modules().items()
+                if ATTENTION_VARIANTS[self.attention_variant(site, layer)[0]].weighs_heads}
+
+    def exportable(self) -> bool:
+        """Whether every attention module's variant is one CTranslate2 can run."""
+        return all(ATTENTION_VARIANTS[self.attention_variant(site, layer)[0]].exportable
+                   for site in SITES for layer in range(self._num_layers(site)))
+
+
+def _layer_ranges(layers: list[int]) -> str:
+    spans, start = [], layers[0]
+    for previous, current in zip(layers, layers[1:] + [None]):
+        if current != previous + 1:
+            spans.append(str(start) if start == previous else f"{start}-{previous}")
+            start = current
+    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(spans)
 
 
 # save_pretrained copies this module and its relative imports, and names it in config.json's auto_map

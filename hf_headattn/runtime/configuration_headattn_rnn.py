@@ -3,10 +3,11 @@
 
 from transformers import PretrainedConfig
 
-from .attention_multihop import check_hop_mode
+from .attention_multihop import MULTIHOP_PAPER, check_hop_mode
+from .attention_sparse import MALAVIYA_2018
 from .configuration_headattn import (CUSTOM_PIPELINES, check_fractions, check_model_type, check_positive_integers,
                                      check_token_ids)
-from .fertility import check_fertility_config
+from .fertility import check_fertility_config, describe_fertility
 from .remote_code import check_code_travels
 from .transformers_compat import CACHE_NAME, validate_base_architecture
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
@@ -27,6 +28,10 @@ from .sparse_attention import sparsemax  # noqa: F401
 ATTENTION_SCORES = ("general", "scaled_general", "dot")
 ATTENTION_TRANSFORMS = ("softmax", "sparsemax", "csoftmax", "csparsemax")
 CONSTRAINED_TRANSFORMS = ("csoftmax", "csparsemax")
+LUONG_PAPER = ("Luong, Pham & Manning (2015), *Effective Approaches to Attention-based Neural Machine Translation*: "
+               "the attentional LSTM encoder-decoder with input feeding.")
+COVERAGE_VECTOR_PAPER = "Tu, Lu, Liu, Liu & Li (2016), *Modeling Coverage for Neural Machine Translation*: the coverage vector."
+SOURCE_ATTENTION = "source attention"  # the one attention module's name, in outputs, plots and the web page
 
 AUTO_MAP = {
     "AutoConfig": "configuration_headattn_rnn.HeadAttnRNNConfig",
@@ -190,6 +195,83 @@ class HeadAttnRNNConfig(PretrainedConfig):
     def uses_fertility(self) -> bool:
         """Whether the attention bounds each source token's attention by its fertility."""
         return self.attention_transform in CONSTRAINED_TRANSFORMS
+
+    # ------------------------------------------------------------------------ what the tooling asks of the family
+    # The same questions HeadAttnConfig answers, so that cards, the web page, plots and the commands never test a
+    # model type.
+    family = "lstm"  # the model card template (model_cards/<family>.md) and the family's tag
+
+    def attention_variant_names(self) -> list[str]:
+        """The attention transform, the one variant an LSTM's source attention uses."""
+        return [self.attention_transform]
+
+    def papers(self) -> list[str]:
+        """The citations a model card lists: Luong et al., then the multi-hop, sparse and coverage papers the
+        configuration uses."""
+        papers = [LUONG_PAPER]
+        if self.num_heads > 1 or self.num_hops > 1:
+            papers.append(MULTIHOP_PAPER)
+        if self.attention_transform != "softmax" or self.coverage_vector:
+            papers.append(MALAVIYA_2018)
+        if self.coverage_vector:
+            papers.append(COVERAGE_VECTOR_PAPER)
+        return papers
+
+    def card_tags(self) -> list[str]:
+        """The family's own Hub tags (the variants' names are tagged by the card)."""
+        return ["lstm", *(tag for tag, used in (("multi-head-attention", self.num_heads > 1),
+                                                 ("multi-hop-attention", self.num_hops > 1),
+                                                 ("coverage-vector", self.coverage_vector)) if used)]
+
+    def describe(self) -> str:
+        """One line saying which attention the model uses (the web page's model description)."""
+        hops = f" x {self.num_hops} hops ({self.hop_mode})" if self.num_hops > 1 else ""
+        text = f"LSTM encoder-decoder; source attention: {self.attention_transform}, {self.num_heads} head(s){hops}"
+        return text + (f"; fertility {self.fertility}" if self.uses_fertility() else "")
+
+    def describe_architecture(self) -> list[str]:
+        """The architecture in sentences, for the model card (the card adds the parameter count to the first)."""
+        def count(number: int, noun: str) -> str:
+            return f"{number} {noun}{'s' * (number != 1)}"
+
+        lines = [
+            f"LSTM encoder-decoder: {count(self.encoder_layers, 'bidirectional encoder layer')} "
+            f"({self.hidden_size // 2} units per direction) and {count(self.decoder_layers, 'decoder layer')} "
+            f"with input feeding, embeddings {self.embedding_size}, hidden size {self.hidden_size}, vocabulary "
+            f"{self.vocab_size:,}",
+            f"Source attention: {count(self.num_heads, 'head')} x {count(self.num_hops, 'hop')}"
+            + (f" ({self.hop_mode} hops)" if self.num_hops > 1 else "")
+            + f", `{self.attention_score}` scores, `{self.attention_transform}` weights.",
+        ]
+        if self.uses_fertility():
+            lines.append(f"Fertility: {describe_fertility(self)}; <SINK> token: "
+                         f"{'yes' if self.sink_token else 'no'}; exhaustion c = {self.exhaustion:g}.")
+        lines.append(f"Coverage vector (Tu et al., 2016): {'yes' if self.coverage_vector else 'no'}.")
+        return lines
+
+    @property
+    def cross_attention_layers(self) -> int:
+        """How many cross-attention layers the model returns (`outputs.cross_attentions`): the one source attention."""
+        return 1
+
+    def cross_attention_module(self, layer_idx: int) -> str:
+        return SOURCE_ATTENTION
+
+    def cross_attention_variant(self, layer_idx: int) -> tuple[str, dict]:
+        """The source attention's transform, and whether a sink takes the attention no source token can."""
+        return self.attention_transform, ({"sink": self.sink_token} if self.uses_fertility() else {})
+
+    def cross_attention_heads(self, layer_idx: int) -> list[int]:
+        return list(range(self.num_heads))
+
+    def head_weighting_modules(self) -> dict[str, str]:
+        """The source attention when dependent hops weigh its heads (Iida et al., Eq. 7-9)."""
+        weighs = self.num_hops > 1 and self.hop_mode == "dependent"
+        return {SOURCE_ATTENTION: f"multi-hop ({self.num_hops} dependent hops), last hop"} if weighs else {}
+
+    def exportable(self) -> bool:
+        """CTranslate2 has no LSTM encoder-decoder of this kind."""
+        return False
 
 
 # save_pretrained copies this module and its relative imports, and names it in config.json's auto_map

@@ -27,6 +27,11 @@ from .rnn_packing import run_packed_lstm
 __all__ = ["FERTILITY_STRATEGIES", "FertilityPredictor", "SourceFertility", "check_fertility_config", "source_fertility"]
 
 FERTILITY_STRATEGIES = ("constant", "guided", "predicted")
+_FERTILITY_DESCRIPTIONS = {
+    "constant": "CONSTANT (every source token may receive {constant_fertility:g} units of attention)",
+    "guided": "GUIDED (per token, the largest fertility in word alignments of the training data)",
+    "predicted": "PREDICTED (a bi-LSTM tagger inside the model, trained on word-alignment fertilities)",
+}
 
 
 def _real_token_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -242,3 +247,8 @@ class SourceFertility(nn.Module):
             guided_table=getattr(self, "guided_fertility", None),
             predictor=self.fertility_predictor,
         )
+
+
+def describe_fertility(config) -> str:
+    """The config's fertility strategy in words, for model cards."""
+    return _FERTILITY_DESCRIPTIONS[config.fertility].format(constant_fertility=config.constant_fertility)
