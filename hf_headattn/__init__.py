@@ -1,4 +1,12 @@
-"""hf_headattn: Transformers-compatible NMT models with pluggable attention variants.
+"""hf_headattn: neural machine translation models for Transformers whose attention is pluggable.
+
+Commands (each with `--help` and `--version`; `python -m hf_headattn` lists them):
+    hf-headattn-train, -translate, -evaluate, -average, -export, -plot, -hub, -demo, -app
+Guides: README.md, then docs/ (installation, training, translating, evaluating, publishing, deploying, variants,
+reproducing) in the repository.
+Python: `HeadAttnConfig` / `HeadAttnForConditionalGeneration` (the Transformer), `HeadAttnRNNConfig` /
+`HeadAttnRNNForConditionalGeneration` (the LSTM), `ATTENTION_VARIANTS` (the registry), the kernels `sparsemax`,
+`csoftmax`, `csparsemax`, and `hf_headattn.translation.translate`.
 
 The package's names load on first use (a module-level `__getattr__`, as Transformers does), so
 `import hf_headattn` and every command's `--help` start without importing torch, Transformers, datasets,
@@ -9,7 +17,13 @@ sacrebleu or matplotlib. The first model class used also registers both families
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version as _installed_version
 from typing import TYPE_CHECKING
+
+try:
+    __version__ = _installed_version("hf_headattn")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0.1.0+unknown"
 
 # public name -> the submodule that defines it
 _LAZY_ATTRIBUTES = {

@@ -41,6 +41,13 @@ def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
                         help="also log progress details (INFO) of this package and of Transformers")
 
 
+def add_version_argument(parser: argparse.ArgumentParser) -> None:
+    """`--version`: the package's version, as every command prints it."""
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s (hf_headattn) {__version__}")
+
+
 def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} instead of the short summary")
 
