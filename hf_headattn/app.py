@@ -291,7 +291,7 @@ def _describe_layers(config, result: PanelResult) -> None:
         result.layer_names = [f"source attention ({config.attention_transform})"]
         result.layer_heads = [list(range(1, config.num_heads + 1))]
         if config.attention_transform in CONSTRAINED:
-            result.constrained_layers = {0: bool(config.sink_token)}
+            result.constrained_layers = {0: config.sink != "none"}
         if config.num_hops > 1 and config.hop_mode == "dependent":
             result.module_variants = {"source attention": f"multi-hop ({config.num_hops} dependent hops), last hop"}
         return

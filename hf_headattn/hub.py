@@ -364,7 +364,7 @@ def _describe_architecture(config, evaluation: Mapping) -> str:
         ]
         if config.uses_fertility():
             lines.append(f"Fertility: {_describe_fertility(config)}; <SINK> token: "
-                         f"{'yes' if config.sink_token else 'no'}; exhaustion c = {config.exhaustion:g}.")
+                         f"{config.sink}; exhaustion c = {config.exhaustion:g}.")
         lines.append(f"Coverage vector (Tu et al., 2016): {'yes' if config.coverage_vector else 'no'}.")
     return "\n".join(f"- {line}" for line in lines)
 

@@ -79,8 +79,9 @@ CONFIGS = {
     "csoftmax-constant": {"attention_transform": "csoftmax", "constant_fertility": 1.0},
     "csparsemax-guided": {"attention_transform": "csparsemax", "fertility": "guided"},
     # max_fertility 2: expected fertilities of at most 2, so that 10-12 steps exhaust them (infeasible steps included)
-    "csparsemax-predicted-no-sink": {"attention_transform": "csparsemax", "fertility": "predicted", "sink_token": False,
+    "csparsemax-predicted-no-sink": {"attention_transform": "csparsemax", "fertility": "predicted", "sink": "none",
                                      "fertility_predictor_size": 8, "max_fertility": 2},
+    "csparsemax-sink-vector": {"attention_transform": "csparsemax", "sink": "vector", "num_heads": 2},
     "coverage-vector": {"coverage_vector": True, "num_heads": 2},
     "2-encoder-3-decoder-layers": {"encoder_layers": 2, "decoder_layers": 3},
 }
@@ -92,7 +93,7 @@ GENERATION = dict(max_new_tokens=10, do_sample=False, no_repeat_ngram_size=1)
 # also cover finished beams and the filling after EOS.
 EOS_BIAS = {
     "baseline-1x1-general": 2.0, "dot": 1.0, "2x1-single-hop": 3.0, "2x3-independent": 1.5, "sparsemax": 2.0,
-    "csoftmax-constant": 2.0, "csparsemax-guided": 2.0, "coverage-vector": 3.5, "2-encoder-3-decoder-layers": 2.0,
+    "csoftmax-constant": 2.0, "csparsemax-guided": 2.0, "csparsemax-sink-vector": 1.5, "coverage-vector": 3.5, "2-encoder-3-decoder-layers": 2.0,
 }
 
 
@@ -213,7 +214,8 @@ EQUATION_CONFIGS = {
     "sparsemax-2x2": {"attention_transform": "sparsemax", "num_heads": 2, "num_hops": 2},
     "csoftmax-sink-2x2": {"attention_transform": "csoftmax", "num_heads": 2, "num_hops": 2, "exhaustion": 0.5},
     "csparsemax-sink-2x1": {"attention_transform": "csparsemax", "num_heads": 2, "exhaustion": 0.5},
-    "csparsemax-no-sink": {"attention_transform": "csparsemax", "sink_token": False},
+    "csparsemax-no-sink": {"attention_transform": "csparsemax", "sink": "none"},
+    "csoftmax-sink-vector-2x1": {"attention_transform": "csoftmax", "num_heads": 2, "sink": "vector"},
     "scaled-csparsemax-sink-coverage": {"attention_score": "scaled_general", "attention_transform": "csparsemax",
                                         "num_heads": 2, "coverage_vector": True},
 }
@@ -243,14 +245,17 @@ def test_one_decoder_step_follows_the_equations_head_by_head(name):
     cumulative = torch.rand(batch, heads, sources, generator=generator, dtype=torch.float64) * 1.5
     cumulative = cumulative * source_mask[:, None, :]
     constrained = config.uses_fertility()
+    # sink="token": each sentence's <SINK> state comes from the encoder; "vector": the module's own
+    sink_states = (torch.randn(batch, d, generator=generator, dtype=torch.float64)
+                   if config.source_sink() == "token" else None)
 
     output, weights, head_weights = attention(decoder_state, memory, attention.attention_mask(source_mask),
-                                              fertility if constrained else None, cumulative)
+                                              fertility if constrained else None, cumulative, sink_states)
 
     hops = attention.second_hops
     W_o = attention.output_proj.weight
-    sink = attention.sink_state
-    assert (sink is not None) == (constrained and config.sink_token)
+    sink = attention.sink_state if config.source_sink() == "vector" else sink_states
+    assert (sink is not None) == (constrained and config.sink != "none")
     assert weights.shape == (batch, heads, sources + (1 if sink is not None else 0))
     for b in range(batch):
         real = int(source_mask[b].sum())
@@ -271,7 +276,8 @@ def test_one_decoder_step_follows_the_equations_head_by_head(name):
                 bounds = (fertility[b, 0, :real] - cumulative[b, k, :real]).clamp(min=0)
                 z = z + config.exhaustion * bounds
                 if sink is not None:
-                    z = torch.cat([z, (s @ sink * scale)[None]])
+                    sink_state = sink if sink.dim() == 1 else sink[b]
+                    z = torch.cat([z, (s @ sink_state * scale)[None]])
                     bounds = torch.cat([bounds, torch.tensor([math.inf], dtype=torch.float64)])
             alpha = _reference_weights(config.attention_transform, z, bounds)
             torch.testing.assert_close(weights[b, k, :real], alpha[:real], atol=1e-10, rtol=1e-9)
@@ -284,7 +290,7 @@ def test_one_decoder_step_follows_the_equations_head_by_head(name):
                 torch.testing.assert_close(weights[b, k, sources], alpha[real])
             context = alpha[:real] @ H  # c^(k) (Eq. 2)
             if sink is not None:
-                context = context + alpha[real] * sink
+                context = context + alpha[real] * (sink if sink.dim() == 1 else sink[b])
             queries.append(s)
             contexts.append(context)
         beta = None
@@ -344,7 +350,7 @@ def test_sparse_and_constrained_transforms_really_differ_from_softmax():
     sparsemax and csparsemax give exact zeros and csoftmax caps at a bound on that same step."""
     results = {}
     for transform in ("softmax", "sparsemax", "csoftmax", "csparsemax"):
-        config = rnn_config(hidden_size=8, attention_transform=transform, num_heads=2, exhaustion=0.0)
+        config = rnn_config(hidden_size=8, attention_transform=transform, num_heads=2, exhaustion=0.0, sink="vector")
         torch.manual_seed(0)
         attention = HeadAttnRNNSourceAttention(config).double()
         with torch.no_grad():
@@ -360,6 +366,59 @@ def test_sparse_and_constrained_transforms_really_differ_from_softmax():
     assert (results["softmax"] > 0).all()
     assert (results["sparsemax"] == 0).any() and (results["csparsemax"] == 0).any()
     assert (results["csoftmax"] - 0.3).abs().min() < 1e-12 and (results["csoftmax"] <= 0.3 + 1e-12).all()
+
+
+# ------------------------------------------------------------------------------------------------ <SINK> token
+def test_the_encoder_reads_the_sink_token_after_each_sentence():
+    """sink="token": each sentence alone is [its tokens; <SINK>] through a bidirectional torch.nn.LSTM of the same
+    weights; the real tokens' states and the sink's come out of the padded batch as from each sentence alone, and
+    the sink's embedding reaches every real token's state (the backward direction reads it first)."""
+    config = rnn_config(attention_transform="csparsemax", encoder_layers=2)
+    model = random_rnn_model(config)
+    encoder = model.get_encoder()
+    input_ids, attention_mask = source_batch()
+    outputs = encoder(input_ids=input_ids, attention_mask=attention_mask)
+    reference = torch.nn.LSTM(config.embedding_size, config.hidden_size // 2, num_layers=2, bidirectional=True,
+                              batch_first=True)
+    reference.load_state_dict(encoder.lstm.state_dict())
+    for row in range(input_ids.shape[0]):
+        length = int(attention_mask[row].sum())
+        embedded = encoder.embed_tokens(input_ids[row, :length])
+        states, _ = reference(torch.cat([embedded, encoder.sink_embedding[None]])[None])
+        torch.testing.assert_close(outputs.last_hidden_state[row, :length], states[0, :length])
+        torch.testing.assert_close(outputs.sink_states[row], states[0, length])
+        assert (outputs.last_hidden_state[row, length:] == 0).all()  # padding, the sink's position included
+    with torch.no_grad():
+        encoder.sink_embedding.add_(1.0)
+    moved = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    assert ((moved - outputs.last_hidden_state).abs().sum(-1)[attention_mask.bool()] > 1e-6).all()
+
+
+def test_the_sink_token_takes_what_the_fertilities_cannot():
+    """With every source token's fertility far below what one step must spend, the <SINK> (unbounded) takes the
+    rest: every step's weights still sum to one, and each real token's cumulative attention stays within its
+    fertility."""
+    config = rnn_config(attention_transform="csparsemax", constant_fertility=0.05, num_heads=2)
+    model = random_rnn_model(config)
+    input_ids, attention_mask = source_batch()
+    labels = torch.randint(2, VOCAB, (3, 6), generator=torch.Generator().manual_seed(2))
+    outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_attentions=True)
+    weights = outputs.cross_attentions[0]  # [batch, heads, target, source]: real tokens only
+    real = attention_mask[:, None, None, :].bool()
+    assert (weights.sum(-1) < 0.5).all()  # most of every step's attention went to the sink
+    assert (weights.sum(2).masked_select(attention_mask[:, None, :].bool()) <= 0.05 + 1e-6).all()
+    assert (weights.masked_select(~real.expand_as(weights)) == 0).all()
+
+
+def test_configs_saved_with_sink_token_load_with_the_sink_they_had():
+    """Before `sink` had kinds, config.json held `sink_token`: true (a learned vector) or false (none)."""
+    saved = rnn_config(attention_transform="csoftmax").to_dict()
+    saved.pop("sink")
+    assert HeadAttnRNNConfig.from_dict({**saved, "sink_token": True}).sink == "vector"
+    assert HeadAttnRNNConfig.from_dict({**saved, "sink_token": False}).sink == "none"
+    assert HeadAttnRNNConfig.from_dict(saved).sink == "token"  # the default
+    with pytest.raises(ValueError, match="Unknown sink 'vectors'; accepted: token, vector, none"):
+        rnn_config(sink="vectors")
 
 
 # ------------------------------------------------------------------------------------------------ invariants

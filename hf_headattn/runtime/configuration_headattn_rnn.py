@@ -28,6 +28,7 @@ from .sparse_attention import sparsemax  # noqa: F401
 ATTENTION_SCORES = ("general", "scaled_general", "dot")
 ATTENTION_TRANSFORMS = ("softmax", "sparsemax", "csoftmax", "csparsemax")
 CONSTRAINED_TRANSFORMS = ("csoftmax", "csparsemax")
+SINKS = ("token", "vector", "none")
 LUONG_PAPER = ("Luong, Pham & Manning (2015), *Effective Approaches to Attention-based Neural Machine Translation*: "
                "the attentional LSTM encoder-decoder with input feeding.")
 COVERAGE_VECTOR_PAPER = "Tu, Lu, Liu, Liu & Li (2016), *Modeling Coverage for Neural Machine Translation*: the coverage vector."
@@ -71,8 +72,14 @@ class HeadAttnRNNConfig(PretrainedConfig):
             `"softmax"`, `"sparsemax"`, `"csoftmax"` or `"csparsemax"` (Malaviya et al., Eq. 3-6); the
             constrained two bound each source token's cumulative attention by its fertility.
         exhaustion (`float`, defaults to 0.2): c of the exhaustion bonus z' = z + c u (constrained transforms).
-        sink_token (`bool`, defaults to `True`): Append a learned <SINK> state with unbounded fertility to the
-            source (constrained transforms), so that every step stays feasible.
+        sink (`str`, defaults to `"token"`): Where the constrained transforms put the attention no source token can
+            take any more, so that every step stays feasible (a <SINK> with unbounded fertility and no exhaustion
+            bonus). `"token"` (Malaviya et al., Sec. 4, and the default): a <SINK> token appended to every source
+            sentence after its last token, with its own learned embedding, read by the encoder like any token, so
+            that the sink's state depends on the sentence and the sentence's states on the sink. `"vector"`: one
+            learned state the encoder never reads (this package's earlier sink; configs saved with
+            `sink_token: true` load as it). `"none"`: no sink (`sink_token: false`). Softmax and sparsemax
+            attention have no bounds to satisfy and use no sink.
         coverage_vector (`bool`, defaults to `False`): Tu et al.'s coverage vector as adapted by Malaviya et al.:
             z_tj = d_t^T (W h_j + v beta_{t-1,j}), with a learned v per head and beta the head's cumulative
             attention.
@@ -102,7 +109,7 @@ class HeadAttnRNNConfig(PretrainedConfig):
         hop_mode: str = "dependent",
         attention_transform: str = "softmax",
         exhaustion: float = 0.2,
-        sink_token: bool = True,
+        sink: str = "token",
         coverage_vector: bool = False,
         fertility: str = "constant",
         constant_fertility: float = 2.0,
@@ -128,7 +135,9 @@ class HeadAttnRNNConfig(PretrainedConfig):
         self.hop_mode = hop_mode
         self.attention_transform = attention_transform
         self.exhaustion = exhaustion
-        self.sink_token = sink_token
+        if "sink_token" in kwargs:  # the boolean of configs saved before `sink` had a choice of kinds
+            sink = "vector" if kwargs.pop("sink_token") else "none"
+        self.sink = sink
         self.coverage_vector = coverage_vector
         self.fertility = fertility
         self.constant_fertility = constant_fertility
@@ -185,9 +194,10 @@ class HeadAttnRNNConfig(PretrainedConfig):
         if self.attention_transform not in ATTENTION_TRANSFORMS:
             raise ValueError(f"Unknown attention_transform {self.attention_transform!r}; accepted: "
                              f"{', '.join(ATTENTION_TRANSFORMS)}")
-        for field in ("sink_token", "coverage_vector"):
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"`{field}` must be true or false, got {getattr(self, field)!r}")
+        if self.sink not in SINKS:
+            raise ValueError(f"Unknown sink {self.sink!r}; accepted: {', '.join(SINKS)}")
+        if not isinstance(self.coverage_vector, bool):
+            raise ValueError(f"`coverage_vector` must be true or false, got {self.coverage_vector!r}")
         check_fertility_config(self)
         check_token_ids(self, dict.fromkeys(("pad_token_id", "eos_token_id", "decoder_start_token_id"),
                                             self.vocab_size))
@@ -195,6 +205,10 @@ class HeadAttnRNNConfig(PretrainedConfig):
     def uses_fertility(self) -> bool:
         """Whether the attention bounds each source token's attention by its fertility."""
         return self.attention_transform in CONSTRAINED_TRANSFORMS
+
+    def source_sink(self) -> str:
+        """The sink the source attention uses: `sink`, for the constrained transforms; "none" for the others."""
+        return self.sink if self.uses_fertility() else "none"
 
     # ------------------------------------------------------------------------ what the tooling asks of the family
     # The same questions HeadAttnConfig answers, so that cards, the web page, plots and the commands never test a
@@ -244,8 +258,9 @@ class HeadAttnRNNConfig(PretrainedConfig):
             + f", `{self.attention_score}` scores, `{self.attention_transform}` weights.",
         ]
         if self.uses_fertility():
-            lines.append(f"Fertility: {describe_fertility(self)}; <SINK> token: "
-                         f"{'yes' if self.sink_token else 'no'}; exhaustion c = {self.exhaustion:g}.")
+            sink = {"token": "a <SINK> token read by the encoder", "vector": "a learned vector", "none": "none"}
+            lines.append(f"Fertility: {describe_fertility(self)}; sink: {sink[self.sink]}; exhaustion c = "
+                         f"{self.exhaustion:g}.")
         lines.append(f"Coverage vector (Tu et al., 2016): {'yes' if self.coverage_vector else 'no'}.")
         return lines
 
@@ -259,7 +274,7 @@ class HeadAttnRNNConfig(PretrainedConfig):
 
     def cross_attention_variant(self, layer_idx: int) -> tuple[str, dict]:
         """The source attention's transform, and whether a sink takes the attention no source token can."""
-        return self.attention_transform, ({"sink": self.sink_token} if self.uses_fertility() else {})
+        return self.attention_transform, ({"sink": self.sink != "none"} if self.uses_fertility() else {})
 
     def cross_attention_heads(self, layer_idx: int) -> list[int]:
         return list(range(self.num_heads))

@@ -78,11 +78,14 @@ def coverage_penalty(
 class HeadAttnRNNEncoderOutput(BaseModelOutput):
     """Encoder states [batch, source_len, d] plus what the decoder starts from, batch-first so that `generate`
     expands it to beams: the final hidden and cell states of every encoder layer ([batch, layers, d], both
-    directions concatenated) and, for constrained attention, each source token's fertility [batch, source_len]."""
+    directions concatenated), for constrained attention each source token's fertility [batch, source_len], and with
+    `sink="token"` the <SINK> token's encoder state [batch, d] (the token is read after each sentence's last token;
+    `last_hidden_state` holds the real tokens' states only)."""
 
     final_hidden: torch.Tensor | None = None
     final_cell: torch.Tensor | None = None
     fertility: torch.Tensor | None = None
+    sink_states: torch.Tensor | None = None
 
 
 @dataclass
@@ -136,6 +139,9 @@ class HeadAttnRNNEncoder(nn.Module):
         )
         # What the constrained transforms need to bound attention (Malaviya et al., Sec. 4)
         self.source_fertility = SourceFertility(config) if config.uses_fertility() else None
+        # The <SINK> token's embedding: the token is appended to every source sentence and read by the encoder
+        with_token = config.source_sink() == "token"
+        self.sink_embedding = nn.Parameter(torch.zeros(config.embedding_size)) if with_token else None
 
     def forward(
         self,
@@ -149,11 +155,22 @@ class HeadAttnRNNEncoder(nn.Module):
             raise ValueError("The LSTM encoder needs `input_ids`")
         mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
         embeddings = self.dropout(self.embed_tokens(input_ids.masked_fill(~mask, self.config.pad_token_id)))
+        lstm_inputs, lstm_mask = embeddings, mask
+        if self.sink_embedding is not None:
+            lstm_inputs, lstm_mask, sink_positions = self._append_sink(embeddings, mask)
         if output_hidden_states:  # one layer at a time, so that each layer's states are the tensors the next reads
-            layer_states, (final_hidden, final_cell) = run_packed_lstm_layers(self.lstm, embeddings, mask)
+            layer_states, (final_hidden, final_cell) = run_packed_lstm_layers(self.lstm, lstm_inputs, lstm_mask)
             states = layer_states[-1]
         else:
-            states, (final_hidden, final_cell) = run_packed_lstm(self.lstm, embeddings, mask)
+            states, (final_hidden, final_cell) = run_packed_lstm(self.lstm, lstm_inputs, lstm_mask)
+        sink_states = None
+        if self.sink_embedding is not None:
+            sink_states = states[torch.arange(states.shape[0], device=states.device), sink_positions]
+            # the real tokens' states only: what the attention reads as the source (zeros at padding, as without a
+            # sink; the sink sits at a padding position of every sentence shorter than the batch's longest)
+            states = self._without_sink(states, mask)
+            if output_hidden_states:
+                layer_states = [self._without_sink(layer, mask) for layer in layer_states]
 
         def per_layer(final):  # [layers * 2, batch, d / 2] -> [batch, layers, d], forward then backward
             layers, batch = self.config.encoder_layers, final.shape[1]
@@ -165,7 +182,26 @@ class HeadAttnRNNEncoder(nn.Module):
             final_hidden=per_layer(final_hidden),
             final_cell=per_layer(final_cell),
             fertility=self.source_fertility(input_ids, attention_mask) if self.source_fertility is not None else None,
+            sink_states=sink_states,
         )
+
+    def _append_sink(self, embeddings: torch.Tensor, mask: torch.Tensor):
+        """[batch, length, e] embeddings and their [batch, length] mask -> the same with the <SINK> embedding right
+        after each sentence's last real token ([batch, length + 1, e]), the new mask, and the sink's positions
+        (right padding: the sentence's length; left padding: `length`, the new last column)."""
+        batch, length, _ = embeddings.shape
+        indices = torch.arange(1, length + 1, device=mask.device)
+        positions = (indices * mask).amax(-1)  # one past each sentence's last real token
+        extended = torch.cat([embeddings, embeddings.new_zeros(batch, 1, embeddings.shape[-1])], dim=1)
+        at_sink = torch.arange(length + 1, device=mask.device)[None, :] == positions[:, None]
+        sink = self.dropout(self.sink_embedding.to(embeddings.dtype).expand(batch, 1, -1))
+        extended = torch.where(at_sink[..., None], sink, extended)
+        extended_mask = torch.cat([mask, mask.new_zeros(batch, 1)], dim=1) | at_sink
+        return extended, extended_mask, positions
+
+    @staticmethod
+    def _without_sink(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return states[:, : mask.shape[1]] * mask[..., None].to(states.dtype)
 
 
 class HeadAttnRNNSourceAttention(nn.Module):
@@ -182,9 +218,11 @@ class HeadAttnRNNSourceAttention(nn.Module):
         self.score_scale = d**-0.5 if config.attention_score == "scaled_general" else 1.0
         # v of z_tj = d_t^T (W h_j + v beta_{t-1,j}) (Malaviya et al.'s COVVECTOR), per head
         self.coverage = nn.Parameter(torch.zeros(heads, d)) if config.coverage_vector else None
-        # the <SINK> token's encoder state; its fertility is unbounded (Malaviya et al., Sec. 4)
-        constrained_sink = config.uses_fertility() and config.sink_token
-        self.sink_state = nn.Parameter(torch.zeros(d)) if constrained_sink else None
+        # The sink takes, with unbounded fertility, the attention no source token can (Malaviya et al., Sec. 4):
+        # with sink="token" its state is the encoder's state of the <SINK> token (HeadAttnRNNEncoder), one per
+        # sentence; with sink="vector" it is this learned vector, the same for every sentence.
+        self.uses_sink = config.source_sink() != "none"
+        self.sink_state = nn.Parameter(torch.zeros(d)) if config.source_sink() == "vector" else None
         self.second_hops = HeadHops(heads, d, config.num_hops - 1, config.hop_mode)  # Eq. 7-9 / 19
         self.output_proj = nn.Linear((heads + 1) * d, d, bias=False)  # W_o (Eq. 16)
 
@@ -193,11 +231,14 @@ class HeadAttnRNNSourceAttention(nn.Module):
         if attention_mask is None:
             return None
         allowed = attention_mask.bool()[:, None, :]
-        return with_sink_column(allowed) if self.sink_state is not None else allowed
+        return with_sink_column(allowed) if self.uses_sink else allowed
 
-    def _weights(self, scores, queries, allowed, fertility, cumulative):
+    def _weights(self, scores, queries, allowed, fertility, cumulative, sink):
         if self.transform in CONSTRAINED:
-            sink_scores = (queries @ self.sink_state) * self.score_scale if self.sink_state is not None else None
+            sink_scores = None
+            if sink is not None:  # one learned vector [d], or each sentence's <SINK> state [batch, d]
+                sink_scores = (queries @ sink if sink.dim() == 1 else (queries @ sink[:, :, None])[..., 0])
+                sink_scores = sink_scores * self.score_scale
             return constrained_attention_step(  # Malaviya et al., Eq. 4-6
                 CONSTRAINED[self.transform], scores, fertility, cumulative, exhaustion=self.exhaustion,
                 sink_scores=sink_scores, allowed=allowed,
@@ -216,9 +257,11 @@ class HeadAttnRNNSourceAttention(nn.Module):
         allowed: torch.Tensor | None,
         fertility: torch.Tensor | None,
         cumulative: torch.Tensor,
+        sink_states: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """decoder_state d_t [batch, d]; memory H [batch, source_len, d]; allowed from `attention_mask`;
-        fertility [batch, 1, source_len]; cumulative beta [batch, heads, source_len].
+        fertility [batch, 1, source_len]; cumulative beta [batch, heads, source_len]; sink_states [batch, d], the
+        <SINK> token's encoder states (sink="token"; with sink="vector" the module's own `sink_state` is used).
         Returns o_t [batch, d], alpha_t [batch, heads, source_len (+ sink)] and the head weights (or None)."""
         batch, d = decoder_state.shape
         num_sources = memory.shape[1]
@@ -229,11 +272,15 @@ class HeadAttnRNNSourceAttention(nn.Module):
         scores = torch.einsum("bnd,bsd->bns", queries, memory) * self.score_scale  # s^(k) H^T (Eq. 2)
         if self.coverage is not None:
             scores = scores + (decoder_state @ self.coverage.T)[..., None] * cumulative
-        weights = self._weights(scores, queries, allowed, fertility, cumulative)
+        sink = self.sink_state if self.sink_state is not None else sink_states
+        if self.uses_sink and sink is None:
+            raise ValueError("This source attention has a <SINK> token: pass the encoder's `sink_states`")
+        weights = self._weights(scores, queries, allowed, fertility, cumulative, sink)
         source_weights = weights[..., :num_sources].to(memory.dtype)
         contexts = torch.einsum("bns,bsd->bnd", source_weights, memory)  # c^(k) (Eq. 2)
-        if self.sink_state is not None:
-            contexts = contexts + weights[..., num_sources:].to(memory.dtype) * self.sink_state
+        if sink is not None:
+            sink_weights = weights[..., num_sources:].to(memory.dtype)  # [batch, heads, 1]
+            contexts = contexts + sink_weights * (sink if sink.dim() == 1 else sink[:, None, :])
         contexts, head_weights = self.second_hops(queries, contexts)  # c'^(k) (Eq. 7-9, 19)
         output = torch.tanh(self.output_proj(torch.cat([decoder_state, contexts.reshape(batch, -1)], dim=-1)))  # Eq. 16
         return output, weights, head_weights
@@ -310,7 +357,8 @@ class HeadAttnRNNDecoder(nn.Module):
                 layer_input = self.dropout(hidden[i]) if i + 1 < len(self.layers) else hidden[i]
                 if output_hidden_states:
                     layer_states[i].append(hidden[i])
-            attended, weights, head_weights = self.attention(hidden[-1], memory, allowed, fertility, cumulative)
+            attended, weights, head_weights = self.attention(hidden[-1], memory, allowed, fertility, cumulative,
+                                                             encoder_outputs.sink_states)
             cumulative = cumulative + weights[..., :num_sources].to(cumulative.dtype)
             input_feed = self.dropout(attended)  # OpenNMT feeds the dropped-out attentional output
             outputs.append(input_feed)
