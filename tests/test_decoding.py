@@ -39,7 +39,7 @@ MODELS = dict(models())
 EOS_BIASES = {
     "lstm-2-encoder-3-decoder-layers": -0.5, "lstm-2x1-single-hop": -0.75, "lstm-2x2-dependent": -1.0,
     "lstm-2x3-independent": -0.5, "lstm-baseline-1x1-general": -0.5, "lstm-coverage-vector": -0.75,
-    "lstm-csoftmax-constant": -0.25, "lstm-csparsemax-guided": 0.0, "lstm-csparsemax-sink-vector": -0.5, "lstm-csparsemax-predicted-no-sink": -0.25,
+    "lstm-csoftmax-constant": -0.25, "lstm-csparsemax-guided": 0.0, "lstm-csparsemax-sink-vector": -0.5, "lstm-softmax-sink-token-2x2": 0.0, "lstm-csparsemax-predicted-no-sink": -0.25,
     "lstm-dot": 0.0, "lstm-scaled-general-csparsemax": 1.75, "lstm-sparsemax": -0.5,
     "transformer-csoftmax-constant": 2.5, "transformer-csparsemax-guided": 0.75,
     "transformer-csparsemax-predicted-no-sink": 2.25, "transformer-dhicm-every-layer-and-site": 2.75,

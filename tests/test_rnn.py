@@ -82,6 +82,7 @@ CONFIGS = {
     "csparsemax-predicted-no-sink": {"attention_transform": "csparsemax", "fertility": "predicted", "sink": "none",
                                      "fertility_predictor_size": 8, "max_fertility": 2},
     "csparsemax-sink-vector": {"attention_transform": "csparsemax", "sink": "vector", "num_heads": 2},
+    "softmax-sink-token-2x2": {"sink_every_transform": True, "num_heads": 2, "num_hops": 2, "encoder_layers": 2},
     "coverage-vector": {"coverage_vector": True, "num_heads": 2},
     "2-encoder-3-decoder-layers": {"encoder_layers": 2, "decoder_layers": 3},
 }
@@ -93,7 +94,7 @@ GENERATION = dict(max_new_tokens=10, do_sample=False, no_repeat_ngram_size=1)
 # also cover finished beams and the filling after EOS.
 EOS_BIAS = {
     "baseline-1x1-general": 2.0, "dot": 1.0, "2x1-single-hop": 3.0, "2x3-independent": 1.5, "sparsemax": 2.0,
-    "csoftmax-constant": 2.0, "csparsemax-guided": 2.0, "csparsemax-sink-vector": 1.5, "coverage-vector": 3.5, "2-encoder-3-decoder-layers": 2.0,
+    "csoftmax-constant": 2.0, "csparsemax-guided": 2.0, "csparsemax-sink-vector": 1.5, "softmax-sink-token-2x2": 1.0, "coverage-vector": 3.5, "2-encoder-3-decoder-layers": 2.0,
 }
 
 
@@ -408,6 +409,22 @@ def test_the_sink_token_takes_what_the_fertilities_cannot():
     assert (weights.sum(-1) < 0.5).all()  # most of every step's attention went to the sink
     assert (weights.sum(2).masked_select(attention_mask[:, None, :].bool()) <= 0.05 + 1e-6).all()
     assert (weights.masked_select(~real.expand_as(weights)) == 0).all()
+
+
+@pytest.mark.parametrize("transform", ["softmax", "sparsemax"])
+def test_with_sink_every_transform_softmax_and_sparsemax_weigh_the_sink_as_a_source_token(transform):
+    """Malaviya et al.'s scripts append the <SINK> to every source sentence: for softmax and sparsemax it is one more
+    token to attend to, so the real tokens' weights sum to one minus the sink's; without the flag they sum to one."""
+    input_ids, attention_mask = source_batch()
+    labels = torch.randint(2, VOCAB, (3, 6), generator=torch.Generator().manual_seed(2))
+    sums = {}
+    for every in (False, True):
+        model = random_rnn_model(rnn_config(attention_transform=transform, sink_every_transform=every))
+        assert (model.get_encoder().sink_embedding is not None) == every
+        outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_attentions=True)
+        sums[every] = outputs.cross_attentions[0].sum(-1)
+    torch.testing.assert_close(sums[False], torch.ones_like(sums[False]))
+    assert (sums[True] < 1 - 1e-6).any() and (sums[True] <= 1 + 1e-6).all()
 
 
 def test_configs_saved_with_sink_token_load_with_the_sink_they_had():

@@ -78,8 +78,11 @@ class HeadAttnRNNConfig(PretrainedConfig):
             sentence after its last token, with its own learned embedding, read by the encoder like any token, so
             that the sink's state depends on the sentence and the sentence's states on the sink. `"vector"`: one
             learned state the encoder never reads (this package's earlier sink; configs saved with
-            `sink_token: true` load as it). `"none"`: no sink (`sink_token: false`). Softmax and sparsemax
-            attention have no bounds to satisfy and use no sink.
+            `sink_token: true` load as it). `"none"`: no sink (`sink_token: false`).
+        sink_every_transform (`bool`, defaults to `False`): With `sink="token"`, append the <SINK> token for softmax
+            and sparsemax attention too, where it is one more source token the attention may weigh (no bounds to
+            satisfy): Malaviya et al.'s running scripts append it to every source sentence whatever the transform,
+            so that their softmax baseline reads the same source. By default softmax and sparsemax use no sink.
         coverage_vector (`bool`, defaults to `False`): Tu et al.'s coverage vector as adapted by Malaviya et al.:
             z_tj = d_t^T (W h_j + v beta_{t-1,j}), with a learned v per head and beta the head's cumulative
             attention.
@@ -110,6 +113,7 @@ class HeadAttnRNNConfig(PretrainedConfig):
         attention_transform: str = "softmax",
         exhaustion: float = 0.2,
         sink: str = "token",
+        sink_every_transform: bool = False,
         coverage_vector: bool = False,
         fertility: str = "constant",
         constant_fertility: float = 2.0,
@@ -138,6 +142,7 @@ class HeadAttnRNNConfig(PretrainedConfig):
         if "sink_token" in kwargs:  # the boolean of configs saved before `sink` had a choice of kinds
             sink = "vector" if kwargs.pop("sink_token") else "none"
         self.sink = sink
+        self.sink_every_transform = sink_every_transform
         self.coverage_vector = coverage_vector
         self.fertility = fertility
         self.constant_fertility = constant_fertility
@@ -196,8 +201,9 @@ class HeadAttnRNNConfig(PretrainedConfig):
                              f"{', '.join(ATTENTION_TRANSFORMS)}")
         if self.sink not in SINKS:
             raise ValueError(f"Unknown sink {self.sink!r}; accepted: {', '.join(SINKS)}")
-        if not isinstance(self.coverage_vector, bool):
-            raise ValueError(f"`coverage_vector` must be true or false, got {self.coverage_vector!r}")
+        for field in ("sink_every_transform", "coverage_vector"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"`{field}` must be true or false, got {getattr(self, field)!r}")
         check_fertility_config(self)
         check_token_ids(self, dict.fromkeys(("pad_token_id", "eos_token_id", "decoder_start_token_id"),
                                             self.vocab_size))
@@ -207,8 +213,11 @@ class HeadAttnRNNConfig(PretrainedConfig):
         return self.attention_transform in CONSTRAINED_TRANSFORMS
 
     def source_sink(self) -> str:
-        """The sink the source attention uses: `sink`, for the constrained transforms; "none" for the others."""
-        return self.sink if self.uses_fertility() else "none"
+        """The sink the source attention uses: `sink`, for the constrained transforms (and with
+        `sink_every_transform` a <SINK> token for the others); "none" otherwise."""
+        if self.uses_fertility() or (self.sink == "token" and self.sink_every_transform):
+            return self.sink
+        return "none"
 
     # ------------------------------------------------------------------------ what the tooling asks of the family
     # The same questions HeadAttnConfig answers, so that cards, the web page, plots and the commands never test a
@@ -261,6 +270,9 @@ class HeadAttnRNNConfig(PretrainedConfig):
             sink = {"token": "a <SINK> token read by the encoder", "vector": "a learned vector", "none": "none"}
             lines.append(f"Fertility: {describe_fertility(self)}; sink: {sink[self.sink]}; exhaustion c = "
                          f"{self.exhaustion:g}.")
+        elif self.source_sink() == "token":
+            lines.append("A <SINK> token, read by the encoder, ends every source sentence (as in Malaviya et al.'s "
+                         "running scripts, whatever the transform).")
         lines.append(f"Coverage vector (Tu et al., 2016): {'yes' if self.coverage_vector else 'no'}.")
         return lines
 
@@ -274,7 +286,7 @@ class HeadAttnRNNConfig(PretrainedConfig):
 
     def cross_attention_variant(self, layer_idx: int) -> tuple[str, dict]:
         """The source attention's transform, and whether a sink takes the attention no source token can."""
-        return self.attention_transform, ({"sink": self.sink != "none"} if self.uses_fertility() else {})
+        return self.attention_transform, ({"sink": True} if self.source_sink() != "none" else {})
 
     def cross_attention_heads(self, layer_idx: int) -> list[int]:
         return list(range(self.num_heads))

@@ -234,15 +234,17 @@ class HeadAttnRNNSourceAttention(nn.Module):
         return with_sink_column(allowed) if self.uses_sink else allowed
 
     def _weights(self, scores, queries, allowed, fertility, cumulative, sink):
+        sink_scores = None
+        if sink is not None:  # one learned vector [d], or each sentence's <SINK> state [batch, d]
+            sink_scores = (queries @ sink if sink.dim() == 1 else (queries @ sink[:, :, None])[..., 0])
+            sink_scores = sink_scores * self.score_scale
         if self.transform in CONSTRAINED:
-            sink_scores = None
-            if sink is not None:  # one learned vector [d], or each sentence's <SINK> state [batch, d]
-                sink_scores = (queries @ sink if sink.dim() == 1 else (queries @ sink[:, :, None])[..., 0])
-                sink_scores = sink_scores * self.score_scale
             return constrained_attention_step(  # Malaviya et al., Eq. 4-6
                 CONSTRAINED[self.transform], scores, fertility, cumulative, exhaustion=self.exhaustion,
                 sink_scores=sink_scores, allowed=allowed,
             )
+        if sink_scores is not None:  # the <SINK> token as one more source token (sink_every_transform)
+            scores = torch.cat([scores, sink_scores[..., None]], dim=-1)
         if self.transform == "sparsemax":
             return sparsemax(scores, dim=-1, mask=allowed)  # Eq. 3
         scores = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
