@@ -69,6 +69,7 @@ class System:
     flags: tuple[str, ...] = ()  # training flags beyond the preset
     decoded_like: str | None = None  # a decoding-only system: the model of this system, decoded otherwise
     tune_coverage_penalty: bool = False  # beta chosen on the validation set (beam 5), then used on the test set
+    preset: str = PRESET  # the recipe it trains with
 
 
 MMA = '{"type": "mma", "window": 1}'
@@ -123,6 +124,15 @@ SYSTEMS = {
                                                                "--attention_score", "scaled_general")),
     "lstm coverage vector": System("rnn", ("--coverage_vector", "true")),
     "lstm coverage penalty": System("rnn", decoded_like="lstm baseline 1x1", tune_coverage_penalty=True),
+    # Malaviya et al.'s own recipe (OpenNMT-py 2017's LSTM, SGD, the <SINK> token): `--preset malaviya2018`
+    "lstm malaviya2018 softmax": System("rnn", preset="malaviya2018"),
+    "lstm malaviya2018 sparsemax": System("rnn", ("--attention_transform", "sparsemax"), preset="malaviya2018"),
+    "lstm malaviya2018 csoftmax predicted": System("rnn", ("--attention_transform", "csoftmax",
+                                                           "--fertility", "predicted"), preset="malaviya2018"),
+    "lstm malaviya2018 csparsemax predicted": System("rnn", ("--attention_transform", "csparsemax",
+                                                             "--fertility", "predicted"), preset="malaviya2018"),
+    "lstm malaviya2018 csparsemax guided": System("rnn", ("--attention_transform", "csparsemax",
+                                                          "--fertility", "guided"), preset="malaviya2018"),
 }
 assert {name.split()[1] for name in SYSTEMS if name.startswith("transformer")} >= set(ATTENTION_VARIANTS), \
     "benchmark_quality: a registered variant has no system"
@@ -139,6 +149,12 @@ CLAIMS = [
     ("2x2 dependent multi-hop vs the LSTM baseline (Iida et al.)", "lstm 2x2 dependent", "lstm baseline 1x1", "bleu"),
     ("csparsemax (predicted fertility) vs softmax, LSTM (Malaviya et al.)", "lstm csparsemax predicted",
      "lstm baseline 1x1", "coverage"),
+    ("csparsemax (predicted fertility) vs softmax, LSTM at Malaviya et al.'s recipe (`--preset malaviya2018`)",
+     "lstm malaviya2018 csparsemax predicted", "lstm malaviya2018 softmax", "coverage"),
+    ("csoftmax (predicted fertility) vs softmax, LSTM at Malaviya et al.'s recipe",
+     "lstm malaviya2018 csoftmax predicted", "lstm malaviya2018 softmax", "coverage"),
+    ("sparsemax vs softmax, LSTM at Malaviya et al.'s recipe", "lstm malaviya2018 sparsemax",
+     "lstm malaviya2018 softmax", "coverage"),
     ("csparsemax (predicted fertility) vs softmax, Transformer", "transformer csparsemax predicted",
      "transformer softmax", "coverage"),
 ]
@@ -172,7 +188,7 @@ def data_files(args) -> dict:
 def training_argv(system: str, seed: int, data: dict, model_dir: Path, args) -> list[str]:
     spec = SYSTEMS[system]
     extra = shlex.split(args.transformer_flags if spec.architecture == "transformer" else args.lstm_flags)
-    return ["--preset", PRESET, "--architecture", spec.architecture,
+    return ["--preset", spec.preset, "--architecture", spec.architecture,
             "--train_source", data["train_source"], "--train_target", data["train_target"],
             "--valid_source", data["valid_source"], "--valid_target", data["valid_target"],
             *spec.flags, *extra, "--seed", str(seed), "--output_dir", str(model_dir)]
@@ -283,7 +299,7 @@ def importance_statistics(model_dir: Path, data: dict, batch_size: int) -> dict:
 
 def settings(args, spec: System) -> dict:
     """What changes the numbers besides the system and seed: the data and the flags added to the preset."""
-    return {"data": data_files(args), "preset": TRAINING_PRESETS[PRESET],
+    return {"data": data_files(args), "preset_name": spec.preset, "preset": TRAINING_PRESETS[spec.preset],
             "extra_flags": args.transformer_flags if spec.architecture == "transformer" else args.lstm_flags}
 
 

@@ -18,6 +18,7 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import get_last_checkpoint, seed_worker
 
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
+from .learning_rate_decay import OpenNMTDecay
 from .metrics import score_translations
 from .run_folder import RunRefused
 from .run_manifest import write_manifest
@@ -94,7 +95,9 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
     the optimizer step (under fp16's gradient scaler, non-finite gradients are its business: it skips the step), and
     a model with a non-finite weight is never saved; a logged loss that grows past `LOSS_GROWTH_WARNING` times the
     run's first is warned about. `run_manifest` is written into every checkpoint and the saved model
-    (`run_manifest.py`); with `reset_optimizer`, a resumed run starts a fresh optimizer and schedule.
+    (`run_manifest.py`); with `reset_optimizer`, a resumed run starts a fresh optimizer and schedule. With
+    `lr_decay` (the keyword arguments of `OpenNMTDecay`), the learning rate follows OpenNMT-py's per-epoch decay
+    instead of `lr_scheduler_type`.
 
     The model computes its own label-smoothed loss (`config.label_smoothing`) so that the auxiliary loss is part
     of it; Trainer's `label_smoothing_factor` would recompute the loss from the logits alone and drop that term,
@@ -103,7 +106,8 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
     LOGGED_PARTS = ("aux_loss", "head_kl")
 
     def __init__(self, *args, max_tokens: int | None = None, bucket_pool_pairs: int | None = None,
-                 run_manifest: dict | None = None, reset_optimizer: bool = False, **kwargs):
+                 run_manifest: dict | None = None, reset_optimizer: bool = False, lr_decay: dict | None = None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         if self.args.label_smoothing_factor:
             raise ValueError(
@@ -120,6 +124,7 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
         self.bucket_pool_pairs = bucket_pool_pairs
         self.run_manifest = run_manifest
         self.reset_optimizer = reset_optimizer
+        self.lr_decay = lr_decay
         self._first_loss: tuple[int, float] | None = None  # (step, loss) of the run's first training log
         self._loss_warned_below = 0.0  # after a warning, the loss must grow as much again to be warned about
         self._loss_parts: dict[str, list] = {}
@@ -202,6 +207,11 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
             # before it looked, and the resumed run would end as another model than the uninterrupted one)
             return num_train_epochs, 0
         return epochs_trained, steps_trained
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_decay is not None and self.lr_scheduler is None:
+            self.lr_scheduler = OpenNMTDecay(optimizer if optimizer is not None else self.optimizer, **self.lr_decay)
+        return super().create_scheduler(num_training_steps, optimizer)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         if not self.reset_optimizer:  # --reset_optimizer: the run goes on with the fresh ones Trainer made

@@ -31,7 +31,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from .cli import HelpFormatter
 from .runtime.attention_registry import ATTENTION_VARIANTS
 from .runtime.configuration_headattn import HeadAttnConfig
-from .runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, HeadAttnRNNConfig
+from .runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, SINKS, HeadAttnRNNConfig
 from .runtime.fertility import FERTILITY_STRATEGIES
 from .parallel_data import PAIR_FILE_FORMATS, PairFiles, format_suffix, read_pairs
 from .parallel_data import read_parallel_files  # noqa: F401  (the examples and benchmarks read through training)
@@ -236,6 +236,38 @@ TRAINING_PRESETS = {
         eval_steps=500,
         save_steps=250,
     ),
+    # Malaviya et al. (2018), footnote 4 and their running scripts: OpenNMT-py's 2017 defaults with a 2-layer
+    # bidirectional LSTM encoder (250 units a direction), a 2-layer decoder of 500 with input feeding, Luong's
+    # general attention, embeddings of 500, dropout 0.3, uniform initialisation +-0.1, SGD at 1.0 halved from epoch
+    # 9 or once validation perplexity rises, gradient norm 5, 64 sentences a batch, 13 epochs, no label smoothing,
+    # and the <SINK> token appended to every source sentence (whatever the transform). Their joint BPE had 32,000
+    # merges on 150k-560k pairs; the vocabulary stays the user's choice (--vocab_size).
+    "malaviya2018": dict(
+        architecture="rnn",
+        layers=2,
+        embedding_size=500,
+        hidden_size=500,
+        dropout=0.3,
+        label_smoothing=0.0,
+        attention_score="general",
+        sink="token",
+        sink_every_transform=True,
+        optim="sgd",
+        learning_rate=1.0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        lr_decay="opennmt",
+        lr_decay_factor=0.5,
+        lr_decay_start_at=8,
+        max_grad_norm=5.0,
+        per_device_train_batch_size=64,
+        num_train_epochs=13,
+        max_steps=-1,
+        eval_strategy="epoch",
+        save_strategy="epoch",
+        logging_steps=50,
+    ),
 }
 
 
@@ -297,12 +329,17 @@ class ModelArguments:
                                                                   "help": "(LSTM)"})
     coverage_vector: bool = field(default=False, metadata={
         "help": "(LSTM) Tu et al.'s coverage vector (Malaviya et al.)"})
+    sink: str = field(default="token", metadata={"choices": list(SINKS), "help": (
+        "(LSTM) where constrained attention puts what no source token can take: a <SINK> token appended to every "
+        "source sentence and read by the encoder (Malaviya et al.), a learned vector, or none")})
+    sink_every_transform: bool = field(default=False, metadata={
+        "help": "(LSTM) with --sink token, append it for softmax and sparsemax too (as Malaviya et al.'s scripts do)"})
 
 
 TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "position_embedding", "activation_function", "scale_embedding",
                      "encoder_self_attention", "decoder_self_attention", "cross_attention")
 RNN_FLAGS = ("embedding_size", "hidden_size", "hops", "hop_mode", "attention_score", "attention_transform",
-             "coverage_vector")
+             "coverage_vector", "sink", "sink_every_transform")
 FERTILITY_FLAGS = ("fertility", "constant_fertility", "fertility_predictor_epochs")
 
 # config field -> the flag that sets it, to name the flag in the config's own error messages
@@ -393,9 +430,19 @@ class RunArguments:
                 "finished model is in --output_dir)"})
     preset: str | None = field(default=None, metadata={
         "choices": list(TRAINING_PRESETS),
-        "help": "a named recipe that sets the defaults of other flags (flags given beside it win); multi30k-anchor:"
-                " " + ", ".join(f"--{key} {value}" for key, value in TRAINING_PRESETS["multi30k-anchor"].items())
-                + " (model shape: the defaults)"})
+        "help": "a named recipe that sets the defaults of other flags (flags given beside it win); "
+                + "; ".join(f"{name}: " + ", ".join(f"--{key} {value}" for key, value in preset.items())
+                            for name, preset in TRAINING_PRESETS.items())})
+    lr_decay: str | None = field(default=None, metadata={
+        "choices": [None, "opennmt"],
+        "help": "opennmt: OpenNMT-py's (2017) decay instead of --lr_scheduler_type: after each epoch's validation, "
+                "multiply the learning rate by --lr_decay_factor once the epoch reaches --lr_decay_start_at or the "
+                "validation loss rose, and after every later epoch (needs --eval_strategy epoch)"})
+    lr_decay_factor: float = field(default=0.5, metadata={"help": "with --lr_decay opennmt (OpenNMT's "
+                                                                  "-learning_rate_decay)"})
+    lr_decay_start_at: int = field(default=8, metadata={
+        "help": "with --lr_decay opennmt, the epoch after whose validation decay starts at the latest (OpenNMT's "
+                "-start_decay_at: 8 halves the rate from epoch 9 on)"})
     early_stopping_patience: int | None = field(default=None, metadata={
         "help": "stop after this many evaluations without improvement of --metric_for_best_model (needs "
                 "--load_best_model_at_end)"})
@@ -525,6 +572,18 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
     if training_args.label_smoothing_factor:
         raise ValueError("--label_smoothing_factor makes Trainer recompute the loss from the logits and drop the "
                          "attention variants' auxiliary loss; use --label_smoothing (the model's own) instead")
+    if run_args.lr_decay is not None:
+        if training_args.eval_strategy != "epoch":
+            raise ValueError(f"--lr_decay {run_args.lr_decay} decays after each epoch's validation: give "
+                             f"--eval_strategy epoch (got {training_args.eval_strategy})")
+        if not 0 < run_args.lr_decay_factor < 1:
+            raise ValueError(f"--lr_decay_factor must be in (0, 1), got {run_args.lr_decay_factor}")
+        if run_args.lr_decay_start_at < 1:
+            raise ValueError(f"--lr_decay_start_at counts epochs from 1, got {run_args.lr_decay_start_at}")
+        if training_args.metric_for_best_model not in (None, "loss", "eval_loss"):
+            raise ValueError(f"--lr_decay {run_args.lr_decay} watches the validation loss; drop "
+                             f"--metric_for_best_model {training_args.metric_for_best_model}")
+        training_args.metric_for_best_model = "loss"  # what Trainer steps the decay with
     if run_args.early_stopping_patience is not None:
         if run_args.early_stopping_patience < 1:
             raise ValueError(f"--early_stopping_patience must be positive, got {run_args.early_stopping_patience}")
@@ -649,6 +708,8 @@ def build_config(model_args: ModelArguments, data_args: DataArguments, tokenizer
                 attention_score=model_args.attention_score,
                 attention_transform=model_args.attention_transform,
                 coverage_vector=model_args.coverage_vector,
+                sink=model_args.sink,
+                sink_every_transform=model_args.sink_every_transform,
                 **shared,
             )
         layers = model_args.layers if model_args.layers is not None else 3
@@ -878,6 +939,8 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
         bucket_pool_pairs=data_args.bucket_pool_pairs,
         run_manifest=manifest(tokenizer),
         reset_optimizer=run_args.reset_optimizer,
+        lr_decay=(dict(factor=run_args.lr_decay_factor, start_decay_at=run_args.lr_decay_start_at)
+                  if run_args.lr_decay == "opennmt" else None),
     )
     metrics = dict(trainer.train(resume_from_checkpoint=checkpoint).metrics)
     if training_args.eval_strategy != "no":
