@@ -37,7 +37,6 @@ EXAMPLES = """examples:
 
 def make_parser() -> HfArgumentParser:
     parser = argument_parser(
-        prog="hf-headattn-train",
         usage="%(prog)s [flags below] | %(prog)s ARGUMENTS.json | %(prog)s ARGUMENTS.yaml",
         description="Train a HeadAttn translation model with Seq2SeqTrainer and save a folder that loads anywhere "
                     "through trust_remote_code (model, tokenizer, code, pipeline).",

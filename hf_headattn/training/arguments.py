@@ -219,8 +219,9 @@ ARGUMENT_GROUPS = (ModelArguments, DataArguments, RunArguments, Seq2SeqTrainingA
 
 def argument_parser(**presentation) -> HfArgumentParser:
     """`HfArgumentParser` over `ARGUMENT_GROUPS`, with the NMT defaults; `presentation` are argparse's own keywords
-    (prog, usage, description, epilog, formatter_class), which the command gives for its `--help`."""
-    parser = HfArgumentParser(ARGUMENT_GROUPS, **presentation)
+    (usage, description, epilog, formatter_class), which the command gives for its `--help`. Its errors name the
+    command, also where `run.train(argv)` parses the words from Python."""
+    parser = HfArgumentParser(ARGUMENT_GROUPS, prog="hf-headattn-train", **presentation)
     parser.set_defaults(**NMT_TRAINING_DEFAULTS)
     return parser
 
