@@ -262,12 +262,13 @@ def test_resume_picks_the_last_complete_checkpoint_of_the_same_model(toy_files, 
     model_args.d_model = 64
     with pytest.raises(ValueError, match=r"checkpoint-6 holds a different model than these flags describe "
                                          r"\(d_model: 32 there, 64 now\)"):
-        checkpoints.check_checkpoint_config(arguments.build_config(model_args, data_args), str(tmp_path / "checkpoint-6"))
+        checkpoints.check_checkpoint_config(arguments.build_config(model_args, data_args),
+                                            str(tmp_path / "checkpoint-6"))
 
 
 def test_help_lists_the_package_flags_first_with_defaults_and_variant_names():
-    done = subprocess.run([sys.executable, "-m", "hf_headattn.commands.train", "--help"], capture_output=True, text=True,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "hf_headattn.commands.train", "--help"], capture_output=True,
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     groups = [text.index(title) for title in (" model:", " data:", " run:", " Trainer (", " examples:")]

@@ -13,6 +13,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import sys
 from dataclasses import dataclass, field

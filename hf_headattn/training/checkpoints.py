@@ -16,10 +16,10 @@ logger = logging.getLogger(__name__)
 
 
 def find_checkpoint(run_args, training_args) -> str | None:
-    """The checkpoint the run of these RunArguments and Seq2SeqTrainingArguments resumes from: --resume_from_checkpoint, else the last complete checkpoint in
-    --output_dir (none with --overwrite_output_dir). Refuses an --output_dir that already holds a finished model,
-    --overwrite_output_dir with a checkpoint of the --output_dir it would delete, and a checkpoint without optimizer
-    state unless --reset_optimizer."""
+    """The checkpoint the run of these RunArguments and Seq2SeqTrainingArguments resumes from:
+    --resume_from_checkpoint, else the last complete checkpoint in --output_dir (none with --overwrite_output_dir).
+    Refuses an --output_dir that already holds a finished model, --overwrite_output_dir with a checkpoint of the
+    --output_dir it would delete, and a checkpoint without optimizer state unless --reset_optimizer."""
     output_dir = Path(training_args.output_dir)
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint is not None:
