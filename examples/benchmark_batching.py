@@ -25,9 +25,10 @@ from transformers import DataCollatorForSeq2Seq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration  # noqa: E402
-from hf_headattn.batching import TokenBudgetBatchSampler, pair_lengths, padding_statistics  # noqa: E402
+from hf_headattn.training.batching import TokenBudgetBatchSampler, pair_lengths, padding_statistics  # noqa: E402
 from hf_headattn.tokenization import train_tokenizer  # noqa: E402
-from hf_headattn.training import multi30k_paths, read_parallel_files, tokenize_parallel  # noqa: E402
+from hf_headattn.parallel_data import read_parallel_files  # noqa: E402
+from hf_headattn.training import multi30k_paths, tokenize_parallel  # noqa: E402
 
 
 def sentence_batches(num_pairs: int, batch_size: int, seed: int) -> list[np.ndarray]:

@@ -54,7 +54,8 @@ from hf_headattn.metrics import (corpus_scores, drop_details, paired_bootstrap_p
                                  rep_sentence_counts)
 from hf_headattn.plotting import plot_bleu_by_length  # noqa: E402
 from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS  # noqa: E402
-from hf_headattn.training import TRAINING_PRESETS, multi30k_paths, read_parallel_files, train  # noqa: E402
+from hf_headattn.parallel_data import read_parallel_files  # noqa: E402
+from hf_headattn.training import TRAINING_PRESETS, multi30k_paths, train  # noqa: E402
 
 
 PRESET = "multi30k-anchor"

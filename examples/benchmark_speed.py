@@ -39,7 +39,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's report sections
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration  # noqa: E402
 from hf_headattn.tokenization import train_tokenizer  # noqa: E402
-from hf_headattn.training import multi30k_paths, read_parallel_files  # noqa: E402
+from hf_headattn.parallel_data import read_parallel_files  # noqa: E402
+from hf_headattn.training import multi30k_paths  # noqa: E402
 
 
 # Each variant where its paper puts it.

@@ -23,7 +23,8 @@ from transformers import AutoModelForSeq2SeqLM
 from hf_headattn.head_pruning import mean_head_importances, prune_least_important_heads
 from hf_headattn.loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed
 from hf_headattn.metrics import score_translations
-from hf_headattn.training import multi30k_paths, read_parallel_files
+from hf_headattn.parallel_data import read_parallel_files
+from hf_headattn.training import multi30k_paths
 from hf_headattn.translation import translate_sentences
 
 

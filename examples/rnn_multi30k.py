@@ -19,7 +19,8 @@ import torch
 
 from hf_headattn.metrics import all_metrics
 from hf_headattn.evaluation import translate_and_score
-from hf_headattn.training import train, multi30k_paths, read_parallel_files
+from hf_headattn.parallel_data import read_parallel_files
+from hf_headattn.training import train, multi30k_paths
 
 
 SYSTEMS = {

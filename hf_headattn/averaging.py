@@ -1,14 +1,12 @@
 r"""Checkpoint averaging (fairseq's ``scripts/average_checkpoints.py``, OpenNMT's ``onmt_average_models``): the
-element-wise mean of the weights of several checkpoints of one run, saved as a model folder of its own.
-
-    hf-headattn-average --last 5 runs/de-en --output_dir runs/de-en-avg5
-    hf-headattn-average --checkpoints runs/de-en/checkpoint-1800 runs/de-en/checkpoint-2000 --output_dir avg
+element-wise mean of the weights of several checkpoints of one run, saved as a model folder of its own. The
+command is ``hf-headattn-average`` (`commands/average.py`).
 
 The mean is accumulated in float32 and cast back to each weight's dtype. The folder is written as the training
 command writes one: the model through ``save_pretrained`` (weights, config, generation config and the runtime
 code, so it loads with ``trust_remote_code``), the tokenizer and the run manifest (which binds the tokenizer to the
 weights), all taken from the newest checkpoint, first into a temporary sibling folder that takes the output's place
-in one step (`run_folder.replace_folder`), so an interrupted run leaves no half-written folder, and ``--overwrite``
+in one step (`output_files.replace_folder`), so an interrupted run leaves no half-written folder, and ``--overwrite``
 replaces an old one whole.
 
 Checkpoints are refused when their configs, parameter names or shapes differ (naming the first difference), and
@@ -20,17 +18,13 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
-from .run_folder import staging_folder
+from .output_files import staging_folder
 
-__all__ = ["average_checkpoints", "average_state_dicts", "last_checkpoints", "main"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["average_checkpoints", "average_state_dicts", "last_checkpoints"]
 
 # config.json entries that say where or with what a checkpoint was written, not what the model is
 CONFIG_BOOKKEEPING = ("_name_or_path", "transformers_version", "auto_map", "custom_pipelines")
@@ -38,7 +32,7 @@ CONFIG_BOOKKEEPING = ("_name_or_path", "transformers_version", "auto_map", "cust
 
 def last_checkpoints(run_dir: str | Path, count: int) -> list[Path]:
     """The `count` newest ``checkpoint-<step>`` folders of a training run's output folder, oldest first."""
-    from .training import checkpoint_folders
+    from .training.checkpoints import checkpoint_folders
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -142,8 +136,8 @@ def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Pat
     from transformers import AutoModelForSeq2SeqLM
 
     from . import auto_classes  # noqa: F401  (the folder's model type resolves)
-    from .run_folder import replace_folder
-    from .run_manifest import MANIFEST_NAME
+    from .output_files import replace_folder
+    from .training.run_manifest import MANIFEST_NAME
     from .tokenization import load_tokenizer
 
     checkpoints = [Path(checkpoint) for checkpoint in checkpoints]
@@ -190,54 +184,3 @@ def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Pat
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return output_dir
-
-
-EXAMPLES = """examples:
-  # the last 5 checkpoints of a run (train with e.g. --save_steps 200 --save_total_limit 5 to keep them)
-  hf-headattn-average --last 5 runs/de-en --output_dir runs/de-en-avg5
-  # named checkpoints
-  hf-headattn-average --checkpoints runs/de-en/checkpoint-1800 runs/de-en/checkpoint-2000 --output_dir avg
-"""
-
-
-def make_parser():
-    parser = UnderscoreArgumentParser(
-        prog="hf-headattn-average", formatter_class=HelpFormatter, epilog=EXAMPLES,
-        description="Average the weights of checkpoints of one training run into a model folder that loads like\n"
-                    "any other (trust_remote_code), as fairseq's average_checkpoints.py does.")
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--checkpoints", nargs="+", metavar="DIR", help="checkpoint folders to average")
-    which.add_argument("--last", nargs=2, metavar=("N", "RUN_DIR"),
-                       help="the N newest checkpoint-* folders of a training run's output folder")
-    parser.add_argument("--output_dir", required=True, help="the averaged model's folder (must not exist)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --output_dir if it exists")
-    add_verbose_argument(parser)
-    return parser
-
-
-def main(argv=None) -> None:
-    """The `hf-headattn-average` command (also `python -m hf_headattn.averaging`)."""
-    parser = make_parser()
-    args = parser.parse_args(argv)
-    configure_logging(args.verbose)
-    if not args.verbose:  # loading and writing bars for a few seconds' work
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
-    try:
-        if args.last:
-            count, run_dir = args.last
-            if not count.isdigit():
-                parser.error(f"--last N RUN_DIR: N must be a positive whole number, got {count!r}")
-            checkpoints = last_checkpoints(run_dir, int(count))
-        else:
-            checkpoints = [Path(checkpoint) for checkpoint in args.checkpoints]
-        output = average_checkpoints(checkpoints, args.output_dir, overwrite=args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as error:
-        parser.exit(1, f"{parser.prog}: error: {error}\n")
-    print(f"averaged {len(checkpoints)} checkpoints ({', '.join(checkpoint.name for checkpoint in checkpoints)}) "
-          f"| written: {output}")
-
-
-if __name__ == "__main__":
-    main()

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
-from .run_folder import staging_folder
+from .output_files import staging_folder
 
 __all__ = ["CTRANSLATE2_QUANTIZATIONS", "FORMATS", "export_ctranslate2", "main", "translate_with_ctranslate2"]
 

@@ -47,7 +47,7 @@ from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
-from .run_folder import staging_folder
+from .output_files import staging_folder
 
 # transformers and the model classes are imported where they are used, so that `--help` is instant.
 

@@ -78,7 +78,7 @@ def check_tokenizer(model_dir: str | Path, tokenizer, tokenizer_source: str | Pa
     """Refuse (ValueError) a tokenizer whose fingerprint is not the one `model_dir`'s run manifest records, or with
     `force` warn; nothing to compare for a folder without a manifest (not written by the training command, or a
     Hub id)."""
-    from .run_manifest import read_manifest
+    from .training.run_manifest import read_manifest
     from .tokenization import tokenizer_fingerprint
 
     if not Path(model_dir).is_dir():

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
-from .run_folder import with_default_permissions
+from .output_files import with_default_permissions
 
 # torch, Transformers and the models are imported where they are used, so that `--help` is instant.
 

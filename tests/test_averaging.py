@@ -9,7 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_headattn.averaging import average_checkpoints, average_state_dicts, last_checkpoints, main
+from hf_headattn.averaging import average_checkpoints, average_state_dicts, last_checkpoints
+from hf_headattn.commands.average import main
 
 from helpers import REPO, WITHOUT_PACKAGE, toy_data, train_tiny_model
 

@@ -9,11 +9,11 @@ from accelerate.data_loader import BatchSamplerShard
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from hf_headattn import HeadAttnForConditionalGeneration
-from hf_headattn.batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, padding_statistics
+from hf_headattn.training.batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, padding_statistics
 from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus
-from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
-from hf_headattn.training import tokenize_parallel
+from hf_headattn.training.data import tokenize_parallel
+from hf_headattn.training.trainer import HeadAttnSeq2SeqTrainer
 
 from helpers import tiny_config
 

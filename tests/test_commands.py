@@ -26,10 +26,10 @@ from helpers import REPO, toy_data, train_tiny_model
 
 # console script -> (module it runs, words its --help must show besides the defaults and the examples)
 COMMANDS = {
-    "hf-headattn-train": ("hf_headattn.training", ["--cross_attention", *ATTENTION_VARIANTS]),
+    "hf-headattn-train": ("hf_headattn.commands.train", ["--cross_attention", *ATTENTION_VARIANTS]),
     "hf-headattn-evaluate": ("hf_headattn.evaluation", ["--num_beams", "--json", "(default: 4)"]),
     "hf-headattn-translate": ("hf_headattn.translation", ["--num_beams", "--nbest", "--alignments", "jsonl", "|||"]),
-    "hf-headattn-average": ("hf_headattn.averaging", ["--last", "--checkpoints", "--output_dir"]),
+    "hf-headattn-average": ("hf_headattn.commands.average", ["--last", "--checkpoints", "--output_dir"]),
     "hf-headattn-export": ("hf_headattn.export", ["--format", "ctranslate2", "--quantization", "int8", "to_marian"]),
     "hf-headattn-plot": ("hf_headattn.plotting", ["attention-map", "head-importances", "bleu-by-length"]),
     "hf-headattn-hub": ("hf_headattn.hub", ["card", "push", "space"]),
@@ -89,7 +89,7 @@ def test_train_help_imports_neither_trainer_nor_datasets_nor_the_models():
     """The training command's flags need Trainer's argument dataclass (and so torch) and the variant registry, but
     not Trainer itself, `datasets`, sacrebleu or the modeling files: those load after parsing."""
     check_help_imports_none_of("hf-headattn-train", (
-        "transformers.trainer", "transformers.modeling_utils", "datasets", "sacrebleu", "hf_headattn.trainer",
+        "transformers.trainer", "transformers.modeling_utils", "datasets", "sacrebleu", "hf_headattn.training.trainer",
         "hf_headattn.runtime.modeling_headattn", "hf_headattn.runtime.modeling_headattn_rnn"))
 
 
@@ -232,7 +232,7 @@ def test_demo_emits_no_warnings_and_says_what_it_did_in_a_line(tmp_path, caught_
     # short lines for people; the numbers are in demo_results.json and the model's train_results.json
     assert re.fullmatch(r"BLEU [\d.]+ \| exact match \d+% \| 100 test sentences \| written: .*model",
                         capsys.readouterr().out.splitlines()[-1])
-    trained = [record.getMessage() for record in caplog.records if record.name == "hf_headattn.training"][-1]
+    trained = [record.getMessage() for record in caplog.records if record.name == "hf_headattn.training.run"][-1]
     assert re.fullmatch(r"trained \d+ steps \| 3,000 pairs \| [\d.]+ min \| train_loss [\d.]+ \| eval_loss [\d.]+ "
                         r"\| written: .*model", trained), trained
 

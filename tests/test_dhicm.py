@@ -13,9 +13,9 @@ from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration, Transl
 from hf_headattn.runtime.attention_dhicm import DynamicHeadImportanceAttention
 from hf_headattn.head_pruning import head_importance_statistics, mean_head_importances, prune_least_important_heads
 from hf_headattn.plotting import head_importance_figure, plot_head_importances
-from hf_headattn.presets import TABLE_2, dhicm_be_en, dhicm_de_en, dhicm_hi_en, table2_config, transformer_base
+from hf_headattn.training.presets import TABLE_2, dhicm_be_en, dhicm_de_en, dhicm_hi_en, table2_config, transformer_base
 from hf_headattn.toy_corpus import make_toy_corpus
-from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
+from hf_headattn.training.trainer import HeadAttnSeq2SeqTrainer
 from hf_headattn.runtime.transformers_compat import cache_of
 
 from helpers import random_model, source_batch, tiny_config

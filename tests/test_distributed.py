@@ -48,7 +48,7 @@ def losses(output_dir) -> list[float]:
 
 
 def launch(launcher: list[str], arguments: list[str], output_dir) -> dict:
-    done = subprocess.run([*launcher, "-m", "hf_headattn.training", *arguments], env=ENV, capture_output=True,
+    done = subprocess.run([*launcher, "-m", "hf_headattn.commands.train", *arguments], env=ENV, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     # DDP searches for unused parameters only where there are some (the PREDICTED fertility tagger's)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers import toy_data
-from hf_headattn.learning_rate_decay import OpenNMTDecay
+from hf_headattn.training.learning_rate_decay import OpenNMTDecay
 from hf_headattn.training import build_config, parse_args
 
 

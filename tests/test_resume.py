@@ -26,7 +26,7 @@ BATCHING = {
 
 def command(data, output_dir, batching: list[str]) -> list[str]:
     return [
-        sys.executable, "-m", "hf_headattn.training",
+        sys.executable, "-m", "hf_headattn.commands.train",
         "--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
         "--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"]),
         "--max_train_pairs", "64", "--output_dir", str(output_dir), "--vocab_size", "150", "--d_model", "32",

@@ -34,7 +34,7 @@ from hf_headattn import (
 from hf_headattn.runtime.cache_headattn import HeadAttnRNNCache
 from hf_headattn.runtime.modeling_headattn_rnn import HeadAttnRNNGenerateOutput, HeadAttnRNNSourceAttention
 from hf_headattn.toy_corpus import make_toy_corpus
-from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
+from hf_headattn.training.trainer import HeadAttnSeq2SeqTrainer
 from hf_headattn.runtime.transformers_compat import cache_of
 
 from helpers import WITHOUT_PACKAGE, EOS, PAD, VOCAB, source_batch

@@ -24,14 +24,18 @@ from transformers import Seq2SeqTrainingArguments, Trainer, TrainerState
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from hf_headattn import HeadAttnForConditionalGeneration, HeadAttnRNNConfig, HeadAttnRNNForConditionalGeneration
-from hf_headattn import evaluation, run_folder, training
+from hf_headattn import evaluation, output_files
+from hf_headattn.commands import train as train_command
 from hf_headattn.evaluation import evaluate_model
 from hf_headattn.loading import load_model_and_tokenizer
 from hf_headattn.parallel_data import PairFiles, read_pairs, read_parallel_files, scan_text_file
-from hf_headattn.run_folder import RunRefused
 from hf_headattn.tokenization import load_tokenizer, tokenizer_fingerprint, train_tokenizer
-from hf_headattn.trainer import HeadAttnSeq2SeqTrainer, TrainingDiverged
-from hf_headattn.training import train
+from hf_headattn.training import run as training_run
+from hf_headattn.training import run_folder
+from hf_headattn.training.arguments import parse_args
+from hf_headattn.training.run import train
+from hf_headattn.training.run_folder import RunRefused
+from hf_headattn.training.trainer import HeadAttnSeq2SeqTrainer, TrainingDiverged
 
 from helpers import FAMILIES, tiny_config, toy_data
 
@@ -143,7 +147,7 @@ def hold_the_folder(data, output_dir, marker):
         marker.write_text("reading")
         time.sleep(600)
 
-    training.load_data = wait
+    training_run.load_data = wait
     train(command(data, output_dir, "--overwrite_output_dir"))
 
 
@@ -159,7 +163,7 @@ def test_a_second_run_on_a_folder_is_refused_and_a_killed_runs_lock_blocks_nothi
             time.sleep(0.05)
         assert marker.exists(), "the first run did not get to its data"
         with pytest.raises(SystemExit) as refused:
-            training.main(command(data, output_dir, *NEW, "--overwrite_output_dir"))
+            train_command.main(command(data, output_dir, *NEW, "--overwrite_output_dir"))
         message = str(refused.value.code)
         assert f"--output_dir {output_dir.resolve()} is in use by another training run (pid {process.pid} on host " \
                f"{socket.gethostname()}, started " in message and "hf-headattn-train: error: " in message
@@ -181,13 +185,13 @@ def killed_run(argv, point):
 
 def killed_between_renames(argv):
     """The run `argv` on a file system without renameat2's exchange, killed between its two renames."""
-    run_folder._exchange = lambda first, second: False
-    kill_at(run_folder.os, "rename", lambda source, destination: str(source).endswith(".partial"))
+    output_files._exchange = lambda first, second: False
+    kill_at(output_files.os, "rename", lambda source, destination: str(source).endswith(".partial"))
     train(argv)
 
 
 def killed_training_its_tokenizer(argv):
-    kill_at(training, "train_tokenizer")
+    kill_at(training_run, "train_tokenizer")
     train(argv)
 
 
@@ -204,8 +208,8 @@ KILL_POINTS = {
     # during the final save
     "weights staged, tokenizer not": lambda: kill_at(
         PreTrainedTokenizerBase, "save_pretrained", lambda self, directory, *a, **k: str(directory).endswith(".partial")),
-    "staging complete, before the swap": lambda: kill_at(training, "replace_folder"),
-    "swapped, the old folder not yet deleted": lambda: kill_at(run_folder, "_exchange", after=True),
+    "staging complete, before the swap": lambda: kill_at(training_run, "replace_folder"),
+    "swapped, the old folder not yet deleted": lambda: kill_at(output_files, "_exchange", after=True),
 }
 
 
@@ -231,7 +235,7 @@ def test_a_run_killed_while_saving_leaves_the_old_model_or_the_new_one_never_a_m
     output_dir = copy_of(old_model, tmp_path)
     argv = command(data, output_dir, *NEW, "--overwrite_output_dir")
     assert in_child(killed_run, argv, point) == -signal.SIGKILL
-    leftover = run_folder.sibling(output_dir, "partial")
+    leftover = output_files.sibling(output_dir, "partial")
     assert leftover.exists()  # what the next run in the folder clears away
     if point.startswith("swapped"):  # the new model is in place: the run is done
         assert_loads_as(output_dir, new_model)
@@ -250,11 +254,11 @@ def test_without_an_atomic_exchange_a_swap_killed_between_its_renames_is_undone(
     argv = command(data, output_dir, *NEW, "--overwrite_output_dir")
     assert in_child(killed_between_renames, argv) == -signal.SIGKILL
     assert not output_dir.exists()
-    assert_loads_as(run_folder.sibling(output_dir, "replaced"), old_model)  # whole, beside the path
-    monkeypatch.setattr(run_folder, "_exchange", lambda first, second: False)
+    assert_loads_as(output_files.sibling(output_dir, "replaced"), old_model)  # whole, beside the path
+    monkeypatch.setattr(output_files, "_exchange", lambda first, second: False)
     train(command(data, output_dir, *NEW))  # puts the old folder back, resumes the new run, swaps by renames
     assert_loads_as(output_dir, new_model)
-    assert not run_folder.sibling(output_dir, "replaced").exists()
+    assert not output_files.sibling(output_dir, "replaced").exists()
 
 
 def test_overwrite_deletes_nothing_before_the_new_run_has_its_data_and_tokenizer(data, resumable, tmp_path):
@@ -325,7 +329,7 @@ CHANGED_SETTINGS = {  # flags -> a line of the refusal
 @pytest.mark.parametrize("change", sorted(CHANGED_SETTINGS))
 def test_a_resume_with_a_changed_setting_is_refused_naming_it(change, data, resumable, monkeypatch):
     flags, line = CHANGED_SETTINGS[change]
-    monkeypatch.setattr(training, "load_data", lambda *args: pytest.fail("data was read before the refusal"))
+    monkeypatch.setattr(training_run, "load_data", lambda *args: pytest.fail("data was read before the refusal"))
     with pytest.raises(RunRefused) as refused:
         train(command(data, resumable, *flags))
     assert f"{resumable / 'checkpoint-4'} belongs to another run than these flags describe" in str(refused.value)
@@ -442,7 +446,7 @@ def test_a_nan_loss_stops_training_naming_the_step_and_keeps_the_last_good_check
     output_dir = tmp_path / "run"
     poison_at(monkeypatch, step=3)
     with pytest.raises(SystemExit) as failed:
-        training.main(command(data, output_dir, "--max_steps", "6", family=family))
+        train_command.main(command(data, output_dir, "--max_steps", "6", family=family))
     assert str(failed.value.code).startswith("hf-headattn-train: error: training diverged at step 3: the loss is nan. "
                                              f"Nothing of this step was applied or saved; the last checkpoint, "
                                              f"{output_dir / 'checkpoint-2'}, holds the run before it")
@@ -477,7 +481,7 @@ def test_a_loss_that_grows_far_above_its_start_is_warned_about(tmp_path, caplog)
     trainer = HeadAttnSeq2SeqTrainer(model=HeadAttnForConditionalGeneration(tiny_config()),
                                      args=Seq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True,
                                                                    report_to="none"))
-    with caplog.at_level(logging.WARNING, logger="hf_headattn.trainer"):
+    with caplog.at_level(logging.WARNING, logger="hf_headattn.training.trainer"):
         for step, loss in enumerate([5.0, 4.0, 9.0, 10.5, 19.0, 25.0], start=1):
             trainer.state.global_step = step
             trainer.log({"loss": loss})
@@ -593,7 +597,7 @@ def test_a_bad_line_of_a_pair_file_is_named(tmp_path):
                                          r"\"en\": \"\.\.\.\"\}\}"):
         read_pairs(PairFiles(file=tmp_path / "bad.jsonl"))
     with pytest.raises(SystemExit):  # a name that says no format
-        training.parse_args(["--train_file", str(tmp_path / "bad.txt"), "--output_dir", str(tmp_path / "run")])
+        parse_args(["--train_file", str(tmp_path / "bad.txt"), "--output_dir", str(tmp_path / "run")])
 
 
 def test_train_results_count_the_pairs_used_and_skipped(data, tmp_path):

@@ -189,7 +189,7 @@ def test_a_repository_id_is_validated_before_it_is_written_into_a_card(tmp_path)
 
 
 def test_a_folder_whose_tokenizer_is_not_its_models_is_not_uploaded(tmp_path):
-    from hf_headattn.run_manifest import write_manifest
+    from hf_headattn.training.run_manifest import write_manifest
     from hf_headattn.tokenization import tokenizer_fingerprint, train_tokenizer
 
     folder = _complete_folder(tmp_path / "model")

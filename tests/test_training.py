@@ -12,12 +12,16 @@ import warnings
 import pytest
 from datasets import Dataset
 
-from hf_headattn import HeadAttnForConditionalGeneration, demo, training
+from hf_headattn import HeadAttnForConditionalGeneration, demo
 from hf_headattn.tokenization import train_tokenizer
-from hf_headattn.trainer import HeadAttnSeq2SeqTrainer
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
 from hf_headattn.evaluation import translate_and_score
-from hf_headattn.training import load_hub_translation_dataset, parse_args, read_parallel_files, tokenize_parallel, train
+from hf_headattn.parallel_data import read_parallel_files
+from hf_headattn.training import arguments, checkpoints, run
+from hf_headattn.training.arguments import parse_args
+from hf_headattn.training.data import load_hub_translation_dataset, tokenize_parallel
+from hf_headattn.training.run import train
+from hf_headattn.training.trainer import HeadAttnSeq2SeqTrainer
 from hf_headattn.translation import translate_sentences
 
 from helpers import MULTI30K, tiny_config
@@ -163,7 +167,7 @@ def test_the_anchor_batches_hold_about_2000_target_tokens():
         pytest.skip(f"Multi30k not found at {MULTI30K}")
     import numpy as np
 
-    from hf_headattn.batching import TokenBudgetBatchSampler
+    from hf_headattn.training.batching import TokenBudgetBatchSampler
 
     sources = (MULTI30K / "train.de").read_text(encoding="utf-8").splitlines()
     targets = (MULTI30K / "train.en").read_text(encoding="utf-8").splitlines()
@@ -219,8 +223,8 @@ def test_bad_flags_fail_before_any_data_is_read(case, toy_files, tmp_path, monke
     def must_not_run(*args, **kwargs):
         raise AssertionError("the command read data or trained a tokenizer before rejecting the flags")
 
-    monkeypatch.setattr(training, "load_data", must_not_run)
-    monkeypatch.setattr(training, "train_tokenizer", must_not_run)
+    monkeypatch.setattr(run, "load_data", must_not_run)
+    monkeypatch.setattr(run, "train_tokenizer", must_not_run)
     with pytest.raises(SystemExit) as exit_info:
         train(["--train_source", str(toy_files["train.src"]), "--train_target", str(toy_files["train.tgt"]),
                "--output_dir", str(tmp_path), *flags])
@@ -245,25 +249,26 @@ def test_ambiguous_data_arguments_and_a_finished_output_dir_are_refused(toy_file
 def test_resume_picks_the_last_complete_checkpoint_of_the_same_model(toy_files, tmp_path):
     model_args, data_args, _, _ = parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path), *TINY_MODEL])
     for step in (3, 6, 9):
-        training.build_config(model_args, data_args).save_pretrained(tmp_path / f"checkpoint-{step}")
+        arguments.build_config(model_args, data_args).save_pretrained(tmp_path / f"checkpoint-{step}")
         for name in ("optimizer.pt", "scheduler.pt"):
             (tmp_path / f"checkpoint-{step}" / name).write_bytes(b"")
         if step < 9:  # checkpoint-9 was being written when the run was killed: no trainer_state.json yet
             (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
-    assert training.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")
+    assert checkpoints.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")
     _, _, run_args, training_args = parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path), *TINY_MODEL])
-    assert training.find_checkpoint(run_args, training_args) == str(tmp_path / "checkpoint-6")
+    assert checkpoints.find_checkpoint(run_args, training_args) == str(tmp_path / "checkpoint-6")
 
-    training.check_checkpoint_config(training.build_config(model_args, data_args), str(tmp_path / "checkpoint-6"))
+    checkpoints.check_checkpoint_config(arguments.build_config(model_args, data_args), str(tmp_path / "checkpoint-6"))
     model_args.d_model = 64
     with pytest.raises(ValueError, match=r"checkpoint-6 holds a different model than these flags describe "
                                          r"\(d_model: 32 there, 64 now\)"):
-        training.check_checkpoint_config(training.build_config(model_args, data_args), str(tmp_path / "checkpoint-6"))
+        checkpoints.check_checkpoint_config(arguments.build_config(model_args, data_args),
+                                            str(tmp_path / "checkpoint-6"))
 
 
 def test_help_lists_the_package_flags_first_with_defaults_and_variant_names():
-    done = subprocess.run([sys.executable, "-m", "hf_headattn.training", "--help"], capture_output=True, text=True,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "hf_headattn.commands.train", "--help"], capture_output=True,
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     groups = [text.index(title) for title in (" model:", " data:", " run:", " Trainer (", " examples:")]
@@ -295,7 +300,7 @@ def test_early_stopping_ends_training_when_the_validation_loss_stops_improving(t
     train([*file_flags(toy_files), "--output_dir", str(tmp_path), "--max_steps", "10", "--learning_rate", "0",
            "--eval_steps", "1", "--save_steps", "1", "--load_best_model_at_end", "--early_stopping_patience", "1",
            "--keep_checkpoints", *TINY_MODEL])
-    assert training.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    assert checkpoints.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
 
 
 @pytest.mark.parametrize("flags", [
@@ -384,7 +389,7 @@ def test_torchrun_really_runs_two_processes(tmp_path):
     data = write_toy_corpus(tmp_path / "data", n_train=400, n_valid=20, seed=0)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
-        ["torchrun", "--nproc_per_node", "2", "-m", "hf_headattn.training", *file_flags(data),
+        ["torchrun", "--nproc_per_node", "2", "-m", "hf_headattn.commands.train", *file_flags(data),
          "--output_dir", str(tmp_path / "run"), "--max_steps", "6", *TINY_MODEL],
         env=env, capture_output=True, text=True, timeout=600,
     )

@@ -74,7 +74,7 @@ def test_the_wheel_installs_into_a_fresh_environment_and_runs_train_evaluate_car
     assert where.strip().startswith(str(venv)), where
     for command in COMMANDS:
         assert "(default:" in run(f"{command} --help", environment, elsewhere), command
-    for module in ("hf_headattn", "hf_headattn.training"):  # the python -m forms
+    for module in ("hf_headattn", "hf_headattn.commands.train"):  # the python -m forms
         run(f"python -m {module} --help", environment, elsewhere)
 
     run("python -c 'from hf_headattn.toy_corpus import write_toy_corpus; "

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 from hf_headattn.tokenization import load_tokenizer
-from hf_headattn.training import multi30k_paths, read_parallel_files
+from hf_headattn.parallel_data import read_parallel_files
+from hf_headattn.training import multi30k_paths
 
 
 def main():

@@ -14,12 +14,13 @@ import time
 import torch
 from transformers import DataCollatorForSeq2Seq, MarianConfig, MarianMTModel, get_inverse_sqrt_schedule, set_seed
 
-from hf_headattn.batching import TokenBudgetBatchSampler, pair_lengths
+from hf_headattn.training.batching import TokenBudgetBatchSampler, pair_lengths
 from hf_headattn.runtime.configuration_headattn import HeadAttnConfig
 from hf_headattn.runtime.modeling_headattn import HeadAttnForConditionalGeneration
 from hf_headattn.tokenization import load_tokenizer
 from hf_headattn.metrics import score_translations
-from hf_headattn.training import multi30k_paths, read_parallel_files, tokenize_parallel
+from hf_headattn.parallel_data import read_parallel_files
+from hf_headattn.training import multi30k_paths, tokenize_parallel
 from hf_headattn.translation import translate_sentences
 
 SHAPE = dict(d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,

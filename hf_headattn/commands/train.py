@@ -1,6 +1,67 @@
-"""`hf-headattn-train`: moved here from hf_headattn.training (in progress)."""
+"""`hf-headattn-train`: train a translation model with Seq2SeqTrainer (`hf_headattn.training`).
 
-from ..training import main
+    hf-headattn-train --help            # or: python -m hf_headattn.commands.train --help
+
+The flags are the training library's argument groups (`training.arguments`) and Trainer's own; this module gives
+them their `--help`, runs the training and turns a refused run into a usage error. The run ends with its result
+line (`trained 100 steps | ... | written: DIR`), logged by the process that saved the model.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import HfArgumentParser
+
+from ..cli import HelpFormatter
+from ..training.arguments import argument_parser, parse_args
+from ..training.run import run_training
+from ..training.run_folder import RunRefused
+
+EXAMPLES = """examples:
+  # a small model on 2,000 Multi30k pairs (docs/training.md: its time), checkpoints every 500 steps
+  hf-headattn-train --train_source ../shared/data/multi30k/train.de --train_target ../shared/data/multi30k/train.en \\
+      --valid_source ../shared/data/multi30k/val.de --valid_target ../shared/data/multi30k/val.en \\
+      --max_train_pairs 2000 --num_train_epochs 2 --output_dir runs/de-en
+  # run it again after an interruption: it resumes from runs/de-en's last checkpoint (--overwrite_output_dir
+  # starts over); token-budget batches, DHICM cross-attention, BLEU/chrF of greedy output at every evaluation
+  hf-headattn-train ... --max_tokens 4000 --cross_attention dhicm --predict_with_generate --eval_steps 200
+  # attention variants as JSON; the LSTM family; arguments from a JSON or YAML file
+  hf-headattn-train ... --encoder_self_attention '{"type": "mma", "window": 1}' --position_embedding none
+  hf-headattn-train ... --architecture rnn --heads 2 --hops 2 --attention_transform csparsemax --fertility predicted
+  hf-headattn-train args.yaml
+  # a Hugging Face dataset with a `translation` column; two processes
+  hf-headattn-train --dataset wmt16 --dataset_config de-en --source_lang de --target_lang en --output_dir runs/wmt
+  torchrun --nproc_per_node 2 -m hf_headattn.commands.train ... --output_dir runs/ddp
+"""
+
+
+def make_parser() -> HfArgumentParser:
+    parser = argument_parser(
+        usage="%(prog)s [flags below] | %(prog)s ARGUMENTS.json | %(prog)s ARGUMENTS.yaml",
+        description="Train a HeadAttn translation model with Seq2SeqTrainer and save a folder that loads anywhere "
+                    "through trust_remote_code (model, tokenizer, code, pipeline).",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,  # shows --vocab_size, not its alias --vocab-size
+    )
+    # Trainer's flags land in argparse's default group; title it and list it after the package's own groups
+    trainer_group = parser._optionals
+    trainer_group.title = "Trainer (Seq2SeqTrainingArguments: every Transformers Trainer flag, NMT defaults)"
+    parser._action_groups.remove(trainer_group)
+    parser._action_groups.append(trainer_group)
+    return parser
+
+
+def main(argv=None) -> None:
+    try:
+        run_training(*parse_args(argv, make_parser()))
+    except RunRefused as error:
+        raise SystemExit(f"hf-headattn-train: error: {error}") from None
+    finally:
+        # Under torchrun / accelerate launch, a process group left to interpreter exit can abort a rank in gloo's
+        # teardown ("terminate called without an active exception") after training succeeded.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
 
 if __name__ == "__main__":
     main()

@@ -6,12 +6,11 @@ one whole.
   not exist yet). A second run fails at once, naming the folder and the holder's pid, host and start time (which
   the holder writes into the lock file); the kernel drops the lock of a killed process, so a run killed with
   ``kill -9`` never blocks the next one.
-* `replace_folder` — the finished model is saved into a staging sibling (``runs/.de-en.partial``), the old
-  folder's other contents (checkpoints kept with --keep_checkpoints, logs, the user's own files, but not its
-  model files) are hard-linked into it, and it takes the folder's place in one atomic exchange
-  (``renameat2(RENAME_EXCHANGE)`` on Linux). Killed at any moment, the path holds the old complete folder or the
-  new complete one. Where the exchange is not available the swap is two renames, and a run killed between them
-  leaves the old folder at ``runs/.de-en.replaced``, which `clean_leftovers` moves back.
+* The finished model is saved into a staging sibling (``runs/.de-en.partial``), the old folder's other contents
+  (checkpoints kept with --keep_checkpoints, logs, the user's own files, but not its model files) are hard-linked
+  into it (`carry_over`), and `output_files.replace_folder` swaps it into the folder's place in one step; a run
+  killed between the two renames of a system without an atomic exchange leaves the old folder at
+  ``runs/.de-en.replaced``.
 * `clean_leftovers` — run under the lock before anything else: removes what an interrupted swap left behind.
 
 Tooling, not model runtime: never copied into a checkpoint.
@@ -19,16 +18,18 @@ Tooling, not model runtime: never copied into a checkpoint.
 
 from __future__ import annotations
 
-import ctypes
 import fnmatch
 import json
 import logging
 import os
 import shutil
 import socket
-import tempfile
 import time
 from pathlib import Path
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from ..output_files import sibling
 
 logger = logging.getLogger(__name__)
 
@@ -45,30 +46,6 @@ TOKENIZER_SCRATCH = ".tokenizer-in-training"  # the run's trained tokenizer unti
 
 class RunRefused(RuntimeError):
     """A training run that must not start or go on; the command prints it without a traceback and exits 1."""
-
-
-def sibling(output_dir: str | Path, role: str) -> Path:
-    """``runs/de-en`` -> ``runs/.de-en.<role>``: the run's lock file and staging folders."""
-    output_dir = Path(output_dir).resolve()
-    return output_dir.parent / f".{output_dir.name}.{role}"
-
-
-def with_default_permissions(path: str | Path) -> Path:
-    """`path` with the permissions open() or mkdir() would have given it under the user's umask: tempfile's
-    staging files and folders are private (0600, 0700), and an output renamed into place from one would stay so,
-    unreadable to the group and others where every other tool's output is not."""
-    path = Path(path)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
-    return path
-
-
-def staging_folder(output_dir: Path) -> Path:
-    """A new, uniquely named sibling folder (``runs/.de-en.<random>.partial``) that an output is written into and
-    then renamed to `output_dir`, with the permissions a plain mkdir would give the output."""
-    return with_default_permissions(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".partial",
-                                                     dir=output_dir.parent))
 
 
 class RunLock:
@@ -133,10 +110,6 @@ def carry_over(output_dir: str | Path, staging: str | Path, keep_checkpoints: bo
     """Hard-link into `staging` what of `output_dir` outlives the swap: everything but its model files, the run's
     tokenizer scratch and, unless `keep_checkpoints`, its checkpoints. Returns the names carried over besides
     checkpoints (a previous model's card, evaluations, logs), which the caller reports."""
-    # imported here: the translate, average, export and hub commands import this module for
-    # with_default_permissions and staging_folder, and their --help must not load transformers
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
     output_dir, staging = Path(output_dir), Path(staging)
     if not output_dir.is_dir():
         return []
@@ -168,37 +141,3 @@ def _link(source: Path, destination: Path) -> None:
         os.symlink(os.readlink(source), destination)
     else:
         link_or_copy(source, destination)
-
-
-def replace_folder(output_dir: str | Path, staging: str | Path) -> None:
-    """Put the complete folder `staging` at `output_dir` in one step (module docstring), and delete the old one."""
-    output_dir, staging = Path(output_dir).resolve(), Path(staging).resolve()
-    if not output_dir.exists():
-        os.rename(staging, output_dir)
-        return
-    if _exchange(staging, output_dir):
-        shutil.rmtree(staging)  # now the old folder
-        return
-    replaced = sibling(output_dir, "replaced")
-    os.rename(output_dir, replaced)
-    os.rename(staging, output_dir)
-    shutil.rmtree(replaced)
-
-
-_RENAME_EXCHANGE = 2  # linux/fs.h
-_AT_FDCWD = -100
-
-
-def _exchange(first: Path, second: Path) -> bool:
-    """Swap two paths atomically (Linux renameat2 with RENAME_EXCHANGE); False where the system or file system
-    cannot."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError, TypeError):  # not glibc >= 2.28 (macOS, Windows, musl)
-        return False
-    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
-        return True
-    error = ctypes.get_errno()
-    if error in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: a kernel or file system without exchange
-        return False
-    raise OSError(error, f"cannot swap {first} and {second}: {os.strerror(error)}")

@@ -1,5 +1,5 @@
 """`HeadAttnSeq2SeqTrainer`, the `Seq2SeqTrainer` the training command runs, and what it trains with: the progress
-bar that logs numbers as numbers and the BLEU/chrF `compute_metrics`. Kept apart from `training`, whose argument
+bar that logs numbers as numbers and the BLEU/chrF `compute_metrics`. Kept apart from the run's arguments, whose
 parser (`hf-headattn-train --help`) needs none of Trainer.
 
 Tooling, not model runtime: never copied into a checkpoint.
@@ -17,9 +17,9 @@ from transformers import ProgressCallback, Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import get_last_checkpoint, seed_worker
 
+from ..metrics import score_translations
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
 from .learning_rate_decay import OpenNMTDecay
-from .metrics import score_translations
 from .run_folder import RunRefused
 from .run_manifest import write_manifest
 

@@ -1,0 +1,477 @@
+"""The training command's arguments, in the shape of Transformers' `run_translation.py`: the package's model, data
+and run argument groups (dataclasses whose fields are the flags, as `HfArgumentParser` reads them) beside
+`Seq2SeqTrainingArguments`, so every Trainer flag works under Transformers' own name; the command line's words (or
+one JSON/YAML file of arguments) parsed into them; every flag and combination checked before any data is read; and
+the model config the flags describe.
+
+`hf-headattn-train --help` imports only this (Trainer's arguments, the variant registry, the configs); Trainer,
+`datasets`, sacrebleu and the models are imported where they are used.
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+from ..parallel_data import PAIR_FILE_FORMATS, format_suffix
+from ..runtime.attention_registry import ATTENTION_VARIANTS
+from ..runtime.configuration_headattn import HeadAttnConfig
+from ..runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, SINKS, HeadAttnRNNConfig
+from ..runtime.fertility import FERTILITY_STRATEGIES
+from ..tokenization import SUPPORTED_MODELS
+from .checkpoints import find_checkpoint
+from .presets import TRAINING_PRESETS, preset_defaults
+
+VARIANTS = ", ".join(sorted(ATTENTION_VARIANTS))
+
+# Trainer's defaults are for fine-tuning; these fit training an NMT model from scratch. Flags and args files
+# override them.
+NMT_TRAINING_DEFAULTS = dict(
+    num_train_epochs=10,
+    per_device_train_batch_size=64,
+    per_device_eval_batch_size=64,
+    learning_rate=5e-4,
+    lr_scheduler_type="inverse_sqrt",
+    warmup_steps=200,
+    logging_steps=50,
+    eval_strategy="steps",
+    eval_steps=500,
+    save_strategy="steps",
+    save_steps=500,
+    save_total_limit=2,
+    dataloader_pin_memory=torch.cuda.is_available(),  # pinning without an accelerator only warns
+    use_cpu=not torch.cuda.is_available(),  # so that --bf16 trains on a CPU-only machine too
+)
+
+@dataclass
+class ModelArguments:
+    """The model the command builds (and the tokenizer it trains); flags marked (Transformer) or (LSTM) apply to
+    that --architecture only."""
+
+    _argument_group_name = "model"
+
+    architecture: str = field(default="transformer", metadata={
+        "choices": ["transformer", "rnn"],
+        "help": "Marian-style Transformer (HeadAttnConfig) or attentional LSTM (HeadAttnRNNConfig)"})
+    tokenizer: str | None = field(default=None, metadata={
+        "help": "an existing tokenizer folder; by default one is trained on the training text"})
+    vocab_size: int = field(default=8000, metadata={"help": "size of the tokenizer trained on the training text"})
+    tokenizer_model: str = field(default="bpe", metadata={"choices": list(SUPPORTED_MODELS),
+                                                          "help": "subword model of the trained tokenizer"})
+    layers: int | None = field(default=None, metadata={
+        "help": "encoder and decoder layers (None: 3 for the Transformer, 1 for the LSTM)"})
+    heads: int | None = field(default=None, metadata={
+        "help": "attention heads (None: 4 for the Transformer, 1 for the LSTM)"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
+    label_smoothing: float = field(default=0.1, metadata={
+        "help": "computed in the model's own loss (Trainer's --label_smoothing_factor would drop the auxiliary loss)"})
+    fertility: str = field(default="constant", metadata={
+        "choices": list(FERTILITY_STRATEGIES),
+        "help": "fertility bounds of csoftmax/csparsemax attention; guided and predicted align the training data "
+                "with eflomal first, predicted then trains a bi-LSTM tagger for --fertility_predictor_epochs"})
+    constant_fertility: float = field(default=2.0, metadata={"help": "every source token's fertility with "
+                                                                     "--fertility constant"})
+    fertility_predictor_epochs: int = field(default=5, metadata={"help": "training epochs of the --fertility "
+                                                                       "predicted tagger"})
+    d_model: int = field(default=256, metadata={"help": "(Transformer)"})
+    ffn_dim: int = field(default=1024, metadata={"help": "(Transformer)"})
+    position_embedding: str = field(default="sinusoidal", metadata={
+        "choices": ["sinusoidal", "none"], "help": "(Transformer)"})
+    activation_function: str = field(default="swish", metadata={
+        "help": "(Transformer) of the feed-forward layers: swish as in the OPUS-MT Marian models, or any "
+                "transformers.activations name (MarianConfig's default is gelu)"})
+    scale_embedding: bool = field(default=True, metadata={
+        "help": "(Transformer) multiply token embeddings by sqrt(d_model), as the OPUS-MT Marian models do "
+                "(MarianConfig's default is false)"})
+    encoder_self_attention: str = field(default="softmax", metadata={
+        "help": f"(Transformer) variant name or JSON spec, e.g. '{{\"type\": \"mma\", \"window\": 1}}'; variants: "
+                f"{VARIANTS}"})
+    decoder_self_attention: str = field(default="softmax", metadata={
+        "help": f"(Transformer) variant name or JSON spec; variants: {VARIANTS}"})
+    cross_attention: str = field(default="softmax", metadata={
+        "help": f"(Transformer) variant name or JSON spec, e.g. '{{\"type\": \"dhicm\", \"layers\": [-1]}}'; "
+                f"variants: {VARIANTS}"})
+    embedding_size: int = field(default=256, metadata={"help": "(LSTM)"})
+    hidden_size: int = field(default=512, metadata={"help": "(LSTM) decoder state and context size d"})
+    hops: int = field(default=1, metadata={"help": "(LSTM) K, counting the first hop (Iida et al.)"})
+    hop_mode: str = field(default="dependent", metadata={"choices": ["dependent", "independent"],
+                                                         "help": "(LSTM)"})
+    attention_score: str = field(default="general", metadata={"choices": list(ATTENTION_SCORES), "help": "(LSTM)"})
+    attention_transform: str = field(default="softmax", metadata={"choices": list(ATTENTION_TRANSFORMS),
+                                                                  "help": "(LSTM)"})
+    coverage_vector: bool = field(default=False, metadata={
+        "help": "(LSTM) Tu et al.'s coverage vector (Malaviya et al.)"})
+    sink: str = field(default="token", metadata={"choices": list(SINKS), "help": (
+        "(LSTM) where constrained attention puts what no source token can take: a <SINK> token appended to every "
+        "source sentence and read by the encoder (Malaviya et al.), a learned vector, or none")})
+    sink_every_transform: bool = field(default=False, metadata={
+        "help": "(LSTM) with --sink token, append it for softmax and sparsemax too (as Malaviya et al.'s scripts do)"})
+
+
+TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "position_embedding", "activation_function", "scale_embedding",
+                     "encoder_self_attention", "decoder_self_attention", "cross_attention")
+RNN_FLAGS = ("embedding_size", "hidden_size", "hops", "hop_mode", "attention_score", "attention_transform",
+             "coverage_vector", "sink", "sink_every_transform")
+FERTILITY_FLAGS = ("fertility", "constant_fertility", "fertility_predictor_epochs")
+
+# config field -> the flag that sets it, to name the flag in the config's own error messages
+CONFIG_FIELD_FLAGS = {
+    "vocab_size": "vocab_size", "d_model": "d_model", "encoder_layers": "layers", "decoder_layers": "layers",
+    "encoder_attention_heads": "heads", "decoder_attention_heads": "heads", "num_heads": "heads",
+    "encoder_ffn_dim": "ffn_dim", "decoder_ffn_dim": "ffn_dim", "max_position_embeddings": "max_length",
+    "position_embedding": "position_embedding", "activation_function": "activation_function",
+    "scale_embedding": "scale_embedding", "encoder_self_attention": "encoder_self_attention",
+    "decoder_self_attention": "decoder_self_attention", "cross_attention": "cross_attention",
+    "dropout": "dropout", "label_smoothing": "label_smoothing", "fertility": "fertility",
+    "constant_fertility": "constant_fertility", "embedding_size": "embedding_size", "hidden_size": "hidden_size",
+    "num_hops": "hops", "hop_mode": "hop_mode", "attention_score": "attention_score",
+    "attention_transform": "attention_transform",
+}
+
+
+@dataclass
+class DataArguments:
+    """Where the parallel text comes from and how it is batched: two line-aligned text files a split
+    (--train_source/--train_target), one TSV or JSON lines file a split (--train_file), or a Hugging Face dataset
+    (--dataset). Files are UTF-8, optionally compressed (.gz, .xz); lines end at \\n, \\r\\n or \\r. Without
+    validation data, the last 5% of the training pairs are held out."""
+
+    _argument_group_name = "data"
+
+    train_source: str | None = field(default=None, metadata={"help": "source side of the training text, one "
+                                                                      "sentence a line"})
+    train_target: str | None = field(default=None, metadata={"help": "target side, line-aligned with "
+                                                                      "--train_source"})
+    valid_source: str | None = field(default=None, metadata={"help": "source side of the validation text"})
+    valid_target: str | None = field(default=None, metadata={"help": "target side of the validation text"})
+    train_file: str | None = field(default=None, metadata={
+        "help": "the training pairs in one file: TSV (.tsv, source<TAB>target a line) or JSON lines (.jsonl, .json: "
+                'run_translation\'s {"translation": {"de": ..., "en": ...}} a line, keyed by --source_lang and '
+                "--target_lang)"})
+    validation_file: str | None = field(default=None, metadata={"help": "the validation pairs in one TSV or JSON "
+                                                                         "lines file (as --train_file)"})
+    dataset: str | None = field(default=None, metadata={"help": "Hugging Face dataset name or local dataset folder "
+                                                                 "(instead of text files)"})
+    dataset_config: str | None = field(default=None, metadata={"help": "the --dataset's configuration"})
+    dataset_revision: str | None = field(default=None, metadata={
+        "help": "the --dataset's Hub branch, tag or commit (recorded in the run manifest; None: the default branch)"})
+    source_lang: str = field(default="de", metadata={"help": "source language key of a --dataset or a JSON lines "
+                                                              "--train_file"})
+    target_lang: str = field(default="en", metadata={"help": "target language key of a --dataset or a JSON lines "
+                                                              "--train_file"})
+    train_split: str = field(default="train", metadata={"help": "training split of a --dataset"})
+    valid_split: str = field(default="validation", metadata={"help": "validation split of a --dataset"})
+    max_train_pairs: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
+    max_valid_pairs: int | None = field(default=None, metadata={
+        "help": "use only the first N validation pairs (what each evaluation scores: loss, and BLEU/chrF with "
+                "--predict_with_generate)"})
+    max_length: int = field(default=128, metadata={"help": "longer sentences are truncated to this many tokens"})
+    max_tokens: int | None = field(default=None, metadata={
+        "help": "token-budget batches: length-bucketed batches of at most this many source + target tokens, padding "
+                "included (at least 2 x --max_length), instead of --per_device_train_batch_size sentences"})
+    bucket_pool_pairs: int | None = field(default=None, metadata={
+        "help": "with --max_tokens: sort pairs by length only within pools of N pairs drawn at random every epoch "
+                "(OpenNMT's pooled batches, Transformers' group_by_length), so that a pair's batch companions change "
+                "from epoch to epoch, at the cost of some padding; by default pairs are sorted over the whole "
+                "training set and meet the same companions every epoch"})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenisation"})
+    streaming: bool = field(default=False, metadata={
+        "help": "read the training split of --dataset as a stream (nothing downloaded or cached whole; tokenised on "
+                "the fly); needs --max_steps and --tokenizer. Validation pairs (--max_valid_pairs, 1,000 by default) "
+                "are read into memory"})
+
+
+@dataclass
+class RunArguments:
+    """Checkpoints, resuming and stopping. Checkpoints go to --output_dir/checkpoint-N (--save_steps,
+    --save_total_limit); a run started on an --output_dir that holds checkpoints resumes from the last complete
+    one; the finished model, tokenizer and code land in --output_dir itself."""
+
+    _argument_group_name = "run"
+
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "start over in an --output_dir that holds checkpoints or a trained model instead of resuming: its "
+                "checkpoints are deleted once the new run has read its data and trained its tokenizer, its model is "
+                "replaced when the new one is saved"})
+    reset_optimizer: bool = field(default=False, metadata={
+        "help": "resume from a checkpoint with a fresh optimizer and learning-rate schedule (warmup again): needed "
+                "for a checkpoint without optimizer.pt and scheduler.pt (saved with --save_only_model); otherwise "
+                "resuming restores them"})
+    keep_checkpoints: bool = field(default=False, metadata={
+        "help": "keep the checkpoint-N folders once training has finished (by default they are deleted: the "
+                "finished model is in --output_dir)"})
+    preset: str | None = field(default=None, metadata={
+        "choices": list(TRAINING_PRESETS),
+        "help": "a named recipe that sets the defaults of other flags (flags given beside it win); "
+                + "; ".join(f"{name}: " + ", ".join(f"--{key} {value}" for key, value in preset.items())
+                            for name, preset in TRAINING_PRESETS.items())})
+    lr_decay: str | None = field(default=None, metadata={
+        "choices": [None, "opennmt"],
+        "help": "opennmt: OpenNMT-py's (2017) decay instead of --lr_scheduler_type: after each epoch's validation, "
+                "multiply the learning rate by --lr_decay_factor once the epoch reaches --lr_decay_start_at or the "
+                "validation loss rose, and after every later epoch (needs --eval_strategy epoch)"})
+    lr_decay_factor: float = field(default=0.5, metadata={"help": "with --lr_decay opennmt (OpenNMT's "
+                                                                  "-learning_rate_decay)"})
+    lr_decay_start_at: int = field(default=8, metadata={
+        "help": "with --lr_decay opennmt, the epoch after whose validation decay starts at the latest (OpenNMT's "
+                "-start_decay_at: 8 halves the rate from epoch 9 on)"})
+    early_stopping_patience: int | None = field(default=None, metadata={
+        "help": "stop after this many evaluations without improvement of --metric_for_best_model (needs "
+                "--load_best_model_at_end)"})
+
+
+ARGUMENT_GROUPS = (ModelArguments, DataArguments, RunArguments, Seq2SeqTrainingArguments)
+
+
+def argument_parser(**presentation) -> HfArgumentParser:
+    """`HfArgumentParser` over `ARGUMENT_GROUPS`, with the NMT defaults; `presentation` are argparse's own keywords
+    (usage, description, epilog, formatter_class), which the command gives for its `--help`. Its errors name the
+    command, also where `run.train(argv)` parses the words from Python."""
+    parser = HfArgumentParser(ARGUMENT_GROUPS, prog="hf-headattn-train", **presentation)
+    parser.set_defaults(**NMT_TRAINING_DEFAULTS)
+    return parser
+
+
+def parse_args(argv=None, parser: HfArgumentParser | None = None):
+    """Command line (or one JSON/YAML file of arguments) -> (ModelArguments, DataArguments, RunArguments,
+    Seq2SeqTrainingArguments), every flag and combination checked (`check_arguments`) before any data is read;
+    a bad one exits with `parser`'s usage error that names the flag, as does a checkpoint that cannot be resumed
+    (`find_checkpoint`; the run settles which one it resumes once it holds the folder's lock). `parser`:
+    `argument_parser()`'s, or the command's (the same, with its `--help`)."""
+    parser = parser or argument_parser()
+    argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
+    try:
+        if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+            arguments_file = Path(argv[0])
+            values = read_arguments_file(arguments_file)
+            parsed = parser.parse_dict({**NMT_TRAINING_DEFAULTS, **preset_defaults(values.get("preset")), **values})
+        else:
+            parser.set_defaults(**preset_defaults(preset_named_in(argv)))
+            parsed = parser.parse_args_into_dataclasses(argv, look_for_args_file=False)
+        check_arguments(*parsed)
+    except (ValueError, OSError, yaml.YAMLError) as error:  # includes Trainer's own checks of its arguments
+        parser.error(str(error))
+    return parsed
+
+
+def read_arguments_file(path: str | Path) -> dict:
+    """The arguments of a JSON or YAML file (`hf-headattn-train ARGUMENTS.yaml`): argument names to values."""
+    values = yaml.safe_load(Path(path).read_text())  # JSON is YAML
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} must hold a mapping of argument names to values")
+    return values
+
+
+def preset_named_in(argv: list[str]) -> str | None:
+    """The NAME of `--preset NAME` or `--preset=NAME` among the words, read before the other flags: the preset
+    sets their defaults."""
+    for position, word in enumerate(argv):
+        if word == "--":
+            break
+        if word == "--preset" and position + 1 < len(argv):
+            return argv[position + 1]
+        if word.startswith("--preset="):
+            return word.partition("=")[2]
+    return None
+
+
+def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
+                    training_args: Seq2SeqTrainingArguments) -> None:
+    """Raise ValueError, naming the flag, for anything the command would otherwise find out late or not at all."""
+    for arguments in (model_args, data_args):
+        for spec in dataclasses.fields(arguments):
+            choices, value = spec.metadata.get("choices"), getattr(arguments, spec.name)
+            if choices and value not in choices:
+                raise ValueError(f"--{spec.name} {value!r}: choose from {', '.join(map(str, choices))}")
+
+    # data
+    text_files = data_args.train_source is not None or data_args.train_target is not None
+    if text_files + (data_args.train_file is not None) + (data_args.dataset is not None) != 1:
+        raise ValueError("give the training data once: --train_source/--train_target (two text files), --train_file "
+                         "(one TSV or JSON lines file) or --dataset")
+    if text_files and (data_args.train_source is None or data_args.train_target is None):
+        raise ValueError("--train_source and --train_target go together")
+    if (data_args.valid_source is None) != (data_args.valid_target is None):
+        raise ValueError("--valid_source and --valid_target go together")
+    validation_files = data_args.valid_source is not None or data_args.validation_file is not None
+    if data_args.valid_source is not None and data_args.validation_file is not None:
+        raise ValueError("give the validation data once: --valid_source/--valid_target or --validation_file")
+    if validation_files and data_args.dataset is not None:
+        raise ValueError(f"--valid_source/--valid_target and --validation_file are for file data; a --dataset is "
+                         f"validated on its --valid_split ({data_args.valid_split})")
+    for name in ("train_source", "train_target", "valid_source", "valid_target", "train_file", "validation_file"):
+        path = getattr(data_args, name)
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"--{name} {path}: no such file")
+    for name in ("train_file", "validation_file"):
+        path = getattr(data_args, name)
+        if path is not None and format_suffix(path) not in PAIR_FILE_FORMATS:
+            raise ValueError(f"--{name} {path}: name it by its format, .tsv or .jsonl (or .json), optionally "
+                             "compressed (.gz, .xz); two line-aligned text files are given as --train_source and "
+                             "--train_target (--valid_source and --valid_target)")
+    for name in ("max_train_pairs", "max_valid_pairs", "max_length", "max_tokens", "bucket_pool_pairs",
+                 "preprocessing_num_workers"):
+        value = getattr(data_args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be positive, got {value}")
+    if data_args.streaming:
+        needed = {"--dataset": data_args.dataset is not None, "--max_steps": training_args.max_steps > 0,
+                  "--tokenizer": model_args.tokenizer is not None}
+        refused = {"--max_tokens": data_args.max_tokens is not None,
+                   "--fertility guided/predicted": model_args.fertility != "constant"}
+        if not all(needed.values()) or any(refused.values()):
+            raise ValueError(f"--streaming needs {', '.join(needed)} (a stream has no length and is not read twice) "
+                             f"and excludes {' and '.join(refused)} (they read the whole corpus first)")
+    if data_args.bucket_pool_pairs is not None and data_args.max_tokens is None:
+        raise ValueError(f"--bucket_pool_pairs {data_args.bucket_pool_pairs} pools the token-budget batches of "
+                         "--max_tokens; give --max_tokens too")
+    if data_args.max_tokens is not None:
+        if data_args.max_tokens < 2 * data_args.max_length:
+            raise ValueError(f"--max_tokens {data_args.max_tokens} cannot hold a pair of --max_length "
+                             f"{data_args.max_length} sentences; give at least {2 * data_args.max_length}")
+        if training_args.train_sampling_strategy != "random":
+            raise ValueError(f"--max_tokens builds its own length-bucketed batches; drop --train_sampling_strategy "
+                             f"{training_args.train_sampling_strategy}")
+
+    # training
+    if training_args.max_steps == 0 or training_args.max_steps < -1:
+        raise ValueError(f"--max_steps must be positive (or -1: train for --num_train_epochs), got "
+                         f"{training_args.max_steps}")
+    if training_args.max_steps == -1 and not training_args.num_train_epochs > 0:
+        raise ValueError(f"--num_train_epochs must be positive, got {training_args.num_train_epochs}")
+    if training_args.push_to_hub:
+        raise ValueError("--push_to_hub: Trainer's upload copies each checkpoint's model into --output_dir while "
+                         "training, beside the previous model, and uploads the run's local records; upload the "
+                         "finished folder with hf-headattn-hub card and hf-headattn-hub push (checked, only what a "
+                         "user of the model needs)")
+    if training_args.label_smoothing_factor:
+        raise ValueError("--label_smoothing_factor makes Trainer recompute the loss from the logits and drop the "
+                         "attention variants' auxiliary loss; use --label_smoothing (the model's own) instead")
+    if run_args.lr_decay is not None:
+        if training_args.eval_strategy != "epoch":
+            raise ValueError(f"--lr_decay {run_args.lr_decay} decays after each epoch's validation: give "
+                             f"--eval_strategy epoch (got {training_args.eval_strategy})")
+        if not 0 < run_args.lr_decay_factor < 1:
+            raise ValueError(f"--lr_decay_factor must be in (0, 1), got {run_args.lr_decay_factor}")
+        if run_args.lr_decay_start_at < 1:
+            raise ValueError(f"--lr_decay_start_at counts epochs from 1, got {run_args.lr_decay_start_at}")
+        if training_args.metric_for_best_model not in (None, "loss", "eval_loss"):
+            raise ValueError(f"--lr_decay {run_args.lr_decay} watches the validation loss; drop "
+                             f"--metric_for_best_model {training_args.metric_for_best_model}")
+        training_args.metric_for_best_model = "loss"  # what Trainer steps the decay with
+    if run_args.early_stopping_patience is not None:
+        if run_args.early_stopping_patience < 1:
+            raise ValueError(f"--early_stopping_patience must be positive, got {run_args.early_stopping_patience}")
+        if not training_args.load_best_model_at_end:
+            raise ValueError("--early_stopping_patience needs --load_best_model_at_end (and --metric_for_best_model "
+                             "to watch something other than the validation loss)")
+
+    # model: flags of the other architecture, fertility without constrained attention, the config's own checks
+    defaults = ModelArguments()
+    foreign = RNN_FLAGS if model_args.architecture == "transformer" else TRANSFORMER_FLAGS
+    for name in foreign:
+        if getattr(model_args, name) != getattr(defaults, name):
+            raise ValueError(f"--{name} applies to --architecture {'rnn' if foreign is RNN_FLAGS else 'transformer'} "
+                             f"only, not to --architecture {model_args.architecture}")
+    config = build_config(model_args, data_args)
+    if not config.uses_fertility():
+        for name in FERTILITY_FLAGS:
+            if getattr(model_args, name) != getattr(defaults, name):
+                where = ("--cross_attention" if model_args.architecture == "transformer"
+                         else "--attention_transform")
+                raise ValueError(f"--{name} applies to constrained attention only (csoftmax or csparsemax at "
+                                 f"{where}); this model has none")
+    if (model_args.fertility_predictor_epochs != defaults.fertility_predictor_epochs
+            and model_args.fertility != "predicted"):
+        raise ValueError("--fertility_predictor_epochs applies to --fertility predicted only")
+    if model_args.tokenizer is not None and not Path(model_args.tokenizer).is_dir():
+        if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", model_args.tokenizer) or model_args.tokenizer.startswith("."):
+            raise ValueError(f"--tokenizer {model_args.tokenizer}: no such folder (nor a Hub repository id)")
+
+    # the run folder
+    output_dir, working_dir = Path(training_args.output_dir).resolve(), Path.cwd().resolve()
+    if output_dir == working_dir or output_dir in working_dir.parents:
+        raise ValueError(f"--output_dir {training_args.output_dir} is the current folder or holds it; the finished "
+                         "model replaces the --output_dir whole, so give the run a folder of its own (e.g. runs/de-en)")
+    find_checkpoint(run_args, training_args)  # checked here; `train` settles it under the run's lock
+
+
+def attention_spec(flag: str, value: str):
+    """A plain variant name, or a JSON dict / list of dicts."""
+    if not value.lstrip().startswith(("{", "[")):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--{flag} {value!r} is not valid JSON: {error}") from None
+
+
+def build_config(model_args: ModelArguments, data_args: DataArguments, tokenizer=None):
+    """The config of the model the flags describe. Before the tokenizer exists (to check the flags), its size is
+    --vocab_size and its special tokens the trained tokenizer's (<pad>=0, </s>=1)."""
+    shared = dict(
+        vocab_size=len(tokenizer) if tokenizer is not None else model_args.vocab_size,
+        dropout=model_args.dropout,
+        label_smoothing=model_args.label_smoothing,
+        pad_token_id=tokenizer.pad_token_id if tokenizer is not None else 0,
+        eos_token_id=tokenizer.eos_token_id if tokenizer is not None else 1,
+        decoder_start_token_id=tokenizer.pad_token_id if tokenizer is not None else 0,
+        fertility=model_args.fertility,
+        constant_fertility=model_args.constant_fertility,
+    )
+    try:
+        if model_args.architecture == "rnn":
+            layers = model_args.layers if model_args.layers is not None else 1
+            return HeadAttnRNNConfig(
+                embedding_size=model_args.embedding_size,
+                hidden_size=model_args.hidden_size,
+                encoder_layers=layers,
+                decoder_layers=layers,
+                num_heads=model_args.heads if model_args.heads is not None else 1,
+                num_hops=model_args.hops,
+                hop_mode=model_args.hop_mode,
+                attention_score=model_args.attention_score,
+                attention_transform=model_args.attention_transform,
+                coverage_vector=model_args.coverage_vector,
+                sink=model_args.sink,
+                sink_every_transform=model_args.sink_every_transform,
+                **shared,
+            )
+        layers = model_args.layers if model_args.layers is not None else 3
+        heads = model_args.heads if model_args.heads is not None else 4
+        return HeadAttnConfig(
+            d_model=model_args.d_model,
+            encoder_layers=layers,
+            decoder_layers=layers,
+            encoder_attention_heads=heads,
+            decoder_attention_heads=heads,
+            encoder_ffn_dim=model_args.ffn_dim,
+            decoder_ffn_dim=model_args.ffn_dim,
+            position_embedding=model_args.position_embedding,
+            activation_function=model_args.activation_function,
+            scale_embedding=model_args.scale_embedding,
+            max_position_embeddings=max(512, data_args.max_length + 2),
+            encoder_self_attention=attention_spec("encoder_self_attention", model_args.encoder_self_attention),
+            decoder_self_attention=attention_spec("decoder_self_attention", model_args.decoder_self_attention),
+            cross_attention=attention_spec("cross_attention", model_args.cross_attention),
+            **shared,
+        )
+    except ValueError as error:
+        message = str(error)
+        if message.startswith("--"):  # attention_spec's, which names its flag already
+            raise
+        # the config quotes the field at fault in backticks, and names others (e.g. "divide d_model") plainly
+        fields = ([name for name in CONFIG_FIELD_FLAGS if f"`{name}`" in message]
+                  or [name for name in CONFIG_FIELD_FLAGS if re.search(rf"\b{name}\b", message)])
+        flags = list(dict.fromkeys(f"--{CONFIG_FIELD_FLAGS[name]}" for name in fields))
+        raise ValueError(f"{', '.join(flags) or 'model flags'}: {message}") from None

@@ -1,0 +1,183 @@
+"""A training run's data: the parallel text its flags name (two text files a split, one TSV or JSON lines file, or
+a Hugging Face dataset), read into `datasets` Datasets of `source` and `target` columns and tokenised.
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..parallel_data import PairFiles, read_pairs
+
+if TYPE_CHECKING:
+    from datasets import Dataset, DatasetDict, IterableDataset
+
+    from .arguments import DataArguments
+
+logger = logging.getLogger(__name__)
+
+
+MULTI30K_FILES = ("train.de", "train.en", "val.de", "val.en", "test_2016_flickr.de", "test_2016_flickr.en")
+
+
+def multi30k_paths(data_dir: str | Path) -> dict[str, Path]:
+    """The Multi30k De-En files (see ../shared/data/multi30k/README) by name, checked to exist."""
+    data_dir = Path(data_dir)
+    missing = [name for name in MULTI30K_FILES if not (data_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{data_dir} lacks {', '.join(missing)}; point --data-dir at the Multi30k folder "
+                                f"(it holds {', '.join(MULTI30K_FILES)})")
+    return {name: data_dir / name for name in MULTI30K_FILES}
+
+
+def load_hub_translation_dataset(
+    name: str,
+    config_name: str | None,
+    source_lang: str,
+    target_lang: str,
+    split: str,
+    max_pairs: int | None = None,
+    streaming: bool = False,
+    revision: str | None = None,
+) -> Dataset | IterableDataset:
+    """A Hugging Face dataset (Hub name or local folder; `revision`: a Hub branch, tag or commit) whose rows hold a
+    `translation` dict keyed by language, or one column per language, -> Dataset with `source` and `target` columns
+    (an IterableDataset read as a stream with `streaming`)."""
+    from datasets import load_dataset
+
+    dataset = load_dataset(name, config_name, split=split, streaming=streaming, revision=revision)
+    if max_pairs is not None:
+        dataset = dataset.take(max_pairs) if streaming else dataset.select(range(min(max_pairs, len(dataset))))
+    first = next(iter(dataset))
+    columns = list(first)  # a stream may not know its columns before it is read
+    if "translation" in columns:
+        languages = set(first["translation"])
+        if not {source_lang, target_lang} <= languages:
+            raise ValueError(
+                f"Dataset {name!r} has languages {sorted(languages)}; asked for {source_lang!r} -> {target_lang!r}"
+            )
+        return dataset.map(
+            lambda row: {"source": row["translation"][source_lang], "target": row["translation"][target_lang]},
+            remove_columns=columns,
+        )
+    missing = [lang for lang in (source_lang, target_lang) if lang not in columns]
+    if missing:
+        raise ValueError(f"Dataset {name!r} has neither a 'translation' column nor columns {missing}; "
+                         f"columns: {columns}")
+    return dataset.map(lambda row: {"source": row[source_lang], "target": row[target_lang]}, remove_columns=columns)
+
+
+def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenizer, max_length: int = 128,
+                      num_proc: int | None = None, split: str = "training"):
+    """Add `input_ids`, `attention_mask` and `labels` (a batched `datasets.map`, cached on disk; on the fly for a
+    stream). Pairs longer than `max_length` tokens on either side are truncated, with a warning that counts them
+    (for a stream, a warning at the first one); `split` names the data in it (a DatasetDict's own keys win)."""
+    from datasets import DatasetDict, IterableDataset
+
+    def encode(batch):
+        # Tokenised whole once, so the long pairs can be counted; only those are tokenised again, truncated.
+        encoded = tokenizer(batch["source"], text_target=batch["target"], verbose=False)
+        encoded["truncated"] = [len(source) > max_length or len(target) > max_length
+                                for source, target in zip(encoded["input_ids"], encoded["labels"])]
+        if long_rows := [row for row, truncated in enumerate(encoded["truncated"]) if truncated]:
+            shortened = tokenizer([batch["source"][row] for row in long_rows],
+                                  text_target=[batch["target"][row] for row in long_rows],
+                                  max_length=max_length, truncation=True)
+            for key, values in shortened.items():
+                for row, value in zip(long_rows, values):
+                    encoded[key][row] = value
+        return encoded
+
+    if isinstance(dataset, IterableDataset):
+        warned = False
+
+        def encode_and_warn(batch):
+            nonlocal warned
+            encoded = encode(batch)
+            if any(encoded.pop("truncated")) and not warned:
+                warned = True
+                logger.warning(f"a {split} pair is longer than --max_length {max_length} tokens and is truncated "
+                               "(a stream is not counted ahead); raise --max_length to keep such pairs whole")
+            return encoded
+
+        return dataset.map(encode_and_warn, batched=True, remove_columns=["source", "target"])
+    encoded = dataset.map(encode, batched=True, num_proc=num_proc, remove_columns=["source", "target"],
+                          desc="tokenising")
+    for name, part in encoded.items() if isinstance(encoded, DatasetDict) else [(split, encoded)]:
+        if truncated := sum(part["truncated"]):
+            logger.warning(f"{truncated} of {len(part)} {name} pairs are longer than --max_length {max_length} "
+                           "tokens on one side and are truncated; raise --max_length to keep them whole")
+    return encoded.remove_columns("truncated")
+
+
+def data_files(data_args: DataArguments) -> dict[str, PairFiles]:
+    """The files of the training and validation pairs, by split ("train", "validation"; none for a --dataset)."""
+    languages = dict(source_lang=data_args.source_lang, target_lang=data_args.target_lang)
+    files = {}
+    for split, one_file, source, target in (
+            ("train", data_args.train_file, data_args.train_source, data_args.train_target),
+            ("validation", data_args.validation_file, data_args.valid_source, data_args.valid_target)):
+        if one_file is not None:
+            files[split] = PairFiles(file=Path(one_file), **languages)
+        elif source is not None:
+            files[split] = PairFiles(source=Path(source), target=Path(target))
+    return files
+
+
+def scan_data_files(data_args: DataArguments) -> tuple[dict, dict[str, str]]:
+    """Read every data file once (`PairFiles.scan`: encoding, alignment, format, content hash) before anything
+    else: (the scans by split, for `load_data`; the content hashes by flag, for the run manifest)."""
+    scans = {split: files.scan() for split, files in data_files(data_args).items()}
+    hashes = {path.resolve(): scan.sha256 for split_scans in scans.values() for path, scan in split_scans.items()}
+    by_flag = {name: hashes[Path(getattr(data_args, name)).resolve()]
+               for name in ("train_source", "train_target", "valid_source", "valid_target", "train_file",
+                            "validation_file") if getattr(data_args, name) is not None}
+    if "validation" in scans and sorted(scan.sha256 for scan in scans["validation"].values()) == sorted(
+            scan.sha256 for scan in scans["train"].values()):
+        logger.warning("the validation data is the training data: its loss (and BLEU) will measure memorisation, "
+                       "and --load_best_model_at_end or early stopping will pick by it")
+    return scans, by_flag
+
+
+def load_data(data_args: DataArguments, scans: dict) -> tuple[Dataset, Dataset, dict]:
+    """Training and validation pairs (`source`, `target` columns), and the training pairs' counts for
+    train_results.json: `train_pairs_read`, `train_pairs_skipped_empty` (blank on either side) and
+    `train_pairs_held_out` (the last 5% held out for validation when no validation data is given). `scans` are
+    `scan_data_files`'."""
+    from datasets import Dataset
+
+    if data_args.dataset is not None:
+        max_valid_pairs = data_args.max_valid_pairs
+        if data_args.streaming and max_valid_pairs is None:
+            max_valid_pairs = 1000
+        train, valid = (
+            load_hub_translation_dataset(data_args.dataset, data_args.dataset_config, data_args.source_lang,
+                                         data_args.target_lang, split, max_pairs, data_args.streaming,
+                                         data_args.dataset_revision)
+            for split, max_pairs in ((data_args.train_split, data_args.max_train_pairs),
+                                     (data_args.valid_split, max_valid_pairs))
+        )
+        if data_args.streaming:  # evaluated again and again: read it once
+            valid = Dataset.from_list(list(valid))
+        counts = {"train_pairs_read": None if data_args.streaming else len(train), "train_pairs_skipped_empty": 0,
+                  "train_pairs_held_out": 0}
+        return train, valid, counts
+    files = data_files(data_args)
+    train = read_pairs(files["train"], scans["train"], data_args.max_train_pairs, skip_empty=True)
+    counts = {"train_pairs_read": train.read, "train_pairs_skipped_empty": train.skipped_empty}
+    if "validation" not in files:
+        # hold out the last 5% (at least one pair) of the training text
+        split = train.dataset.train_test_split(test_size=max(1, len(train.dataset) // 20), shuffle=False)
+        return split["train"], split["test"], {**counts, "train_pairs_held_out": len(split["test"])}
+    valid = read_pairs(files["validation"], scans["validation"], data_args.max_valid_pairs, skip_empty=True)
+    return train.dataset, valid.dataset, {**counts, "train_pairs_held_out": 0}
+
+
+def corpus_texts(dataset: Dataset):
+    """Every source sentence, then every target sentence, read in slices (not all at once)."""
+    for column in ("source", "target"):
+        for batch in dataset.iter(batch_size=10_000):
+            yield from batch[column]

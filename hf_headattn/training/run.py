@@ -1,0 +1,253 @@
+"""The training run: a model trained with `HeadAttnSeq2SeqTrainer` on the data and with the arguments the command
+line gives, saved as a folder that loads anywhere through trust_remote_code (model, tokenizer, code, pipeline).
+
+`train(argv)` is the command from Python (its arguments are the command line's words); `run_training` runs on
+arguments already parsed and checked (`arguments.parse_args`).
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import Seq2SeqTrainingArguments
+
+from ..output_files import replace_folder, sibling
+from ..runtime.configuration_headattn_rnn import HeadAttnRNNConfig
+from ..tokenization import load_tokenizer, tokenizer_fingerprint, train_tokenizer
+from .arguments import DataArguments, ModelArguments, RunArguments, build_config, parse_args
+from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint
+from .data import corpus_texts, load_data, scan_data_files, tokenize_parallel
+from .run_folder import TOKENIZER_SCRATCH, RunLock, RunRefused, carry_over, clean_leftovers
+from .run_manifest import build_manifest, check_resume
+
+if TYPE_CHECKING:
+    from .trainer import HeadAttnSeq2SeqTrainer
+
+logger = logging.getLogger(__name__)
+
+
+def train(argv=None) -> dict:
+    """Run the training command (see `hf-headattn-train --help`) on the command line's words `argv` (default:
+    sys.argv[1:]), or on one JSON/YAML file of arguments, and return its metrics, which also go to
+    train_results.json."""
+    return run_training(*parse_args(argv))
+
+
+def run_training(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
+                 training_args: Seq2SeqTrainingArguments) -> dict:
+    """Train on arguments as `arguments.parse_args` returns them (checked) and return the metrics.
+
+    A run is a transaction on its --output_dir: it holds the folder's lock from start to end (`run_folder.RunLock`)
+    and settles what it resumes under it; a resume must be the same run (`run_manifest`), checked before any data
+    is read; an overwritten run's checkpoints are deleted only once the new run has read its data and trained its
+    tokenizer; the finished model replaces the folder whole (`save_finished_model`). What must stop a run is raised
+    as `run_folder.RunRefused`."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logger.setLevel(logging.INFO if training_args.should_log else logging.WARNING)
+    output_dir = Path(training_args.output_dir)
+    main_process = training_args.process_index == 0
+    with RunLock(output_dir) if main_process else contextlib.nullcontext():
+        with training_args.main_process_first(desc="run folder"):
+            if main_process:
+                clean_leftovers(output_dir)
+            try:  # settled under the lock: the folder may have changed since the flags were checked
+                training_args.resume_from_checkpoint = find_checkpoint(run_args, training_args)
+            except ValueError as error:
+                raise RunRefused(str(error)) from None
+        return _train(model_args, data_args, run_args, training_args)
+
+
+def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
+           training_args: Seq2SeqTrainingArguments) -> dict:
+    # after parsing: --help and a bad flag answer without these
+    from transformers import DataCollatorForSeq2Seq, EarlyStoppingCallback, set_seed
+
+    from .. import auto_classes  # noqa: F401  (Auto classes know both families, as after `from hf_headattn import ...`)
+    from .trainer import HeadAttnSeq2SeqTrainer, translation_metrics
+
+    output_dir, checkpoint = Path(training_args.output_dir), training_args.resume_from_checkpoint
+    main_process = training_args.process_index == 0
+    if checkpoint is not None:
+        logger.info(f"resuming from {checkpoint} (--overwrite_output_dir starts over)")
+        if run_args.reset_optimizer:
+            logger.warning(f"--reset_optimizer: resuming {checkpoint} with a fresh optimizer and learning-rate "
+                           "schedule (warmup again)")
+    set_seed(training_args.seed)
+    try:
+        scans, file_sha256 = scan_data_files(data_args)
+    except (ValueError, FileNotFoundError) as error:
+        raise RunRefused(str(error)) from None
+
+    def manifest(tokenizer) -> dict:
+        return build_manifest(model_args, data_args, run_args, training_args,
+                              tokenizer_sha256=tokenizer_fingerprint(tokenizer), file_sha256=file_sha256)
+
+    # a tokenizer that exists already (given, or the checkpoint's) settles the model before any data is read
+    tokenizer, config = None, None
+    if model_args.tokenizer is not None or checkpoint is not None:
+        tokenizer = _load_tokenizer(model_args.tokenizer or checkpoint)
+        config = build_config(model_args, data_args, tokenizer)
+    if checkpoint is not None:  # a resume is the same run, or refused
+        try:
+            check_resume(checkpoint, manifest(tokenizer))
+            check_checkpoint_config(config, checkpoint)
+        except ValueError as error:
+            raise RunRefused(str(error)) from None
+
+    try:
+        train_text, valid_text, data_counts = load_data(data_args, scans)
+    except ValueError as error:  # a TSV or JSON lines line that holds no pair, named
+        raise RunRefused(str(error)) from None
+    if tokenizer is None:
+        scratch = output_dir / TOKENIZER_SCRATCH  # where the other processes read it
+        with training_args.main_process_first(desc="tokenizer"):
+            if main_process:
+                tokenizer = train_tokenizer(
+                    texts=corpus_texts(train_text), vocab_size=model_args.vocab_size, model=model_args.tokenizer_model,
+                    save_directory=scratch if training_args.world_size > 1 else None,
+                    model_max_length=data_args.max_length,
+                )
+            else:
+                tokenizer = load_tokenizer(scratch)
+        config = build_config(model_args, data_args, tokenizer)
+    with training_args.main_process_first(desc="tokenization"):
+        train_dataset = tokenize_parallel(train_text, tokenizer, data_args.max_length,
+                                          data_args.preprocessing_num_workers)
+        valid_dataset = tokenize_parallel(valid_text, tokenizer, data_args.max_length,
+                                          data_args.preprocessing_num_workers, split="validation")
+    if run_args.overwrite_output_dir and main_process:  # only now that this run has its data and tokenizer
+        for folder in checkpoint_folders(output_dir):
+            shutil.rmtree(folder)
+
+    model = build_model(config)
+    if checkpoint is None:  # a checkpoint holds what this learns
+        prepare_fertility(model, tokenizer, train_text["source"], train_text["target"],
+                          predictor_epochs=model_args.fertility_predictor_epochs, seed=training_args.seed)
+    model.generation_config.max_length = data_args.max_length
+    if training_args.ddp_find_unused_parameters is None:
+        # Every parameter gets a gradient except the PREDICTED fertility tagger's (trained above, by its own loop),
+        # so DDP's search for unused parameters is only needed with it; elsewhere it costs an extra traversal of
+        # the graph and a warning the user can do nothing about.
+        training_args.ddp_find_unused_parameters = any(
+            "fertility_predictor" in name for name, _ in model.named_parameters())
+
+    trainer = HeadAttnSeq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=valid_dataset,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        processing_class=tokenizer,
+        compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
+        callbacks=([EarlyStoppingCallback(run_args.early_stopping_patience)]
+                   if run_args.early_stopping_patience is not None else None),
+        max_tokens=data_args.max_tokens,
+        bucket_pool_pairs=data_args.bucket_pool_pairs,
+        run_manifest=manifest(tokenizer),
+        reset_optimizer=run_args.reset_optimizer,
+        lr_decay=(dict(factor=run_args.lr_decay_factor, start_decay_at=run_args.lr_decay_start_at)
+                  if run_args.lr_decay == "opennmt" else None),
+    )
+    metrics = dict(trainer.train(resume_from_checkpoint=checkpoint).metrics)
+    if training_args.eval_strategy != "no":
+        metrics.update(_final_evaluation(trainer))
+    metrics.update(global_step=trainer.state.global_step, world_size=training_args.world_size,
+                   train_pairs=None if data_args.streaming else len(train_dataset), **data_counts,
+                   parameters=sum(parameter.numel() for parameter in model.parameters()))
+    save_finished_model(trainer, output_dir, metrics, run_args.keep_checkpoints)
+    return metrics
+
+
+def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metrics: dict,
+                        keep_checkpoints: bool) -> None:
+    """Save the model, config, generation config, tokenizer, code, run manifest and train_results.json into a
+    staging sibling of `output_dir`, carry over what else the folder holds (its checkpoints only with
+    `keep_checkpoints`), and swap the staging folder in (`output_files.replace_folder`): killed at any moment, the
+    folder holds the previous complete model or this one."""
+    staging = sibling(output_dir, "partial")
+    trainer.save_model(str(staging))  # by every process: a sharded model gathers its weights
+    if trainer.is_world_process_zero():
+        (staging / "train_results.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
+        if carried := carry_over(output_dir, staging, keep_checkpoints):
+            logger.info(f"kept from {output_dir} beside the new model: {', '.join(carried)}")
+        replace_folder(output_dir, staging)
+        logger.info(summary_line(metrics, output_dir))
+    trainer.accelerator.wait_for_everyone()
+
+
+def _load_tokenizer(name_or_path: str):
+    try:
+        return load_tokenizer(name_or_path)
+    except OSError as error:
+        raise SystemExit(f"hf-headattn-train: error: cannot load the tokenizer {name_or_path}: {error}") from None
+
+
+def _final_evaluation(trainer: HeadAttnSeq2SeqTrainer) -> dict:
+    """The evaluation of the model being saved: the one training already ran at its last step (or, with
+    --load_best_model_at_end, at the best step), else a new one."""
+    state = trainer.state
+    best = trainer.args.load_best_model_at_end and state.best_global_step
+    step = state.best_global_step if best else state.global_step
+    for entry in reversed(state.log_history):
+        if entry.get("step") == step and "eval_loss" in entry:
+            return {key: value for key, value in entry.items() if key.startswith("eval_")}
+    return trainer.evaluate()
+
+
+def build_model(config):
+    """A freshly initialised model of the config's family."""
+    from ..runtime.modeling_headattn import HeadAttnForConditionalGeneration
+    from ..runtime.modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration
+
+    if isinstance(config, HeadAttnRNNConfig):
+        return HeadAttnRNNForConditionalGeneration(config)
+    return HeadAttnForConditionalGeneration(config)
+
+
+def prepare_fertility(model, tokenizer, sources: list[str], targets: list[str], predictor_epochs: int = 5,
+                      seed: int = 0) -> None:
+    """Fill in what the GUIDED and PREDICTED fertility strategies (Malaviya et al., 2018, Sec. 4) learn from the
+    training data: eflomal alignments of its subword tokens give each source token's fertility; GUIDED keeps
+    the largest per token id in the encoder's `source_fertility.guided_fertility` table, PREDICTED trains the
+    encoder's bi-LSTM `source_fertility.fertility_predictor` on them (+1 slack). Works for both model families;
+    nothing to do for CONSTANT or models without constrained attention."""
+    from ..alignment import corpus_token_fertilities, guided_fertility_table, train_fertility_predictor
+
+    config, bounds = model.config, model.get_encoder().source_fertility
+    if bounds is None or config.fertility == "constant":
+        return
+    source_ids, fertilities = corpus_token_fertilities(
+        tokenizer, list(sources), list(targets), seed=seed,
+        progress=f"fertility: aligning {len(sources):,} training pairs (eflomal)")
+    if config.fertility == "guided":
+        with torch.no_grad():
+            bounds.guided_fertility.copy_(guided_fertility_table(source_ids, fertilities, config.vocab_size))
+    else:
+        train_fertility_predictor(bounds.fertility_predictor, source_ids, fertilities, epochs=predictor_epochs,
+                                  seed=seed)
+
+
+def summary_line(metrics: dict, output_dir: Path) -> str:
+    """`trained 470 steps | 3,000 pairs | 3.9 min | train_loss 1.969 | eval_loss 0.926 | written: DIR`: what the
+    command says at the end (every metric is in the folder's train_results.json)."""
+    parts = [f"trained {metrics['global_step']:,} steps"]
+    if metrics.get("train_pairs") is not None:
+        parts.append(f"{metrics['train_pairs']:,} pairs")
+    if metrics.get("train_runtime_total") is not None:
+        parts.append(f"{metrics['train_runtime_total'] / 60:.1f} min")
+    parts += [f"{name} {metrics[name]:.4g}" for name in ("train_loss", "eval_loss", "eval_bleu")
+              if isinstance(metrics.get(name), float) and math.isfinite(metrics[name])]
+    return " | ".join([*parts, f"written: {output_dir}"])
+
+
+def _jsonable(metrics: dict) -> dict:
+    return {key: (None if isinstance(value, float) and math.isnan(value) else value) for key, value in metrics.items()}
