@@ -3,10 +3,10 @@
 COMMANDS = """hf_headattn's commands (each also `python -m hf_headattn.<module>`; COMMAND --help for its flags):
 
   hf-headattn-train      (training)    train a translation model with Seq2SeqTrainer
-  hf-headattn-translate  (translation) translate a file or stdin; n-best lists, scores, word alignments
+  hf-headattn-translate  (commands.translate) translate a file or stdin; n-best lists, scores, word alignments
   hf-headattn-evaluate   (evaluation)  translate a test set; BLEU, chrF, TER, REP, DROP, BLEU by length
   hf-headattn-average    (averaging)   average the weights of a run's last checkpoints into a model folder
-  hf-headattn-export     (export)      a softmax model as a CTranslate2 model, float32 or int8
+  hf-headattn-export     (commands.export) a softmax model as a CTranslate2 model, float32 or int8
   hf-headattn-plot       (plotting)    attention maps, DHICM head importances, BLEU by length
   hf-headattn-hub        (hub)         model card from an evaluation; upload a folder to the Hub; a Gradio Space
   hf-headattn-demo       (demo)        train and translate on a toy corpus, offline (writes runs/demo)
