@@ -164,8 +164,8 @@ def commands(folders: dict, input_file: Path, outputs: Path, num_beams: int, thr
                          output)
 
     def ours(model_dir: Path, *flags: str) -> list[str]:
-        return [python, "-m", "hf_headattn.translation", "--model", str(model_dir), "--input", str(input_file),
-                "--num_beams", str(num_beams), "--quiet", "--device", device, *flags]
+        return [python, "-m", "hf_headattn.commands.translate", "--model", str(model_dir), "--input",
+                str(input_file), "--num_beams", str(num_beams), "--quiet", "--device", device, *flags]
 
     # the reduced-precision paths: int8 on the CPU; float16 and bfloat16 on a GPU (bfloat16 on the CPU too, where
     # the table shows whether this CPU has native bfloat16 arithmetic)

@@ -1,6 +1,6 @@
-r"""Exporting a model to where deployed Marian models run: CTranslate2.
-
-    hf-headattn-export --format ctranslate2 --model runs/de-en --output_dir runs/de-en-ct2 [--quantization int8]
+r"""Exporting a model to where deployed Marian models run: CTranslate2 (:func:`export_ctranslate2`), and translating
+with the exported folder (:func:`translate_with_ctranslate2`). The command is :mod:`hf_headattn.commands.export`
+(``hf-headattn-export``).
 
 A softmax model with Marian's settings is a `MarianMTModel` (`HeadAttnForConditionalGeneration.to_marian`, the
 same logits), and CTranslate2 converts `MarianMTModel`s with its own Transformers converter. Its Marian loader is
@@ -25,13 +25,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
-from .cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
 from .output_files import staging_folder
 
-__all__ = ["CTRANSLATE2_QUANTIZATIONS", "FORMATS", "export_ctranslate2", "main", "translate_with_ctranslate2"]
+__all__ = ["CTRANSLATE2_QUANTIZATIONS", "FORMATS", "export_ctranslate2", "import_ctranslate2",
+           "translate_with_ctranslate2"]
 
 FORMATS = ("ctranslate2",)
 # CTranslate2's weight types (`ct2-transformers-converter --quantization`); "float32" keeps the weights as they are
@@ -41,7 +40,12 @@ DEPLOY_EXTRA = 'pip install "hf_headattn[deploy]"'
 EXPORT_RECORD = "hf_headattn_export.json"
 
 
-def _import_ctranslate2():
+def import_ctranslate2():
+    """(ctranslate2, its Transformers converters module).
+
+    Raises:
+        ImportError: ctranslate2 is not installed, naming the extra that installs it.
+    """
     try:
         import ctranslate2
         from ctranslate2.converters import transformers as converters
@@ -96,7 +100,7 @@ def export_ctranslate2(model, tokenizer, output_dir: str | Path, *, quantization
                          "of this package (HeadAttnForConditionalGeneration) become MarianMTModels; the LSTM family "
                          "has no CTranslate2 architecture")
     marian = model.to_marian().float()  # raises naming the variant and site CTranslate2 cannot run
-    _, converters = _import_ctranslate2()
+    _, converters = import_ctranslate2()
     from ctranslate2.converters.converter import Converter
 
     loader_class = _marian_loader_class(converters)
@@ -133,7 +137,7 @@ def translate_with_ctranslate2(model_dir: str | Path, sources: list[str], *, bea
     decodes (`max_batch_size` sentences sorted by length, as CTranslate2 batches), the tokenizer joins the pieces.
     Blank lines translate to blank lines. `translate_options` go to `Translator.translate_batch` (e.g.
     ``length_penalty``, ``no_repeat_ngram_size``); `translator` reuses a loaded `ctranslate2.Translator`."""
-    ctranslate2, _ = _import_ctranslate2()
+    ctranslate2, _ = import_ctranslate2()
     from transformers import AutoTokenizer
 
     model_dir = Path(model_dir)
@@ -150,70 +154,3 @@ def translate_with_ctranslate2(model_dir: str | Path, sources: list[str], *, bea
         ids = tokenizer.convert_tokens_to_ids(result.hypotheses[0])
         translations[index] = tokenizer.decode(ids, skip_special_tokens=True).replace("\n", " ").strip()
     return translations
-
-
-# ------------------------------------------------------------------------------------------------ the command
-EXAMPLES = """examples:
-  # a float32 CTranslate2 model, and an int8 one
-  hf-headattn-export --format ctranslate2 --model runs/de-en --output_dir runs/de-en-ct2
-  hf-headattn-export --format ctranslate2 --model runs/de-en --output_dir runs/de-en-ct2-int8 --quantization int8
-  # then, in Python:
-  #   from hf_headattn.export import translate_with_ctranslate2
-  #   translate_with_ctranslate2("runs/de-en-ct2", ["Ein Mann fährt Fahrrad."], beam_size=5)
-
-what exports: softmax Transformer models with Marian's settings (those HeadAttnForConditionalGeneration.to_marian
-accepts); other variants and the LSTM family are refused (translate them with hf-headattn-translate, whose fast path
-and --quantize int8 run every variant).
-"""
-
-
-def make_parser():
-    from .loading import add_trust_remote_code_argument
-
-    parser = UnderscoreArgumentParser(
-        prog="hf-headattn-export", formatter_class=HelpFormatter, epilog=EXAMPLES,
-        description="Export a model folder (or Hub id) for deployment: CTranslate2, through to_marian and "
-                    "CTranslate2's own converter. Needs ctranslate2 (pip install \"hf_headattn[deploy]\").")
-    parser.add_argument("--format", required=True, choices=FORMATS, help="what to export to")
-    parser.add_argument("--model", required=True, help="a saved model folder, or a Hugging Face Hub id")
-    add_trust_remote_code_argument(parser, "--trust_remote_code")
-    parser.add_argument("--output_dir", required=True, help="the folder to write (refused if it exists)")
-    parser.add_argument("--quantization", default="float32", choices=CTRANSLATE2_QUANTIZATIONS,
-                        help="CTranslate2's weight type")
-    parser.add_argument("--overwrite", action="store_true", help="replace --output_dir if it exists")
-    add_verbose_argument(parser)
-    return parser
-
-
-def main(argv=None) -> None:
-    """The `hf-headattn-export` command (also `python -m hf_headattn.export`)."""
-    parser = make_parser()
-    args = parser.parse_args(argv)
-    configure_logging(args.verbose)
-    output_dir = Path(args.output_dir)
-    if output_dir.exists() and not args.overwrite:
-        parser.error(f"--output_dir {args.output_dir} exists; pass --overwrite to replace it")
-    try:
-        _import_ctranslate2()
-    except ImportError as error:
-        parser.exit(1, f"{parser.prog}: error: {error}\n")
-    from transformers.utils import logging as transformers_logging
-
-    from .loading import load_model_and_tokenizer
-
-    if not args.verbose:
-        transformers_logging.disable_progress_bar()
-    try:
-        model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
-    except (OSError, ValueError) as error:
-        parser.exit(1, f"{parser.prog}: error: cannot load --model {args.model}: {error}\n")
-    try:
-        written = export_ctranslate2(model, tokenizer, output_dir, quantization=args.quantization,
-                                     overwrite=args.overwrite, source=args.model)
-    except ValueError as error:
-        parser.exit(1, f"{parser.prog}: error: {error}\n")
-    print(f"CTranslate2 model ({args.quantization}) written: {written}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

@@ -28,9 +28,9 @@ from helpers import REPO, toy_data, train_tiny_model
 COMMANDS = {
     "hf-headattn-train": ("hf_headattn.commands.train", ["--cross_attention", *ATTENTION_VARIANTS]),
     "hf-headattn-evaluate": ("hf_headattn.evaluation", ["--num_beams", "--json", "(default: 4)"]),
-    "hf-headattn-translate": ("hf_headattn.translation", ["--num_beams", "--nbest", "--alignments", "jsonl", "|||"]),
+    "hf-headattn-translate": ("hf_headattn.commands.translate", ["--num_beams", "--nbest", "--alignments", "jsonl", "|||"]),
     "hf-headattn-average": ("hf_headattn.commands.average", ["--last", "--checkpoints", "--output_dir"]),
-    "hf-headattn-export": ("hf_headattn.export", ["--format", "ctranslate2", "--quantization", "int8", "to_marian"]),
+    "hf-headattn-export": ("hf_headattn.commands.export", ["--format", "ctranslate2", "--quantization", "int8", "to_marian"]),
     "hf-headattn-plot": ("hf_headattn.plotting", ["attention-map", "head-importances", "bleu-by-length"]),
     "hf-headattn-hub": ("hf_headattn.hub", ["card", "push", "space"]),
     "hf-headattn-demo": ("hf_headattn.demo", ["(default: runs/demo)", "csparsemax", "dhicm", "multihop"]),

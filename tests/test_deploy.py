@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from hf_headattn import train_tokenizer
-from hf_headattn.export import export_ctranslate2, main, translate_with_ctranslate2
+from hf_headattn.commands.export import main
+from hf_headattn.export import export_ctranslate2, translate_with_ctranslate2
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.translation import translate
 

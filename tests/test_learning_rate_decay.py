@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from helpers import toy_data
+from hf_headattn.training.arguments import build_config, parse_args
 from hf_headattn.training.learning_rate_decay import OpenNMTDecay
-from hf_headattn.training import build_config, parse_args
 
 
 def _rates(validation_losses, **decay):

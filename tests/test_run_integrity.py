@@ -720,13 +720,13 @@ def test_a_damaged_drop_cache_is_detected_and_rebuilt(data, old_model, tmp_path,
 
 def test_the_translation_command_refuses_a_tokenizer_the_model_was_not_trained_with(data, old_model, new_model,
                                                                                    tmp_path, capsys):
-    from hf_headattn import translation
+    from hf_headattn.commands import translate as translate_command
 
     argv = ["--model", str(old_model), "--input", str(data["test.src"]), "--output", str(tmp_path / "out.en"),
             "--tokenizer", str(new_model), "--device", "cpu"]
     with pytest.raises(SystemExit) as refused:
-        translation.main(argv)
+        translate_command.main(argv)
     assert refused.value.code == 1
     assert f"is not the one {old_model} was trained with" in capsys.readouterr().err
-    translation.main([*argv, "--force", "--num_beams", "1"])
+    translate_command.main([*argv, "--force", "--num_beams", "1"])
     assert len((tmp_path / "out.en").read_text(encoding="utf-8").splitlines()) == 12

@@ -11,8 +11,11 @@ import torch
 from hf_headattn import train_tokenizer
 from hf_headattn.decoding import fast_generate
 from hf_headattn.toy_corpus import make_toy_corpus
-from hf_headattn.translation import (Translation, _decoded_word_indices, _pharaoh, _source_word_indices, align,
-                                     length_sorted_batches, main, quantize, read_lines, translate)
+from hf_headattn.commands import translate as translate_command
+from hf_headattn.commands.translate import main
+from hf_headattn.translation import (Hypothesis, Translation, align, format_translation, length_sorted_batches,
+                                     quantize, read_lines, translate)
+from hf_headattn.translation.alignments import decoded_word_indices, pharaoh, source_word_indices
 
 from helpers import VOCAB, random_model, tiny_config, toy_data, train_tiny_model
 from test_generation_invariants import VARIANT_CONFIGS
@@ -223,19 +226,19 @@ def test_pharaoh_takes_the_argmax_word_skips_special_tokens_and_keeps_exact_zero
         [0.0, 0.0, 0.0, 1.0],  # everything on the special token (or the sink): no link
         [0.5, 0.0, 0.5, 0.0],  # a tie: the first
     ])
-    assert _pharaoh(attention, [0, 0, 1, -1], [0, 0, 1, 2]) == "0-0 0-2 1-0"
-    assert _pharaoh(attention, [0, 0, 1, -1], [-1, -1, -1, -1]) == ""
+    assert pharaoh(attention, [0, 0, 1, -1], [0, 0, 1, 2]) == "0-0 0-2 1-0"
+    assert pharaoh(attention, [0, 0, 1, -1], [-1, -1, -1, -1]) == ""
 
 
 def test_word_indices_follow_whitespace_words_of_source_and_decoded_text(tokenizer):
     text = "der mann sieht den hund ."
     encoded = tokenizer([text], return_tensors="pt", return_token_type_ids=False)
-    words = _source_word_indices(tokenizer, [text], encoded["input_ids"])[0]
+    words = source_word_indices(tokenizer, [text], encoded["input_ids"])[0]
     tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])
     assert words[-1] == -1 and tokens[-1] == "</s>"
     assert sorted(set(words[:-1])) == list(range(6)) and words[:-1] == sorted(words[:-1])
     ids = tokenizer("the man sees the dog .")["input_ids"]
-    target_words = _decoded_word_indices(tokenizer, ids)
+    target_words = decoded_word_indices(tokenizer, ids)
     assert target_words[-1] == -1 and sorted(set(target_words[:-1])) == list(range(6))
 
 
@@ -261,6 +264,23 @@ def test_read_lines_keeps_line_count_and_names_the_bad_line(tmp_path):
         read_lines(path)
     with pytest.raises(FileNotFoundError, match="Input file not found"):
         read_lines(tmp_path / "missing.de")
+
+
+def test_output_formats_follow_marian_moses_and_json_lines():
+    best, second = Hypothesis("a dog .", -0.25, "0-0 1-1"), Hypothesis("the dog .", -0.5, "1-1")
+    translated, blank = Translation("ein hund .", [best, second]), Translation("  ")
+    assert format_translation(translated, 4) == "a dog .\n"
+    assert format_translation(translated, 4, alignments=True) == "a dog . ||| 0-0 1-1\n"
+    assert format_translation(blank, 5, alignments=True) == " ||| \n"  # a blank line stays one line
+    assert format_translation(translated, 4, nbest=2, alignments=True) == \
+        "4 ||| a dog . ||| -0.250000 ||| 0-0 1-1\n4 ||| the dog . ||| -0.500000 ||| 1-1\n"
+    assert format_translation(blank, 5, nbest=2) == ""
+    assert json.loads(format_translation(translated, 4, output_format="jsonl")) == {
+        "source": "ein hund .", "translations": [{"text": "a dog .", "score": -0.25},
+                                                 {"text": "the dog .", "score": -0.5}]}
+    assert json.loads(format_translation(blank, 5, output_format="jsonl")) == {"source": "  ", "translations": []}
+    with pytest.raises(ValueError, match="Unknown output_format 'tsv'"):
+        format_translation(translated, 4, output_format="tsv")
 
 
 # ------------------------------------------------------------------------------------------------ the command
@@ -348,7 +368,7 @@ def test_an_interrupted_run_leaves_no_output_file(folder, tmp_path, capsys, monk
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("hf_headattn.translation.translate", interrupted)
+    monkeypatch.setattr(translate_command, "translate", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(["--model", model_dir, "--input", data["test.src"], "--output", output], capsys)
     assert output.read_text(encoding="utf-8") == "the previous translation\n"
@@ -368,8 +388,8 @@ def test_two_processes_translate_their_shares_into_one_file_in_input_order(folde
     lines = read_lines(data["test.src"])
     source = tmp_path / "in.de"
     source.write_text("\n".join(lines[:5] + [""] + lines[5:]) + "\n", encoding="utf-8")
-    flags = ["-m", "hf_headattn.translation", "--model", str(model_dir), "--input", str(source), "--batch_size", "2",
-             "--num_beams", "2", "--output_format", "jsonl", "--alignments"]
+    flags = ["-m", "hf_headattn.commands.translate", "--model", str(model_dir), "--input", str(source),
+             "--batch_size", "2", "--num_beams", "2", "--output_format", "jsonl", "--alignments"]
     one = subprocess.run([sys.executable, *flags, "--output", str(tmp_path / "one.jsonl")], capture_output=True,
                          text=True)
     assert one.returncode == 0, one.stderr
@@ -384,13 +404,11 @@ def test_two_processes_translate_their_shares_into_one_file_in_input_order(folde
 
 def test_half_precision_on_a_cpu_without_its_arithmetic_is_said_to_be_slow(folder, tmp_path, capsys, monkeypatch,
                                                                              caplog):
-    from hf_headattn import translation
-
     model_dir, _ = folder
     source = tmp_path / "in.de"
     source.write_text("der hund .\n", encoding="utf-8")
     for has_it in (False, True):
-        monkeypatch.setattr(translation, "cpu_has_any_flag", lambda flags: has_it)
+        monkeypatch.setattr(translate_command, "cpu_has_any_flag", lambda flags: has_it)
         caplog.clear()
         run(["--model", model_dir, "--input", source, "--output", tmp_path / "out.en", "--device", "cpu",
              "--dtype", "bfloat16", "--max_new_tokens", "3"], capsys)

@@ -1,6 +1,250 @@
-"""`hf-headattn-translate`: moved here from hf_headattn.translation (in progress)."""
+r"""`hf-headattn-translate` (also `python -m hf_headattn.commands.translate`): translate a text file or standard
+input with a saved model, one sentence a line, into text, n-best lists or JSON lines.
 
-from ..translation import main
+    hf-headattn-translate --model runs/de-en --input test.de --output test.en [--num_beams 5]
+    hf-headattn-translate --model runs/de-en --nbest 3 --num_beams 5 --alignments --output_format jsonl < in.de
+
+The flags become a call of :func:`hf_headattn.translation.translate` (the library: batches, decoding, scores,
+alignments); this module loads the model as asked (device, dtype, int8), checks the files before the model loads,
+and writes the output into a temporary file renamed at the end, so that an interrupted run leaves no partial file.
+Under torchrun every process translates its share and the first writes the whole file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, configure_logging
+from ..output_files import with_default_permissions
+from ..translation import (ALIGNMENT_HEADS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, OUTPUT_FORMATS, QUANTIZATIONS,
+                           format_translation, quantize, read_lines, translate)
+from ..translation.quantization import CPU_DTYPE_FLAGS, cpu_has_any_flag
+from ..translation.sentences import distributed_state
+
+# torch, Transformers and the models are imported where they are used, so that `--help` is instant.
+
+logger = logging.getLogger(__name__)
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+DECODINGS = ("fast", "generate")
+
+EXAMPLES = """examples:
+  # a file, beam 5, with a progress bar
+  hf-headattn-translate --model runs/de-en --input test.de --output test.en --num_beams 5 --progress
+  # standard input to standard output
+  echo "Ein Mann fährt Fahrrad." | hf-headattn-translate --model runs/de-en
+  # 3-best lists with scores and word alignments, one JSON object per input line
+  hf-headattn-translate --model runs/de-en --input test.de --output test.jsonl --num_beams 5 --nbest 3 \\
+      --alignments --output_format jsonl
+  # under several processes: each translates its share, the first writes the whole file in input order
+  torchrun --nproc_per_node 2 -m hf_headattn.commands.translate --model runs/de-en --input test.de --output test.en
+
+output (--output_format text):
+  one line per input line, line i translating input line i (a blank line stays blank);
+  with --alignments: "translation ||| alignment" (Marian's convention);
+  with --nbest N > 1: N lines per non-blank input line, "i ||| translation ||| score" (Moses' n-best
+  convention, i counting input lines from 0), " ||| alignment" appended with --alignments.
+output (--output_format jsonl): one object per input line, blank lines included:
+  {"source": ..., "translations": [{"text": ..., "score": ..., "alignment": "0-0 1-2 ..."}]} (best first; empty
+  for a blank line; "alignment" with --alignments).
+score: the model's log-probability of the hypothesis (end of sentence included) divided by
+  length ** length_penalty: the score beam search ranks by, computed alike for greedy and sampled output.
+alignment: Pharaoh "i-j" pairs (source word i, target word j, 0-based, words split at whitespace) from the
+  cross-attention of one decoder layer, heads averaged; the LSTM family: its attention, heads averaged.
+"""
+
+
+def make_parser() -> argparse.ArgumentParser:
+    from ..loading import DEVICES, add_trust_remote_code_argument
+
+    parser = UnderscoreArgumentParser(
+        prog="hf-headattn-translate", formatter_class=HelpFormatter, epilog=EXAMPLES,
+        description="Translate a text file (one sentence a line) or standard input with a model folder or Hub id.\n"
+                    "Flags use Transformers' underscore spelling; the dashed spelling (--num-beams) works too.")
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", required=True, help="a saved model folder, or a Hugging Face Hub id")
+    add_trust_remote_code_argument(model, "--trust_remote_code")
+    model.add_argument("--tokenizer", default=None, help="another tokenizer than the model's own (refused unless the "
+                                                         "model was trained with it)")
+    model.add_argument("--force", action="store_true",
+                       help="only warn when --tokenizer is not the one the model was trained with")
+    model.add_argument("--device", default="auto", help=f"{', '.join(DEVICES)} or cuda:N")
+    model.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype (auto: as saved)")
+    model.add_argument("--quantize", default="none", choices=QUANTIZATIONS,
+                       help="int8: the linear layers quantized to int8 (dynamic quantization, CPU only)")
+    files = parser.add_argument_group("input and output")
+    files.add_argument("--input", default="-", help="UTF-8 text, one sentence a line (-: standard input)")
+    files.add_argument("--output", default="-", help="where the translations go (-: standard output); written "
+                                                     "to a temporary file renamed at the end")
+    files.add_argument("--output_format", default="text", choices=OUTPUT_FORMATS, help="see below")
+    files.add_argument("--nbest", type=int, default=1, help="hypotheses per sentence (at most --num_beams)")
+    files.add_argument("--alignments", action="store_true", help="add Pharaoh word alignments (see below)")
+    files.add_argument("--alignment_layer", type=int, default=None,
+                       help="decoder layer of the alignments (negative: from the end; None: the last)")
+    files.add_argument("--alignment_heads", default="mean", choices=ALIGNMENT_HEADS,
+                       help="mean: heads averaged; hop: weighed by the model's weights over heads (multi-hop "
+                            "models with dependent hops, DHICM)")
+    decoding = parser.add_argument_group("decoding (None: the model's generation config)")
+    decoding.add_argument("--num_beams", type=int, default=None, help="beam size (1: greedy)")
+    decoding.add_argument("--max_new_tokens", type=int, default=None, help="longest translation in tokens")
+    decoding.add_argument("--length_penalty", type=float, default=None,
+                          help="exponent of the length dividing beam scores")
+    decoding.add_argument("--no_repeat_ngram_size", type=int, default=None, help="forbid repeating n-grams of this size")
+    decoding.add_argument("--decoding", default="fast", choices=DECODINGS,
+                          help="fast: greedy and beam search that drop finished sentences from their batch (the "
+                               "translations of generate); generate: Transformers' generate (sampling always uses it)")
+    decoding.add_argument("--do_sample", action="store_true", help="sample instead of searching")
+    decoding.add_argument("--top_k", type=int, default=None, help="sample from the k likeliest tokens")
+    decoding.add_argument("--top_p", type=float, default=None, help="sample from the nucleus of this mass")
+    decoding.add_argument("--temperature", type=float, default=None, help="sampling temperature")
+    decoding.add_argument("--seed", type=int, default=None, help="random seed (sampling)")
+    batching = parser.add_argument_group("batching (sentences are sorted by length, output keeps input order)")
+    batching.add_argument("--batch_size", type=int, default=None,
+                          help=f"sentences per batch (default: {DEFAULT_BATCH_SIZE}, with --max_tokens "
+                               f"{DEFAULT_MAX_TOKENS}, when neither is given; given one alone, the other has no limit)")
+    batching.add_argument("--max_tokens", type=int, default=None, help="padded source tokens per batch")
+    batching.add_argument("--strict", action="store_true",
+                          help="refuse lines longer than the model takes (default: translate them cut, warning once)")
+    shown = parser.add_argument_group("what is shown")
+    shown.add_argument("--progress", action="store_true",
+                       help="progress bar on stderr (default: when --input is a file and stderr a terminal)")
+    shown.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary, errors only")
+    add_verbose_argument(shown)
+    return parser
+
+
+GENERATION_FLAGS = ("num_beams", "max_new_tokens", "length_penalty", "no_repeat_ngram_size", "top_k", "top_p",
+                    "temperature")
+
+
+def _check_paths(parser, args) -> None:
+    if args.input != "-" and not Path(args.input).is_file():
+        parser.exit(1, f"{parser.prog}: error: input file not found: {args.input}\n")
+    if args.output == "-":
+        return
+    output = Path(args.output)
+    if args.input != "-" and output.resolve() == Path(args.input).resolve():
+        parser.error(f"--output {args.output} is the input file: it would be overwritten while it is read")
+    if output.is_dir():
+        parser.error(f"--output {args.output} is a folder; name a file")
+    if not output.parent.is_dir():
+        parser.exit(1, f"{parser.prog}: error: cannot write --output {args.output}: its folder "
+                       f"{output.parent} does not exist\n")
+
+
+def main(argv=None) -> None:
+    """The `hf-headattn-translate` command."""
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
+    if args.quiet:
+        logging.getLogger("hf_headattn").setLevel(logging.ERROR)
+    for name in ("nbest", "batch_size", "max_tokens", "num_beams", "max_new_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name} must be a positive number, got {value}")
+    if args.num_beams is not None and args.nbest > args.num_beams:
+        parser.error(f"--nbest {args.nbest} is more than --num_beams {args.num_beams}: ask for at most num_beams "
+                     "hypotheses (or raise --num_beams)")
+    _check_paths(parser, args)
+    try:
+        sources = read_lines(args.input)  # a wrong encoding fails before the model loads
+    except ValueError as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
+    state = distributed_state()
+    writes = state is None or state.is_main_process
+    temporary = None
+    if args.output != "-" and writes:  # an unwritable output fails now, not after translating
+        output = Path(args.output)
+        try:
+            temporary = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=output.parent, delete=False,
+                                                    prefix=f".{output.name}.", suffix=".partial")
+        except OSError as error:
+            parser.exit(1, f"{parser.prog}: error: cannot write --output {args.output}: {error.strerror}\n")
+    try:
+        translations, seconds = _load_and_translate(parser, args, sources, state)
+        if not writes:
+            return
+        text = "".join(format_translation(translation, index, output_format=args.output_format, nbest=args.nbest,
+                                          alignments=args.alignments)
+                       for index, translation in enumerate(translations))
+        if temporary is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            temporary.write(text)
+            temporary.close()
+            os.replace(with_default_permissions(temporary.name), args.output)
+            temporary = None
+    finally:
+        if temporary is not None:  # interrupted or failed: no partial file under any name
+            temporary.close()
+            Path(temporary.name).unlink(missing_ok=True)
+    if not args.quiet:
+        translated = sum(bool(translation.hypotheses) for translation in translations)
+        destination = "stdout" if args.output == "-" else args.output
+        print(f"{translated:,} lines translated ({len(sources) - translated:,} blank) in {seconds:.1f} s, "
+              f"{translated / max(seconds, 1e-9):.1f} lines/s -> {destination}", file=sys.stderr)
+
+
+def _load_and_translate(parser, args, sources, state):
+    import torch
+    from transformers.utils import logging as transformers_logging
+
+    from ..loading import load_model_and_tokenizer, resolve_device
+
+    if not args.verbose:  # the weights' loading bar says nothing a translator needs
+        transformers_logging.disable_progress_bar()
+    try:
+        device = state.device if state is not None and args.device == "auto" else resolve_device(args.device)
+        dtype = {"auto": "auto", "float32": torch.float32, "float16": torch.float16,
+                 "bfloat16": torch.bfloat16}[args.dtype]
+        model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code, dtype=dtype,
+                                                    tokenizer=args.tokenizer, force=args.force)
+    except (OSError, ValueError) as error:
+        parser.exit(1, f"{parser.prog}: error: cannot load --model {args.model}: {error}\n")
+    model.to(device)
+    if device.type == "cpu" and args.dtype in CPU_DTYPE_FLAGS and not cpu_has_any_flag(CPU_DTYPE_FLAGS[args.dtype]):
+        logger.warning(f"--dtype {args.dtype} on this CPU, which lacks {' and '.join(CPU_DTYPE_FLAGS[args.dtype])}: "
+                       f"PyTorch emulates {args.dtype} arithmetic here, slower than float32; for a faster CPU "
+                       "model use --quantize int8")
+    if args.quantize != "none":
+        if device.type != "cpu":
+            parser.error(f"--quantize {args.quantize} runs on the CPU; use --device cpu (on {device}, use --dtype "
+                         "float16 or bfloat16)")
+        model = quantize(model, args.quantize)
+    generate_kwargs = {name: getattr(args, name) for name in GENERATION_FLAGS if getattr(args, name) is not None}
+    if args.do_sample:
+        generate_kwargs["do_sample"] = True
+    num_beams = generate_kwargs.get("num_beams", model.generation_config.num_beams or 1)
+    if args.nbest > num_beams:
+        parser.error(f"--nbest {args.nbest} is more than the model's num_beams {num_beams}: pass --num_beams")
+    if args.seed is not None:
+        from transformers import set_seed
+
+        set_seed(args.seed)
+    progress = not args.quiet and (args.progress or (args.input != "-" and sys.stderr.isatty()))
+    started = time.perf_counter()
+    try:
+        batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
+                                  else (DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS))
+        translations = translate(model, tokenizer, sources, nbest=args.nbest, batch_size=batch_size,
+                                 max_tokens=max_tokens, scores=args.nbest > 1 or args.output_format == "jsonl",
+                                 alignments=args.alignments, alignment_layer=args.alignment_layer,
+                                 alignment_heads=args.alignment_heads, strict=args.strict,
+                                 fast=args.decoding == "fast", progress=progress,
+                                 desc=f"translating {Path(args.input).name if args.input != '-' else 'stdin'}",
+                                 **generate_kwargs)
+    except ValueError as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
+    return translations, time.perf_counter() - started
+
 
 if __name__ == "__main__":
     main()

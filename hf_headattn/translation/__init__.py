@@ -1,0 +1,50 @@
+"""Translating text with a saved model: the one place in the package that turns sentences into translations.
+
+:func:`translate` takes a model, its tokenizer and a list of sentences, and returns one :class:`Translation` per
+sentence, in input order, each with its hypotheses (text, score, Pharaoh word alignment, attention); it reads
+nothing and writes nothing. The command around it is :mod:`hf_headattn.commands.translate`
+(``hf-headattn-translate``). One job a module:
+
+* :mod:`.sentences` — :func:`translate` and :func:`translate_sentences`: blank lines, batches, processes, decoding
+  (through :mod:`hf_headattn.decoding`'s fast path or ``generate``), and the hypotheses;
+* :mod:`.batches` — length-sorted batches within ``batch_size`` and ``max_tokens``, and the longest source a
+  model takes;
+* :mod:`.teacher_forcing` — scores and attention of finished hypotheses, from one teacher-forced pass;
+* :mod:`.alignments` — Pharaoh word alignments from that attention;
+* :mod:`.forced_alignment` — :func:`align`: the alignments of given translations;
+* :mod:`.results` — what :func:`translate` returns: :class:`Translation`, :class:`Hypothesis`,
+  :class:`HypothesisAttention`;
+* :mod:`.quantization` — :func:`quantize` (int8, CPU), and whether a CPU has native half precision;
+* :mod:`.text_files` — :func:`read_lines` (UTF-8 input) and :func:`format_translation` (text and jsonl output).
+
+torch, Transformers and the models are imported where they are used, so that importing this package (and the
+command's ``--help``) is instant. Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from .alignments import ALIGNMENT_HEADS, default_alignment_layer
+from .batches import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, length_sorted_batches, source_token_limit
+from .forced_alignment import align
+from .quantization import QUANTIZATIONS, quantize
+from .results import Hypothesis, HypothesisAttention, Translation
+from .sentences import translate, translate_sentences
+from .text_files import OUTPUT_FORMATS, format_translation, read_lines
+
+__all__ = [
+    "ALIGNMENT_HEADS",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_MAX_TOKENS",
+    "OUTPUT_FORMATS",
+    "QUANTIZATIONS",
+    "Hypothesis",
+    "HypothesisAttention",
+    "Translation",
+    "align",
+    "default_alignment_layer",
+    "format_translation",
+    "length_sorted_batches",
+    "quantize",
+    "read_lines",
+    "source_token_limit",
+    "translate",
+    "translate_sentences",
+]

@@ -1,0 +1,199 @@
+"""Translating sentences (:func:`translate`): a model, its tokenizer and a list of sentences in, one
+:class:`~.results.Translation` per sentence out, in input order; nothing is read or written. In between:
+
+* blank (or whitespace-only) lines are not sent to the model and translate to nothing (a model would invent text
+  for them);
+* the other sentences are sorted by token length (longest first) and packed into batches of at most
+  ``batch_size`` sentences and, with ``max_tokens``, at most that many padded source tokens
+  (:func:`~.batches.length_sorted_batches`), so that a batch holds sentences of similar length and little padding;
+* under ``torchrun`` / ``accelerate launch`` Accelerate's ``PartialState.split_between_processes`` gives each
+  process its share of the batches and ``gather_object`` brings the translations back, so every process returns
+  the whole list in input order;
+* each batch is decoded by :func:`hf_headattn.decoding.generate_sequences` (the fast path for greedy and beam
+  search, else ``model.generate``; ``nbest`` hypotheses);
+* with ``scores``, ``alignments`` or ``attention``, one teacher-forced pass over the chosen hypotheses gives their
+  scores and cross-attention (:mod:`.teacher_forcing`), and the attention their word alignments
+  (:mod:`.alignments`). n-best lists are sorted by score, best first.
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+
+from .alignments import ALIGNMENT_HEADS, alignment_layer_index, decoded_word_indices, pharaoh, source_word_indices
+from .batches import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, length_sorted_batches, source_token_limit
+from .results import Hypothesis, HypothesisAttention, Translation
+from .teacher_forcing import teacher_forced
+
+# torch, Transformers and the models are imported where they are used, so that the command's `--help` is instant.
+
+__all__ = ["distributed_state", "translate", "translate_sentences"]
+
+logger = logging.getLogger(__name__)
+
+LISTED_LINES = 10  # line numbers a truncation warning names before it only counts
+
+
+def _line_numbers(numbers: list[int]) -> str:
+    shown = ", ".join(str(number) for number in numbers[:LISTED_LINES])
+    return shown + (f" and {len(numbers) - LISTED_LINES} more" if len(numbers) > LISTED_LINES else "")
+
+
+def translate(
+    model,
+    tokenizer,
+    sources: Sequence[str],
+    *,
+    nbest: int = 1,
+    batch_size: int | None = DEFAULT_BATCH_SIZE,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    scores: bool = False,
+    alignments: bool = False,
+    alignment_layer: int | None = None,
+    alignment_heads: str = "mean",
+    attention: bool = False,
+    strict: bool = False,
+    fast: bool = True,
+    progress: bool = False,
+    desc: str = "translating",
+    **generate_kwargs,
+) -> list[Translation]:
+    """Translate `sources` (one sentence each) with `model`; one :class:`Translation` per source, in input order.
+
+    Args:
+        model, tokenizer: A seq2seq model (either family of this package, or any ``generate``-capable
+            Transformers encoder-decoder) and its tokenizer.
+        nbest: Hypotheses per sentence (at most ``num_beams``), best first.
+        batch_size, max_tokens: Limits of a batch: sentences, and padded source tokens (see
+            :func:`length_sorted_batches`).
+        scores: Give each hypothesis its score (see :mod:`.teacher_forcing`); implied by ``nbest > 1``.
+        alignments, alignment_layer, alignment_heads: Give each hypothesis its Pharaoh word alignment, from this
+            decoder layer (Transformers; negative counts from the end; default the last) with the heads
+            averaged (``"mean"``) or weighed by the model's weights over heads (``"hop"``).
+        attention: Keep each hypothesis' attention (:class:`HypothesisAttention`: every layer and head, the
+            alignment's reduction, head importances), from the same pass as its score and alignment.
+        strict: Refuse sources longer than the model takes (:func:`source_token_limit`) instead of translating
+            them cut, with a warning that names their line numbers (1-based positions in `sources`).
+        fast: Decode greedy and beam search with :mod:`hf_headattn.decoding`'s fast path (the ids of `generate`,
+            finished sentences dropped from their batch); False, or options it does not decode (sampling, ...):
+            `generate`.
+        progress: Show a progress bar with an ETA (stderr).
+        generate_kwargs: Passed to every ``generate`` call (``num_beams``, ``max_new_tokens``, ``length_penalty``,
+            ``no_repeat_ngram_size``, ``do_sample``, ``top_k``, ``top_p``, ``temperature``, ...).
+
+    Raises:
+        ValueError: ``nbest`` above ``num_beams``, an unknown ``alignment_heads``, a layer the model lacks, or a
+            too-long source with ``strict``.
+    """
+    from tqdm.auto import tqdm
+
+    num_beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1
+    if isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1:
+        raise ValueError(f"nbest must be a positive int, got {nbest!r}")
+    if nbest > num_beams:
+        raise ValueError(f"nbest={nbest} is more than num_beams={num_beams}: beam search keeps num_beams "
+                         "hypotheses, so ask for at most that many (or raise num_beams)")
+    if alignment_heads not in ALIGNMENT_HEADS:
+        raise ValueError(f"Unknown alignment_heads={alignment_heads!r}; accepted: {', '.join(ALIGNMENT_HEADS)}")
+    if alignments or attention:
+        alignment_layer_index(model, alignment_layer)  # a bad layer fails before any decoding
+    sources = list(sources)
+    kept = [index for index, source in enumerate(sources) if source.strip()]
+    lengths = [len(ids) for ids in tokenizer([sources[index] for index in kept], return_token_type_ids=False,
+                                             verbose=False)["input_ids"]] if kept else []
+    limit = source_token_limit(model, tokenizer)
+    too_long = [kept[k] + 1 for k, length in enumerate(lengths) if limit is not None and length > limit]
+    if too_long and strict:
+        raise ValueError(f"{len(too_long)} line(s) are longer than the model's {limit} tokens: line "
+                         f"{_line_numbers(too_long)}; shorten or split them (or translate them cut: leave out strict)")
+    state = distributed_state()
+    if too_long and (state is None or state.is_main_process):
+        logger.warning(f"{len(too_long)} line(s) longer than the model's {limit} tokens are translated cut to "
+                       f"{limit}: line {_line_numbers(too_long)}")
+    batches = [[kept[k] for k in batch] for batch in length_sorted_batches(
+        [min(length, limit or length) for length in lengths], batch_size, max_tokens)]
+
+    results: dict[int, list[Hypothesis]] = {}
+    with (state.split_between_processes(batches) if state else contextlib.nullcontext(batches)) as own_batches:
+        bar = tqdm(total=sum(len(batch) for batch in own_batches), desc=desc, unit="sentence",
+                   disable=not progress or (state is not None and not state.is_main_process))
+        for batch in own_batches:
+            texts = [sources[index] for index in batch]
+            hypotheses = _translate_batch(model, tokenizer, texts, nbest=nbest, limit=limit, fast=fast,
+                                          scores=scores or nbest > 1, alignments=alignments,
+                                          alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                                          attention=attention, generate_kwargs=generate_kwargs)
+            results.update(zip(batch, hypotheses))
+            bar.update(len(batch))
+        bar.close()
+    if state is not None:
+        from accelerate.utils import gather_object
+
+        results = dict(item for part in gather_object([list(results.items())]) for item in part)
+    return [Translation(source, results.get(index, [])) for index, source in enumerate(sources)]
+
+
+def distributed_state():
+    """Accelerate's process state when this runs under torchrun / accelerate launch with several processes."""
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return None
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())  # without cpu=True, CPU processes would not form a group
+
+
+def _translate_batch(model, tokenizer, texts, *, nbest, limit, fast, scores, alignments, alignment_layer,
+                     alignment_heads, generate_kwargs, attention=False) -> list[list[Hypothesis]]:
+    from ..decoding import generate_sequences
+
+    batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=limit is not None, max_length=limit,
+                      return_token_type_ids=False).to(model.device)
+    sequences = generate_sequences(model, batch["input_ids"], batch["attention_mask"], fast=fast,
+                                   num_return_sequences=nbest, **generate_kwargs)
+    sequences = sequences.reshape(len(texts) * nbest, -1)
+    decoded = [text.replace("\n", " ").strip()
+               for text in tokenizer.batch_decode(sequences, skip_special_tokens=True)]
+    hypotheses = [Hypothesis(text) for text in decoded]
+    if scores or alignments or attention:
+        length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
+        length_penalty = 1.0 if length_penalty is None else length_penalty
+        scored = teacher_forced(model, batch["input_ids"].repeat_interleave(nbest, 0),
+                                batch["attention_mask"].repeat_interleave(nbest, 0), sequences,
+                                length_penalty=length_penalty, alignments=alignments or attention,
+                                alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                                keep_attention=attention)
+        source_words = source_word_indices(tokenizer, texts, batch["input_ids"], limit)
+        for k, (hypothesis, (score, reduced, kept)) in enumerate(zip(hypotheses, scored)):
+            hypothesis.score = score
+            if alignments or attention:
+                target_ids = sequences[k, 1:1 + reduced.shape[0]].tolist()  # up to its end of sentence
+                target_words = decoded_word_indices(tokenizer, target_ids)
+            if alignments:
+                hypothesis.alignment = pharaoh(reduced, source_words[k // nbest], target_words)
+            if attention:
+                source_ids = batch["input_ids"][k // nbest, :int(batch["attention_mask"][k // nbest].sum())].tolist()
+                hypothesis.attention = HypothesisAttention(
+                    tokenizer.convert_ids_to_tokens(source_ids), tokenizer.convert_ids_to_tokens(target_ids),
+                    source_words[k // nbest][:len(source_ids)], target_words,
+                    alignment_attention=reduced[:, :len(source_ids)].cpu(),
+                    **kept)
+    grouped = [hypotheses[start:start + nbest] for start in range(0, len(hypotheses), nbest)]
+    if scores:  # beam search ranks by the same score; sorting keeps the order exact under float rounding
+        grouped = [sorted(group, key=lambda hypothesis: -hypothesis.score) for group in grouped]
+    return grouped
+
+
+def translate_sentences(model, tokenizer, sources: Sequence[str], num_beams: int = 4, batch_size: int = 32,
+                        desc: str = "translating", progress: bool = True, **generate_kwargs) -> list[str]:
+    """The best translation's text of each source, in input order (:func:`translate` with defaults)."""
+    translations = translate(model, tokenizer, sources, batch_size=batch_size, desc=desc, progress=progress,
+                             num_beams=num_beams, **generate_kwargs)
+    return [translation.text for translation in translations]
+
+
