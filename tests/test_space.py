@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from huggingface_hub import SpaceCard
 
-from hf_headattn import hub
-from hf_headattn.hub import (SPACE_PACKAGE, check_space_folder, files_to_upload, push_space, space_code_files,
-                             write_space)
+from hf_headattn.app.space import SPACE_PACKAGE, check_space_folder, push_space, space_code_files, write_space
+from hf_headattn.commands import hub
+from hf_headattn.publish import files_to_upload, upload
 from hf_headattn.loading import load_model_and_tokenizer
 from hf_headattn.translation import translate
 
@@ -71,10 +71,13 @@ def test_the_folder_is_a_gradio_space_with_its_code_and_models(space, folders, d
     assert "| csparsemax | Transformer, 2 decoder layers;" in card.text and "cross-attention: csparsemax" in card.text
     requirements = (space / "requirements.txt").read_text().split()
     assert sorted(name.split(">")[0].split("=")[0].split("<")[0] for name in requirements) == ["torch", "transformers"]
-    package = Path(hub.__file__).parent
-    code = space_code_files()  # the demo's own modules, unchanged
-    assert {"app.py", "translation.py", "cli.py"} <= set(code) and "loading.py" not in code
-    assert sorted(path.name for path in (space / SPACE_PACKAGE).glob("*.py")) == sorted(["__init__.py", *code])
+    package = Path(upload.__file__).parent.parent  # hf_headattn/
+    code = space_code_files()  # the page's own modules, unchanged, laid out as in the package
+    assert {"app/__init__.py", "app/page.py", "app/panels.py", "app/views.py", "translation.py"} <= set(code)
+    assert "loading.py" not in code and "app/space.py" not in code and not [name for name in code
+                                                                            if name.startswith("runtime/")]
+    assert sorted(path.relative_to(space / SPACE_PACKAGE).as_posix()
+                  for path in (space / SPACE_PACKAGE).rglob("*.py")) == sorted(["__init__.py", *code])
     for module in code:
         assert (space / SPACE_PACKAGE / module).read_bytes() == (package / module).read_bytes()
     for name, folder in (("softmax-model", softmax), ("csparsemax", csparsemax)):
@@ -158,14 +161,14 @@ def test_bad_input_is_refused_before_anything_is_written(folders, tmp_path):
 def fake_hub(monkeypatch, tmp_path):
     FakeHfApi.calls, FakeHfApi.remote = [], tmp_path / "remote"
     FakeHfApi.remote.mkdir()
-    monkeypatch.setattr(hub, "HfApi", FakeHfApi)
+    monkeypatch.setattr(upload, "HfApi", FakeHfApi)
     return FakeHfApi
 
 
 def test_push_space_uploads_the_checked_files_as_a_gradio_space(space, tmp_path, fake_hub):
     local = shutil.copytree(space, tmp_path / "space")
-    (local / SPACE_PACKAGE / "__pycache__").mkdir()  # what running it locally leaves behind stays home
-    (local / SPACE_PACKAGE / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"\0")
+    (local / SPACE_PACKAGE / "app" / "__pycache__").mkdir()  # what running it locally leaves behind stays home
+    (local / SPACE_PACKAGE / "app" / "__pycache__" / "page.cpython-311.pyc").write_bytes(b"\0")
     (local / ".gradio").mkdir()
     (local / ".gradio" / "certificate.pem").write_text("x")
     assert push_space(local, "someone/headattn-demo", token="hf_secret", private=True) == "commit-info"
@@ -176,7 +179,7 @@ def test_push_space_uploads_the_checked_files_as_a_gradio_space(space, tmp_path,
     uploaded = sorted(path.relative_to(fake_hub.remote).as_posix() for path in fake_hub.remote.glob("**/*")
                       if path.is_file())
     assert uploaded == check_space_folder(local)
-    assert {"app.py", "requirements.txt", "README.md", f"{SPACE_PACKAGE}/app.py",
+    assert {"app.py", "requirements.txt", "README.md", f"{SPACE_PACKAGE}/app/page.py",
             "models/csparsemax/model.safetensors"} <= set(uploaded)
     assert not [name for name in uploaded if "__pycache__" in name or ".gradio" in name]
 
