@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import SpaceCard
 
-from hf_headattn.app.space import SPACE_PACKAGE, check_space_folder, push_space, space_code_files, write_space
+from hf_headattn.app.space import (SPACE_PACKAGE, _code_closure, check_space_folder, push_space, space_code_files,
+                                   write_space)
 from hf_headattn.commands import hub
 from hf_headattn.publish import files_to_upload, upload
 from hf_headattn.loading import load_model_and_tokenizer
@@ -130,6 +131,29 @@ def test_the_space_runs_with_torch_transformers_and_gradio_alone(space, folders,
             assert f'<span class="translation-text">{translation.text}</span>' in panel[2]
         assert 'class="hm-cell"' in panel[6]
     assert "Traceback" not in (tmp_path / "space.log").read_text()
+
+
+def test_the_code_a_space_needs_follows_relative_imports_through_subpackages(tmp_path):
+    """What a Space copies: the page's package, each subpackage's __init__ a needed module sits in, and what they
+    import relatively at any level (function-level imports too), but loading.py; never the runtime."""
+    files = {"app/__init__.py": "from .page import build\n",
+             "app/page.py": "from . import views\nfrom ..translation import translate\n\n\ndef build():\n"
+                            "    from ..loading import load\n",
+             "app/views.py": "", "translation.py": "from .tools.files import write\n", "tools/__init__.py": "",
+             "tools/files.py": "", "loading.py": "from .runtime.modeling import Model\n", "unused.py": ""}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _code_closure(tmp_path, "app/__init__.py") == (
+        ["app/__init__.py", "app/page.py", "app/views.py", "tools/__init__.py", "tools/files.py", "translation.py"], [])
+    (tmp_path / "tools" / "files.py").unlink()
+    assert _code_closure(tmp_path, "app/__init__.py")[1] == ["tools/files.py"]
+    (tmp_path / "app" / "views.py").write_text("from ..runtime.modeling import Model\n")
+    with pytest.raises(ValueError, match=r"app/views.py imports the runtime \(\.\.runtime\.modeling\)"):
+        _code_closure(tmp_path, "app/__init__.py")
+    (tmp_path / "app" / "views.py").write_text("from hf_headattn.translation import translate\n")
+    with pytest.raises(ValueError, match="app/views.py imports hf_headattn by name"):
+        _code_closure(tmp_path, "app/__init__.py")
 
 
 def test_bad_input_is_refused_before_anything_is_written(folders, tmp_path):
