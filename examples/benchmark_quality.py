@@ -49,7 +49,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 from hf_headattn.evaluation import evaluate_model  # noqa: E402
-from hf_headattn.hub import write_model_card  # noqa: E402
+from hf_headattn.publish import write_model_card  # noqa: E402
 from hf_headattn.metrics import (corpus_scores, drop_details, paired_bootstrap_p, ratio_score,  # noqa: E402
                                  rep_sentence_counts)
 from hf_headattn.plotting import plot_bleu_by_length  # noqa: E402

@@ -11,7 +11,7 @@ local folders are accepted, so no Hub repository's code runs), exactly as a user
 uploaded model would load it. The metrics are those of :mod:`hf_headattn.metrics` (``all_metrics``): BLEU, chrF,
 TER, REP, DROP (only with the aligner's training corpus, ``--train_source/--train_target``) and BLEU by source
 length. The JSON also records what was evaluated and how (model type, parameters, decoding settings, test set,
-sacrebleu signatures), so that :func:`hf_headattn.hub.write_model_card` and
+sacrebleu signatures), so that :func:`hf_headattn.publish.write_model_card` and
 :func:`hf_headattn.plotting.plot_bleu_by_length` need nothing else.
 
 Tooling, not model runtime: never copied into a checkpoint.

@@ -1,4 +1,4 @@
-"""The web demo's logic (hf_headattn.app) without a browser: what each panel shows for every variant of both families
+"""The web page's logic (hf_headattn.app) without a browser: what each panel shows for every variant of both families
 (the heat map's cells, the links, the weights over heads, the fertility bounds), the messages for empty, over-long and
 cut input, a model that fails to load, a failing or slow translation, and the page served over HTTP."""
 
@@ -9,10 +9,13 @@ import time
 import pytest
 import torch
 
-from hf_headattn import app, train_tokenizer
-from hf_headattn.app import (ALIGNMENT_VIEW, EMPTY_INPUT, MEAN_VIEW, DemoInputError, DemoModel, card_examples,
-                             describe_model, load_models, render_panel, run_with_time_limit, split_lines,
-                             translate_page, translate_panel, word_grid)
+from hf_headattn import train_tokenizer
+from hf_headattn.app import page, panels
+from hf_headattn.app.page import PANEL_OUTPUTS, translate_page
+from hf_headattn.app.panels import (EMPTY_INPUT, DemoInputError, DemoModel, card_examples, describe_model, load_models,
+                                    run_with_time_limit, split_lines, translate_panel)
+from hf_headattn.app.views import ALIGNMENT_VIEW, MEAN_VIEW, render_heatmap, render_panel, word_grid
+from hf_headattn.commands import app as app_command
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.translation import HypothesisAttention, translate
 
@@ -124,7 +127,7 @@ def test_word_grid_sums_source_tokens_and_averages_target_tokens():
                 [0.05, 0.65, 0.15, 0.15],  # the mean of "▁do" and "g": 0.1 | 0.7 | 0.2 and 0.0 | 0.6 | 0.1 (+ 0.3)
                 [0.0, 0.0, 1.0, 0.0]]
     assert grid.values == [pytest.approx(row, abs=1e-6) for row in expected]
-    html = app.render_heatmap(grid, "test")
+    html = render_heatmap(grid, "test")
     assert cells(html) == 12 and table_shape(html) == (3, 4)
     assert 'title="dog → hund: 0.650"' in html
 
@@ -165,13 +168,13 @@ def test_cut_translations_and_the_time_limit_are_named(tokenizer, lines, monkeyp
 
     # decoding stops at the time limit (generate's max_time), and the page says so
     seen = {}
-    original = app.translate
+    original = panels.translate
 
     def recording(*args, **kwargs):
         seen.update(kwargs)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(app, "translate", recording)
+    monkeypatch.setattr(panels, "translate", recording)
     started = time.perf_counter()
     result = translate_panel(DemoModel("m", model, tokenizer), lines, num_beams=1, max_new_tokens=200,
                              time_limit=1e-4)
@@ -217,17 +220,17 @@ def test_the_page_never_shows_a_stack_trace(tokenizer, monkeypatch):
     broken = DemoModel("broken", error="OSError: no config.json")
     models = {"m": model, "broken": broken}
     outputs = translate_page(models, "   ", ["m", "broken"], 2, 1, 8)
-    assert EMPTY_INPUT in outputs[0] and len(outputs) == 1 + 2 * len(app.PANEL_OUTPUTS)
+    assert EMPTY_INPUT in outputs[0] and len(outputs) == 1 + 2 * len(PANEL_OUTPUTS)
 
     outputs = translate_page(models, "der hund .", ["m", "broken"], 2, 3, 8)
-    panel, other = outputs[1:1 + len(app.PANEL_OUTPUTS)], outputs[1 + len(app.PANEL_OUTPUTS):]
+    panel, other = outputs[1:1 + len(PANEL_OUTPUTS)], outputs[1 + len(PANEL_OUTPUTS):]
     assert "n-best (3) is more than the beams (2)" in panel[1] and 'class="error"' in panel[1]
     assert "Model broken could not be loaded: OSError: no config.json" in other[1]
 
     def failing(*args, **kwargs):
         raise RuntimeError("boom\n  at somewhere")
 
-    monkeypatch.setattr(app, "translate", failing)
+    monkeypatch.setattr(panels, "translate", failing)
     outputs = translate_page(models, "der hund .", ["m", "m"], 2, 1, 8)
     assert "Translating failed: RuntimeError: boom at somewhere" in outputs[2]
     assert not any("Traceback" in str(output) for output in outputs)
@@ -272,9 +275,9 @@ def test_the_page_translates_over_http(tokenizer, lines):
     csparsemax = random_model(tiny_config(vocab_size=len(tokenizer), cross_attention="csparsemax"))
     models = load_models(["softmax", "csparsemax"], {"softmax": (softmax, tokenizer),
                                                      "csparsemax": (csparsemax, tokenizer)}.__getitem__)
-    demo = app.build_demo(models, time_limit=30)
+    demo = page.build_demo(models, time_limit=30)
     port = free_port()
-    app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
+    page.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         text = "\n".join(source for _, source in lines)
@@ -296,12 +299,12 @@ def test_the_command_loads_its_models_and_serves_the_page(tokenizer, tmp_path, m
     random_model(tiny_config(vocab_size=len(tokenizer), cross_attention="csoftmax")).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     served = {}
-    monkeypatch.setattr(app, "launch", lambda demo, **kwargs: served.update(demo=demo, **kwargs))
+    monkeypatch.setattr(page, "launch", lambda demo, **kwargs: served.update(demo=demo, **kwargs))
     built = {}
-    original = app.build_demo
-    monkeypatch.setattr(app, "build_demo", lambda models, **kwargs: built.update(models=models, **kwargs)
+    original = page.build_demo
+    monkeypatch.setattr(page, "build_demo", lambda models, **kwargs: built.update(models=models, **kwargs)
                         or original(models, **kwargs))
-    app.main(["--model", str(folder), "--model", "someone/not-here", "--port", "7999", "--max-lines", "3",
+    app_command.main(["--model", str(folder), "--model", "someone/not-here", "--port", "7999", "--max-lines", "3",
               "--time_limit", "20"])
     assert (served["host"], served["port"]) == ("127.0.0.1", 7999)
     first, second = built["models"]
@@ -312,5 +315,5 @@ def test_the_command_loads_its_models_and_serves_the_page(tokenizer, tmp_path, m
                            (["--max_lines", "0"], "--max_lines must be a positive number, got 0"),
                            (["--time_limit", "-1"], "--time_limit must be positive, got -1.0")):
         with pytest.raises(SystemExit):
-            app.main(["--model", str(folder), *flags])
+            app_command.main(["--model", str(folder), *flags])
         assert message in capsys.readouterr().err

@@ -71,7 +71,7 @@ def test_two_variants_side_by_side_in_a_real_browser(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     with log.open("w") as output:
         # folders named as a user names them, relative to where the command runs: the page shows them so
-        server = subprocess.Popen([sys.executable, "-m", "hf_headattn.app", "--model", "softmax/model", "--model",
+        server = subprocess.Popen([sys.executable, "-m", "hf_headattn.commands.app", "--model", "softmax/model", "--model",
                                    "csparsemax/model", "--port", str(port)], cwd=tmp_path, env=env, stdout=output,
                                   stderr=subprocess.STDOUT)
     try:

@@ -16,6 +16,7 @@ import pytest
 
 from hf_headattn import demo
 from hf_headattn.cli import UnderscoreArgumentParser, underscore_spellings
+from hf_headattn.commands import demo as demo_command
 from hf_headattn.evaluation import evaluate_model
 from hf_headattn.metrics import bleu_by_length, corpus_scores
 from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
@@ -32,9 +33,9 @@ COMMANDS = {
     "hf-headattn-average": ("hf_headattn.commands.average", ["--last", "--checkpoints", "--output_dir"]),
     "hf-headattn-export": ("hf_headattn.commands.export", ["--format", "ctranslate2", "--quantization", "int8", "to_marian"]),
     "hf-headattn-plot": ("hf_headattn.plotting", ["attention-map", "head-importances", "bleu-by-length"]),
-    "hf-headattn-hub": ("hf_headattn.hub", ["card", "push", "space"]),
-    "hf-headattn-demo": ("hf_headattn.demo", ["(default: runs/demo)", "csparsemax", "dhicm", "multihop"]),
-    "hf-headattn-app": ("hf_headattn.app", ["--model", "--port", "--time_limit", "side by side", "(default: 7860)"]),
+    "hf-headattn-hub": ("hf_headattn.commands.hub", ["card", "push", "space"]),
+    "hf-headattn-demo": ("hf_headattn.commands.demo", ["(default: runs/demo)", "csparsemax", "dhicm", "multihop"]),
+    "hf-headattn-app": ("hf_headattn.commands.app", ["--model", "--port", "--time_limit", "side by side", "(default: 7860)"]),
 }
 
 
@@ -146,7 +147,7 @@ def test_every_command_takes_underscore_flags_with_dashed_aliases_and_shows_the_
 
 def test_dashed_aliases_parse_to_the_underscore_flags():
     from hf_headattn.evaluation import make_parser as evaluation_parser
-    from hf_headattn.hub import make_parser as hub_parser
+    from hf_headattn.commands.hub import make_parser as hub_parser
 
     required = ["--model", "m", "--source", "s", "--reference", "r"]
     assert (vars(evaluation_parser().parse_args([*required, "--output-dir", "o", "--num-beams", "2"]))
@@ -154,7 +155,7 @@ def test_dashed_aliases_parse_to_the_underscore_flags():
     card = ["card", "--model", "m", "--evaluation", "e.json", "--dataset-name", "toy", "--repo-id", "a/b"]
     parsed = hub_parser().parse_args(card)
     assert (parsed.dataset_name, parsed.repo_id) == ("toy", "a/b")
-    assert "--dataset_name" in command_parsers("hf_headattn.hub")["hf_headattn.hub card"].format_help()
+    assert "--dataset_name" in command_parsers("hf_headattn.commands.hub")["hf_headattn.commands.hub card"].format_help()
 
 
 @pytest.mark.parametrize("command", ["head-importances", "attention-map", "bleu-by-length"])
@@ -193,7 +194,7 @@ def test_package_names_load_on_first_use():
 
 
 def test_demo_cross_attention_choices_are_the_registry_s():
-    assert set(demo.CROSS_ATTENTION_VARIANTS) == {
+    assert set(demo_command.CROSS_ATTENTION_VARIANTS) == {
         name for name, variant in ATTENTION_VARIANTS.items() if "cross_attention" in variant.sites}
 
 

@@ -19,9 +19,9 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 from huggingface_hub.utils import filter_repo_objects
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_headattn import hub
+from hf_headattn.commands import hub
 from hf_headattn.evaluation import evaluate_model
-from hf_headattn.hub import check_model_folder, files_to_upload, push_to_hub, write_model_card
+from hf_headattn.publish import check_model_folder, files_to_upload, push_to_hub, upload, write_model_card
 
 # single_thread is an autouse fixture: importing it makes it apply to this module too.
 from helpers import WITHOUT_PACKAGE, toy_data, train_tiny_model
@@ -178,7 +178,7 @@ class FakeHfApi:
 def fake_hub(monkeypatch, tmp_path):
     FakeHfApi.calls, FakeHfApi.remote = [], tmp_path / "remote"
     FakeHfApi.remote.mkdir()
-    monkeypatch.setattr(hub, "HfApi", FakeHfApi)
+    monkeypatch.setattr(upload, "HfApi", FakeHfApi)
     return FakeHfApi
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from huggingface_hub import SpaceCard
 
-from hf_headattn import hub
-from hf_headattn.hub import (SPACE_PACKAGE, check_space_folder, files_to_upload, push_space, space_code_files,
-                             write_space)
+from hf_headattn.app.space import (SPACE_PACKAGE, _code_closure, check_space_folder, push_space, space_code_files,
+                                   write_space)
+from hf_headattn.commands import hub
+from hf_headattn.publish import files_to_upload, upload
 from hf_headattn.loading import load_model_and_tokenizer
 from hf_headattn.translation import translate
 
@@ -71,10 +72,13 @@ def test_the_folder_is_a_gradio_space_with_its_code_and_models(space, folders, d
     assert "| csparsemax | Transformer, 2 decoder layers;" in card.text and "cross-attention: csparsemax" in card.text
     requirements = (space / "requirements.txt").read_text().split()
     assert sorted(name.split(">")[0].split("=")[0].split("<")[0] for name in requirements) == ["torch", "transformers"]
-    package = Path(hub.__file__).parent
-    code = space_code_files()  # the demo's own modules, unchanged
-    assert {"app.py", "translation.py", "cli.py"} <= set(code) and "loading.py" not in code
-    assert sorted(path.name for path in (space / SPACE_PACKAGE).glob("*.py")) == sorted(["__init__.py", *code])
+    package = Path(upload.__file__).parent.parent  # hf_headattn/
+    code = space_code_files()  # the page's own modules, unchanged, laid out as in the package
+    assert {"app/__init__.py", "app/page.py", "app/panels.py", "app/views.py", "translation.py"} <= set(code)
+    assert "loading.py" not in code and "app/space.py" not in code and not [name for name in code
+                                                                            if name.startswith("runtime/")]
+    assert sorted(path.relative_to(space / SPACE_PACKAGE).as_posix()
+                  for path in (space / SPACE_PACKAGE).rglob("*.py")) == sorted(["__init__.py", *code])
     for module in code:
         assert (space / SPACE_PACKAGE / module).read_bytes() == (package / module).read_bytes()
     for name, folder in (("softmax-model", softmax), ("csparsemax", csparsemax)):
@@ -129,6 +133,29 @@ def test_the_space_runs_with_torch_transformers_and_gradio_alone(space, folders,
     assert "Traceback" not in (tmp_path / "space.log").read_text()
 
 
+def test_the_code_a_space_needs_follows_relative_imports_through_subpackages(tmp_path):
+    """What a Space copies: the page's package, each subpackage's __init__ a needed module sits in, and what they
+    import relatively at any level (function-level imports too), but loading.py; never the runtime."""
+    files = {"app/__init__.py": "from .page import build\n",
+             "app/page.py": "from . import views\nfrom ..translation import translate\n\n\ndef build():\n"
+                            "    from ..loading import load\n",
+             "app/views.py": "", "translation.py": "from .tools.files import write\n", "tools/__init__.py": "",
+             "tools/files.py": "", "loading.py": "from .runtime.modeling import Model\n", "unused.py": ""}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _code_closure(tmp_path, "app/__init__.py") == (
+        ["app/__init__.py", "app/page.py", "app/views.py", "tools/__init__.py", "tools/files.py", "translation.py"], [])
+    (tmp_path / "tools" / "files.py").unlink()
+    assert _code_closure(tmp_path, "app/__init__.py")[1] == ["tools/files.py"]
+    (tmp_path / "app" / "views.py").write_text("from ..runtime.modeling import Model\n")
+    with pytest.raises(ValueError, match=r"app/views.py imports the runtime \(\.\.runtime\.modeling\)"):
+        _code_closure(tmp_path, "app/__init__.py")
+    (tmp_path / "app" / "views.py").write_text("from hf_headattn.translation import translate\n")
+    with pytest.raises(ValueError, match="app/views.py imports hf_headattn by name"):
+        _code_closure(tmp_path, "app/__init__.py")
+
+
 def test_bad_input_is_refused_before_anything_is_written(folders, tmp_path):
     softmax, _ = folders
     incomplete = shutil.copytree(softmax, tmp_path / "incomplete")
@@ -158,14 +185,14 @@ def test_bad_input_is_refused_before_anything_is_written(folders, tmp_path):
 def fake_hub(monkeypatch, tmp_path):
     FakeHfApi.calls, FakeHfApi.remote = [], tmp_path / "remote"
     FakeHfApi.remote.mkdir()
-    monkeypatch.setattr(hub, "HfApi", FakeHfApi)
+    monkeypatch.setattr(upload, "HfApi", FakeHfApi)
     return FakeHfApi
 
 
 def test_push_space_uploads_the_checked_files_as_a_gradio_space(space, tmp_path, fake_hub):
     local = shutil.copytree(space, tmp_path / "space")
-    (local / SPACE_PACKAGE / "__pycache__").mkdir()  # what running it locally leaves behind stays home
-    (local / SPACE_PACKAGE / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"\0")
+    (local / SPACE_PACKAGE / "app" / "__pycache__").mkdir()  # what running it locally leaves behind stays home
+    (local / SPACE_PACKAGE / "app" / "__pycache__" / "page.cpython-311.pyc").write_bytes(b"\0")
     (local / ".gradio").mkdir()
     (local / ".gradio" / "certificate.pem").write_text("x")
     assert push_space(local, "someone/headattn-demo", token="hf_secret", private=True) == "commit-info"
@@ -176,7 +203,7 @@ def test_push_space_uploads_the_checked_files_as_a_gradio_space(space, tmp_path,
     uploaded = sorted(path.relative_to(fake_hub.remote).as_posix() for path in fake_hub.remote.glob("**/*")
                       if path.is_file())
     assert uploaded == check_space_folder(local)
-    assert {"app.py", "requirements.txt", "README.md", f"{SPACE_PACKAGE}/app.py",
+    assert {"app.py", "requirements.txt", "README.md", f"{SPACE_PACKAGE}/app/page.py",
             "models/csparsemax/model.safetensors"} <= set(uploaded)
     assert not [name for name in uploaded if "__pycache__" in name or ".gradio" in name]
 

@@ -8,7 +8,8 @@ import pytest
 import transformers
 from huggingface_hub.utils import filter_repo_objects
 
-from hf_headattn import HeadAttnForConditionalGeneration, hub, plotting
+from hf_headattn import HeadAttnForConditionalGeneration, plotting, publish
+from hf_headattn.publish import upload
 from hf_headattn.loading import load_model_and_tokenizer, remote_code_allowed
 
 from helpers import load_example, tiny_config
@@ -112,19 +113,19 @@ def test_upload_sends_only_what_users_need_and_names_the_rest(tmp_path, monkeypa
     for name in stray:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("not for the Hub")
-    uploaded = hub.check_model_folder(folder)
-    assert hub.files_left_out(folder) == sorted(stray)
-    assert set(uploaded) == set(hub.files_to_upload(folder))
+    uploaded = publish.check_model_folder(folder)
+    assert publish.files_left_out(folder) == sorted(stray)
+    assert set(uploaded) == set(publish.files_to_upload(folder))
     code = {name for name in uploaded if name.endswith(".py")}
     assert {"configuration_headattn.py", "modeling_headattn.py", "pipeline_headattn.py", "sparse_attention.py"} <= code
     assert set(uploaded) - code == {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                                     "tokenizer_config.json", "README.md"}
 
-    monkeypatch.setattr(hub, "HfApi", RecordingHfApi)
+    monkeypatch.setattr(upload, "HfApi", RecordingHfApi)
     # Trainer's byproducts (training_args.bin, checkpoint-*/) stay home without a word; the rest is named
     with pytest.warns(UserWarning, match=r"Not uploading 5 file\(s\) .*: my_script\.py, notes\.txt, "
                                          r"pytorch_model\.bin, secrets\.env, tokenizer/tokenizer\.json$"):
-        hub.push_to_hub(folder, "someone/toy")
+        publish.push_to_hub(folder, "someone/toy")
     assert RecordingHfApi.sent == uploaded
 
 
@@ -133,19 +134,19 @@ def test_pickle_only_weights_are_refused(tmp_path):
     (folder / "model.safetensors").rename(folder / "pytorch_model.bin")  # stands in for torch.save'd weights
     with pytest.raises(ValueError, match=r"missing: weights as model\.safetensors \(the folder has only pickle "
                                          r"weights, pytorch_model\.bin, which can run arbitrary code"):
-        hub.check_model_folder(folder)
+        publish.check_model_folder(folder)
     (folder / "pytorch_model.bin").unlink()
     with pytest.raises(ValueError, match=r"missing: weights as model\.safetensors(;|$)"):
-        hub.check_model_folder(folder)
+        publish.check_model_folder(folder)
 
 
 def test_a_complete_folder_uploads_without_a_warning(tmp_path, monkeypatch):
     folder = _complete_folder(tmp_path / "model")
-    monkeypatch.setattr(hub, "HfApi", RecordingHfApi)
+    monkeypatch.setattr(upload, "HfApi", RecordingHfApi)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert hub.push_to_hub(folder, "someone/toy") == "commit-info"
-    assert hub.files_left_out(folder) == [] and RecordingHfApi.sent == hub.files_to_upload(folder)
+        assert publish.push_to_hub(folder, "someone/toy") == "commit-info"
+    assert publish.files_left_out(folder) == [] and RecordingHfApi.sent == publish.files_to_upload(folder)
 
 
 # ------------------------------------------------------------------------------------------------ issue 32, item 8
@@ -154,26 +155,26 @@ def test_symbolic_links_out_of_the_folder_are_never_followed(tmp_path, monkeypat
     secret = tmp_path / "elsewhere.txt"
     secret.write_text("a file of this machine")
     (folder / "notes.txt").symlink_to(secret)
-    monkeypatch.setattr(hub, "HfApi", RecordingHfApi)
+    monkeypatch.setattr(upload, "HfApi", RecordingHfApi)
     with pytest.warns(UserWarning, match=rf"Not uploading symbolic links out of .*: notes\.txt -> {secret}"):
-        hub.push_to_hub(folder, "someone/toy")
-    assert "notes.txt" not in RecordingHfApi.sent and "notes.txt" not in hub.files_left_out(folder)
+        publish.push_to_hub(folder, "someone/toy")
+    assert "notes.txt" not in RecordingHfApi.sent and "notes.txt" not in publish.files_left_out(folder)
 
     (folder / "tokenizer.json").unlink()  # a file the model needs, as a link out
     (folder / "tokenizer.json").symlink_to(secret)
     with pytest.raises(ValueError, match=rf"tokenizer\.json as a file of the folder \(it is a symbolic link to "
                                          rf"{secret}, outside it; copy the file in\)"):
-        hub.check_model_folder(folder)
+        publish.check_model_folder(folder)
 
 
 def test_files_that_look_like_secrets_are_warned_about(tmp_path, monkeypatch):
     folder = _complete_folder(tmp_path / "model")
     with open(folder / "README.md", "a") as card:
         card.write("\nlogin with HF_TOKEN=hf_" + "a1B2" * 9 + "\n")
-    monkeypatch.setattr(hub, "HfApi", RecordingHfApi)
+    monkeypatch.setattr(upload, "HfApi", RecordingHfApi)
     with pytest.warns(UserWarning, match=r"Files to upload look like they hold secrets: README\.md, line 7: a Hugging "
                                          r"Face token\. Remove them"):
-        hub.push_to_hub(folder, "someone/toy")
+        publish.push_to_hub(folder, "someone/toy")
 
 
 def test_a_repository_id_is_validated_before_it_is_written_into_a_card(tmp_path):
@@ -182,10 +183,10 @@ def test_a_repository_id_is_validated_before_it_is_written_into_a_card(tmp_path)
     evaluation = {"bleu": 1.0, "chrf": 2.0, "ter": 3.0, "bleu_by_length": {}, "model": {"model_type": "headattn"},
                   "test_set": {}, "decoding": {}, "examples": [{"source": "a", "reference": "b", "hypothesis": "c"}]}
     with pytest.raises(ValueError, match=r"repo_id 'not a/valid id' is not a Hub repository id"):
-        hub.write_model_card(folder, evaluation, dataset_name="toy", repo_id="not a/valid id")
+        publish.write_model_card(folder, evaluation, dataset_name="toy", repo_id="not a/valid id")
     assert not (folder / "README.md").exists()
     with pytest.raises(ValueError, match="Repo id must"):
-        hub.push_to_hub(folder, "not a/valid id")
+        publish.push_to_hub(folder, "not a/valid id")
 
 
 def test_a_folder_whose_tokenizer_is_not_its_models_is_not_uploaded(tmp_path):
@@ -197,6 +198,6 @@ def test_a_folder_whose_tokenizer_is_not_its_models_is_not_uploaded(tmp_path):
     other.save_pretrained(folder)
     write_manifest(folder, {"format": 1, "identity": {"tokenizer": {"sha256": tokenizer_fingerprint(trained)}}})
     with pytest.raises(ValueError, match=r"missing: the tokenizer the model was trained with \(the tokenizer of "):
-        hub.check_model_folder(folder)
+        publish.check_model_folder(folder)
     trained.save_pretrained(folder)
-    hub.check_model_folder(folder)
+    publish.check_model_folder(folder)

@@ -1,0 +1,394 @@
+"""Model cards for saved model folders: the family's template (``hf_headattn/model_cards/``) filled from an evaluation.
+
+:func:`write_model_card` picks the template of the folder's model family (``model_cards/transformer.md`` for
+``model_type = "headattn"``, ``model_cards/rnn.md`` for ``"headattn_rnn"``), describes the configured attention
+variants from the config, and fills in the measured numbers of an evaluation JSON
+(:func:`hf_headattn.evaluation.evaluate_model`) as a results table and as ``model-index`` metadata, which the Hub
+shows as evaluation results and which ``huggingface_hub`` parses back (``ModelCard.load``,
+``model_index_to_eval_results``). A repository id is validated before it is written into a card.
+
+What a card says about the variants and the two families (papers, tags, the architecture's description) is kept in
+this module alone: ``_PAPERS``, ``_VARIANT_PAPERS``, ``_FERTILITY``, :data:`TEMPLATES` and the ``model_type``
+branches of ``_load_config``, ``_variant_names``, ``_tags``, ``_papers`` and ``_describe_architecture``.
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCardData
+from huggingface_hub.utils import validate_repo_id
+
+# transformers and the model classes are imported where they are used, so that the command's `--help` is instant.
+
+__all__ = ["CARD_METRICS", "TEMPLATES", "TEMPLATES_DIR", "load_config", "markdown_table_cell", "write_model_card"]
+
+# The card templates are package data (pyproject.toml), so a wheel install has them too.
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_cards"
+TEMPLATES = {"headattn": "transformer.md", "headattn_rnn": "rnn.md"}
+
+# Evaluation JSON key -> name shown on the card and in model-index; lower is better for the last three.
+CARD_METRICS = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER", "rep": "REP", "drop": "DROP"}
+_HUB_METRIC_IDS = ("bleu", "chrf", "ter")  # the ones the Hub knows as metrics (REP and DROP are this project's)
+
+_LANGUAGE_NAMES = {"be": "Belarusian", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish",
+                   "fr": "French", "hi": "Hindi", "it": "Italian", "ja": "Japanese", "ro": "Romanian",
+                   "ru": "Russian", "zh": "Chinese"}
+
+_PAPERS = {
+    "transformer": "Vaswani et al. (2017), *Attention Is All You Need*: the Transformer; the layout (post-LN, "
+                   "sinusoidal positions, final logits bias) follows Marian (Junczys-Dowmunt et al., 2018).",
+    "dhicm": "Goindani & Shrivastava (2021), *A Dynamic Head Importance Computation Mechanism for Neural Machine "
+             "Translation*: `dhicm`, a second-level attention over the heads' outputs with a KL term that keeps "
+             "the head importances from being uniform.",
+    "mma": "Cui, Iida, Hung, Utsuro & Nagata (2019), *Mixed Multi-Head Self-Attention for Neural Machine "
+           "Translation*: `mma`, heads with global, local, forward and backward hard masks.",
+    "multihop": "Iida, Kimura, Cui, Hung, Utsuro & Nagata (2019), *A Multi-Hop Attention for RNN based Neural "
+                "Machine Translation*: multi-head source attention and second-level hops over the heads.",
+    "sparse": "Malaviya, Ferreira & Martins (2018), *Sparse and Constrained Attention for Neural Machine "
+              "Translation*: sparsemax, constrained softmax and constrained sparsemax attention with fertility "
+              "bounds, and the REP and DROP metrics.",
+    "luong": "Luong, Pham & Manning (2015), *Effective Approaches to Attention-based Neural Machine Translation*: "
+             "the attentional LSTM encoder-decoder with input feeding.",
+    "coverage_vector": "Tu, Lu, Liu, Liu & Li (2016), *Modeling Coverage for Neural Machine Translation*: the "
+                       "coverage vector.",
+}
+_VARIANT_PAPERS = {"dhicm": "dhicm", "mma": "mma", "multihop": "multihop", "sparsemax": "sparse",
+                   "csoftmax": "sparse", "csparsemax": "sparse"}
+_SITE_NAMES = {"encoder_self_attention": "Encoder self-attention", "decoder_self_attention": "Decoder self-attention",
+               "cross_attention": "Cross-attention"}
+_FERTILITY = {"constant": "CONSTANT (every source token may receive {constant_fertility:g} units of attention)",
+              "guided": "GUIDED (per token, the largest fertility in word alignments of the training data)",
+              "predicted": "PREDICTED (a bi-LSTM tagger inside the model, trained on word-alignment fertilities)"}
+
+_REQUIRED_EVALUATION_KEYS = ("bleu", "chrf", "ter", "bleu_by_length", "model", "test_set", "decoding", "examples")
+
+def write_model_card(
+    model_dir: str | Path,
+    evaluation: str | Path | Mapping,
+    *,
+    dataset_name: str,
+    dataset_id: str | None = None,
+    dataset_config: str | None = None,
+    language: Sequence[str] = ("de", "en"),
+    repo_id: str | None = None,
+    model_name: str | None = None,
+    license: str | None = None,
+    training_data: str | None = None,
+    limitations: Sequence[str] = (),
+    template: str | Path | None = None,
+) -> Path:
+    """Fill the family's card template into ``model_dir/README.md`` (overwriting it) and return that path.
+
+    Args:
+        model_dir: A saved model folder (its config.json decides the family and is described on the card).
+        evaluation: The JSON file (or its dict) written by :func:`hf_headattn.evaluation.evaluate_model` for this
+            model. Its numbers are the only ones on the card: BLEU, chrF, TER, REP and DROP (those it measured)
+            in the results table and the ``model-index``, BLEU by length in a second table.
+        dataset_name: Human-readable name of the training/test data, e.g. ``"Multi30k (task 1)"``.
+        dataset_id: Its Hub dataset id (``model-index`` ``dataset.type`` and the card's ``datasets``); default:
+            `dataset_name`.
+        dataset_config: The dataset's configuration name, if any (``model-index`` ``dataset.config``).
+        language: ``(source, target)`` language codes.
+        repo_id: The Hub repository the card will live in, used in the loading snippets (validated; or an existing
+            local folder's path, for snippets that load from disk); default: the folder's name.
+            :func:`push_to_hub` warns when the card names another repository.
+        model_name: Title and ``model-index`` name; default: `repo_id`'s last part or the folder's name.
+        license: A Hub license id (``"apache-2.0"``, ...); the metadata omits it when None.
+        training_data: The "Training data" section; default: `dataset_name` plus the pair and epoch counts of the
+            folder's ``train_results.json`` (written by the training command), when present.
+        limitations: Extra bullet points after the template's own.
+        template: Another template file to fill instead of the family's.
+
+    Raises:
+        FileNotFoundError: a missing folder, config.json, evaluation JSON or template.
+        ValueError: an unknown model_type, an evaluation of another model family or without the required keys,
+            bad `language`, or a template placeholder this function does not fill.
+    """
+    model_dir = Path(model_dir)
+    config = load_config(model_dir)
+    evaluation = _load_evaluation(evaluation)
+    if evaluation["model"].get("model_type") != config.model_type:
+        raise ValueError(f"The evaluation is of a {evaluation['model'].get('model_type')!r} model, but {model_dir} "
+                         f"holds a {config.model_type!r} model; evaluate this folder with evaluate_model")
+    if isinstance(language, str) or len(language) != 2 or not all(isinstance(code, str) and code for code in language):
+        raise ValueError(f"language must be a (source, target) pair of language codes, got {language!r}")
+    source_language, target_language = (_LANGUAGE_NAMES.get(code, code) for code in language)
+    repo_id = repo_id or model_dir.resolve().name
+    if not Path(repo_id).is_dir():  # a local folder's path is what snippets loading from disk name
+        try:  # before it is written into the card
+            validate_repo_id(repo_id)
+        except ValueError as error:
+            raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id ({error}); pass repo_id= (--repo_id) "
+                             "as user/name") from None
+    model_name = model_name or repo_id.split("/")[-1]
+    template_path = Path(template) if template is not None else TEMPLATES_DIR / TEMPLATES[config.model_type]
+    if not template_path.is_file():
+        raise FileNotFoundError(f"Model card template not found: {template_path} (the templates are the "
+                                "package's hf_headattn/model_cards/ files; pass template= to use another file)")
+
+    variant_names = _variant_names(config)
+    card_data = ModelCardData(
+        language=list(language),
+        license=license,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=_tags(config, variant_names, language),
+        datasets=[dataset_id] if dataset_id else None,
+        metrics=[metric for metric in _HUB_METRIC_IDS if evaluation.get(metric) is not None],
+        model_name=model_name,
+        eval_results=_eval_results(evaluation, dataset_name, dataset_id or dataset_name, dataset_config, language),
+    )
+    values = {
+        "metadata": card_data.to_yaml(),
+        "model_name": model_name,
+        "source_language": source_language,
+        "target_language": target_language,
+        "architecture": _describe_architecture(config, evaluation),
+        "papers": "\n".join(f"- {_PAPERS[key]}" for key in _papers(config, variant_names)),
+        "repo_id": repo_id,
+        "example_source": _python_string_body(evaluation["examples"][0]["source"]),
+        "num_beams": str(evaluation["decoding"]["num_beams"]),
+        "training_data": training_data or _describe_training_data(model_dir, dataset_name, dataset_id),
+        "results_table": _results_tables(evaluation, dataset_name),
+        "evaluation_details": _evaluation_details(evaluation),
+        "limitations": "".join(f"- {item}\n" for item in limitations).rstrip("\n"),
+    }
+    readme = model_dir / "README.md"
+    readme.write_text(_fill(template_path, values), encoding="utf-8")
+    return readme
+
+
+def load_config(model_dir: Path):
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir} is not a saved model folder: it has no config.json")
+    model_type = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
+    from ..runtime.configuration_headattn import HeadAttnConfig
+    from ..runtime.configuration_headattn_rnn import HeadAttnRNNConfig
+
+    classes = {"headattn": HeadAttnConfig, "headattn_rnn": HeadAttnRNNConfig}
+    if model_type not in classes:
+        raise ValueError(f"{model_dir}/config.json has model_type {model_type!r}; model cards exist for: "
+                         f"{', '.join(classes)}")
+    return classes[model_type].from_pretrained(model_dir)
+
+
+def _load_evaluation(evaluation: str | Path | Mapping) -> dict:
+    if not isinstance(evaluation, Mapping):
+        path = Path(evaluation)
+        if not path.is_file():
+            raise FileNotFoundError(f"Evaluation JSON not found: {path}")
+        evaluation = json.loads(path.read_text(encoding="utf-8"))
+    missing = [key for key in _REQUIRED_EVALUATION_KEYS if key not in evaluation]
+    if missing:
+        raise ValueError(f"The evaluation lacks {', '.join(missing)}; write it with "
+                         "hf_headattn.evaluation.evaluate_model (examples/evaluate_translation.py)")
+    if not evaluation["examples"]:
+        raise ValueError("The evaluation has no example sentences (its 'examples' list is empty)")
+    return dict(evaluation)
+
+
+def _fill(template_path: Path, values: Mapping[str, str]) -> str:
+    """Replace every ``{name}`` placeholder (lower-case letters and underscores, so code such as
+    ``{'translation_text': ...}`` is left alone); a placeholder without a value is an error, not a silent gap."""
+    text = template_path.read_text(encoding="utf-8")
+    unknown = sorted(set(re.findall(r"\{([a-z_]+)\}", text)) - set(values))
+    if unknown:
+        raise ValueError(f"{template_path} has placeholder(s) {', '.join('{' + n + '}' for n in unknown)} that "
+                         f"write_model_card does not fill; it fills: {', '.join(sorted(values))}")
+    return re.sub(r"\{([a-z_]+)\}", lambda match: values[match.group(1)], text)
+
+
+def _python_string_body(text: str) -> str:
+    """`text` as it may stand between double quotes in the card's Python snippet."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _variant_names(config) -> list[str]:
+    """The attention variants the model uses (Transformer: at any site and layer; LSTM: its transform)."""
+    if config.model_type == "headattn_rnn":
+        return [config.attention_transform]
+    names = {config.attention_variant(site, layer)[0] for site in _SITE_NAMES
+             for layer in range(config.encoder_layers if site == "encoder_self_attention" else config.decoder_layers)}
+    return sorted(names)
+
+
+def _tags(config, variant_names: list[str], language: Sequence[str]) -> list[str]:
+    tags = ["translation", "hf_headattn", config.model_type, f"{language[0]}-{language[1]}", "custom_code"]
+    tags += [name for name in variant_names if name != "softmax"]
+    if config.model_type == "headattn_rnn":
+        tags.append("lstm")
+        if config.num_heads > 1:
+            tags.append("multi-head-attention")
+        if config.num_hops > 1:
+            tags.append("multi-hop-attention")
+        if config.coverage_vector:
+            tags.append("coverage-vector")
+    return tags
+
+
+def _papers(config, variant_names: list[str]) -> list[str]:
+    if config.model_type == "headattn":
+        keys = ["transformer"] + [_VARIANT_PAPERS[name] for name in variant_names if name in _VARIANT_PAPERS]
+    else:
+        keys = ["luong"]
+        if config.num_heads > 1 or config.num_hops > 1:
+            keys.append("multihop")
+        if config.attention_transform != "softmax" or config.coverage_vector:
+            keys.append("sparse")
+        if config.coverage_vector:
+            keys.append("coverage_vector")
+    return list(dict.fromkeys(keys))  # once each, in order
+
+
+def _layer_ranges(layers: list[int]) -> str:
+    spans, start = [], layers[0]
+    for previous, current in zip(layers, layers[1:] + [None]):
+        if current != previous + 1:
+            spans.append(str(start) if start == previous else f"{start}-{previous}")
+            start = current
+    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(spans)
+
+
+def _describe_site(config, site: str) -> str:
+    """e.g. "`softmax` in layers 0-4, `dhicm` (kl_weight=0.1) in layer 5", from the resolved per-layer specs."""
+    num_layers = config.encoder_layers if site == "encoder_self_attention" else config.decoder_layers
+    placements: dict[str, list[int]] = {}
+    for layer in range(num_layers):
+        name, options = config.attention_variant(site, layer)
+        label = f"`{name}`" + (f" ({', '.join(f'{k}={v}' for k, v in sorted(options.items()))})" if options else "")
+        placements.setdefault(label, []).append(layer)
+    if len(placements) == 1:
+        return f"{next(iter(placements))} in every layer"
+    return ", ".join(f"{label} in {_layer_ranges(layers)}" for label, layers in placements.items())
+
+
+def _describe_fertility(config) -> str:
+    return _FERTILITY[config.fertility].format(constant_fertility=config.constant_fertility)
+
+
+def _describe_architecture(config, evaluation: Mapping) -> str:
+    parameters = f"{evaluation['model']['parameters']:,} parameters"
+    if config.model_type == "headattn":
+        encoder_heads, decoder_heads = config.encoder_attention_heads, config.decoder_attention_heads
+        heads = (f"{encoder_heads} heads" if encoder_heads == decoder_heads
+                 else f"{encoder_heads} encoder / {decoder_heads} decoder heads")
+        lines = [
+            f"Transformer: {config.encoder_layers} encoder and {config.decoder_layers} decoder layers, d_model "
+            f"{config.d_model}, {heads}, feed-forward {config.encoder_ffn_dim}, {config.position_embedding} position "
+            f"embeddings, vocabulary {config.vocab_size:,}; {parameters}.",
+            *(f"{title}: {_describe_site(config, site)}." for site, title in _SITE_NAMES.items()),
+        ]
+        if config.uses_fertility():
+            lines.append(f"Fertility of the constrained cross-attention: {_describe_fertility(config)}.")
+        if config.pruned_heads:
+            pruned = "; ".join(f"{name}: heads {', '.join(map(str, removed))}"
+                               for name, removed in config.pruned_heads.items())
+            lines.append(f"Pruned heads (indices among each module's original heads): {pruned}.")
+    else:
+        lines = [
+            f"LSTM encoder-decoder: {_count(config.encoder_layers, 'bidirectional encoder layer')} "
+            f"({config.hidden_size // 2} units per direction) and {_count(config.decoder_layers, 'decoder layer')} "
+            f"with input feeding, embeddings {config.embedding_size}, hidden size {config.hidden_size}, vocabulary "
+            f"{config.vocab_size:,}; {parameters}.",
+            f"Source attention: {_count(config.num_heads, 'head')} x {_count(config.num_hops, 'hop')}"
+            + (f" ({config.hop_mode} hops)" if config.num_hops > 1 else "")
+            + f", `{config.attention_score}` scores, `{config.attention_transform}` weights.",
+        ]
+        if config.uses_fertility():
+            lines.append(f"Fertility: {_describe_fertility(config)}; <SINK> token: "
+                         f"{'yes' if config.sink_token else 'no'}; exhaustion c = {config.exhaustion:g}.")
+        lines.append(f"Coverage vector (Tu et al., 2016): {'yes' if config.coverage_vector else 'no'}.")
+    return "\n".join(f"- {line}" for line in lines)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
+
+
+def _describe_training_data(model_dir: Path, dataset_name: str, dataset_id: str | None) -> str:
+    text = dataset_name
+    if dataset_id:
+        text += f" ([{dataset_id}](https://huggingface.co/datasets/{dataset_id}))"
+    results_path = model_dir / "train_results.json"
+    if results_path.is_file():  # written by the training command; its counts are measured, not claimed
+        results = json.loads(results_path.read_text(encoding="utf-8"))
+        facts = []
+        if results.get("train_pairs") is not None:
+            facts.append(f"{results['train_pairs']:,} sentence pairs")
+        if results.get("epoch") is not None:
+            facts.append(f"{results['epoch']:.3g} epochs")
+        if facts:
+            text += ": " + ", ".join(facts)
+    return text + "."
+
+
+def _format_score(value) -> str:
+    return "not measured" if value is None else f"{value:.2f}"
+
+
+def _results_tables(evaluation: Mapping, dataset_name: str) -> str:
+    test = evaluation["test_set"]
+    names = list(CARD_METRICS.values())
+    header = "| test set | sentences | " + " | ".join(names) + " |\n|---|---|" + "---|" * len(names)
+    row = (f"| {dataset_name}, {test['name']} | {test['sentences']:,} | "
+           + " | ".join(_format_score(evaluation.get(key)) for key in CARD_METRICS) + " |")
+    lengths = ["| source length (words) | sentences | BLEU |", "|---|---|---|"]
+    for bucket, scores in evaluation["bleu_by_length"].items():
+        bleu = "—" if scores["bleu"] is None else f"{scores['bleu']:.2f}"
+        lengths.append(f"| {bucket} | {scores['count']:,} | {bleu} |")
+    return (f"{header}\n{row}\n\nHigher is better for BLEU and chrF, lower for TER, REP and DROP.\n\n"
+            f"BLEU by source length:\n\n" + "\n".join(lengths))
+
+
+def _evaluation_details(evaluation: Mapping) -> str:
+    decoding, settings = evaluation["decoding"], evaluation.get("metric_settings", {})
+    lines = [f"Decoding: beam size {decoding['num_beams']}, batches of {decoding['batch_size']}, at most "
+             f"{decoding['max_length']} tokens, on {decoding['device']}."]
+    signatures = [f"{CARD_METRICS[key]} `{settings[key]}`" for key in _HUB_METRIC_IDS if settings.get(key)]
+    if signatures:
+        lines.append("sacrebleu signatures: " + ", ".join(signatures) + ".")
+    if settings.get("rep_drop_tokenize"):
+        lines.append(f"REP and DROP (Malaviya et al., 2018, Sec. 5) count words split with the "
+                     f"`{settings['rep_drop_tokenize']}` tokenizer.")
+    if evaluation.get("drop") is not None and settings.get("drop_aligner_training_pairs") is not None:
+        lines.append(f"DROP aligns with eflomal trained on {settings['drop_aligner_training_pairs']:,} training "
+                     "pairs plus the test pairs.")
+    examples = ["| source | this model | reference |", "|---|---|---|"] + [
+        f"| {markdown_table_cell(example['source'])} | {markdown_table_cell(example['hypothesis'])} | "
+        f"{markdown_table_cell(example['reference'])} |"
+        for example in evaluation["examples"]
+    ]
+    return "\n".join(f"- {line}" for line in lines) + "\n\nThe first test sentences:\n\n" + "\n".join(examples)
+
+
+def markdown_table_cell(text: str) -> str:
+    return text.replace("|", "\\|") or " "
+
+
+def _eval_results(evaluation: Mapping, dataset_name: str, dataset_type: str, dataset_config: str | None,
+                  language: Sequence[str]) -> list[EvalResult]:
+    settings = evaluation.get("metric_settings", {})
+    results = []
+    for key, display_name in CARD_METRICS.items():
+        if evaluation.get(key) is None:  # DROP without an aligner corpus: not measured, so not claimed
+            continue
+        config = settings.get(key) if key in _HUB_METRIC_IDS else settings.get("rep_drop_tokenize")
+        results.append(EvalResult(
+            task_type="translation",
+            task_name=f"Translation {language[0]}-{language[1]}",
+            dataset_type=dataset_type,
+            dataset_name=dataset_name,
+            dataset_config=dataset_config,
+            dataset_split=evaluation["test_set"]["name"],
+            metric_type=key,
+            metric_name=display_name,
+            metric_value=float(evaluation[key]),
+            metric_config=config,
+        ))
+    return results
