@@ -30,7 +30,7 @@ from .attention_sparse import constrained_attention_step, with_sink_column
 from .cache_headattn import HeadAttnRNNCache
 from .configuration_headattn_rnn import HeadAttnRNNConfig
 from .fertility import SourceFertility
-from .modeling_headattn import (
+from .seq2seq_common import (
     check_generate_inputs,
     check_seq2seq_inputs,
     checks_inputs,
