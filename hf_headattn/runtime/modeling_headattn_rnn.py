@@ -55,6 +55,7 @@ from .attention_running_sum import RunningSumAttention  # noqa: F401
 from .attention_softmax import SoftmaxAttention  # noqa: F401
 from .configuration_headattn import HeadAttnConfig  # noqa: F401
 from .pipeline_headattn import TranslationPipeline  # noqa: F401
+from .sparse_solvers import solve_sparsemax  # noqa: F401
 
 
 CONSTRAINED = {"csoftmax": csoftmax, "csparsemax": csparsemax}
