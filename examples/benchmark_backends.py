@@ -40,7 +40,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's report sections
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration  # noqa: E402
-from hf_headattn.runtime.modeling_headattn import inputs_checked_by_caller  # noqa: E402
+from hf_headattn.runtime.seq2seq_common import inputs_checked_by_caller  # noqa: E402
 
 
 SECTION = "backends"

@@ -17,7 +17,7 @@ import torch
 from transformers import GenerationMixin
 
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration, HeadAttnRNNConfig
-from hf_headattn.runtime.modeling_headattn import inputs_checked_by_caller
+from hf_headattn.runtime.seq2seq_common import inputs_checked_by_caller
 from hf_headattn.runtime.modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration
 
 

@@ -17,7 +17,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
 
 from hf_headattn import HeadAttnForConditionalGeneration
-from hf_headattn.runtime.modeling_headattn import check_attention_implementation
+from hf_headattn.runtime.variant_checks import check_attention_implementation
 from hf_headattn.runtime.transformers_compat import cache_of
 
 from helpers import WITHOUT_PACKAGE, random_model, source_batch, tiny_config

@@ -169,7 +169,7 @@ def test_bare_transformer_forward_refuses(bare_model, arguments, error, message)
 def test_good_inputs_pass_and_the_checks_change_nothing(transformer, rnn):
     """The checked forward gives what the unchecked one (inside `inputs_checked_by_caller`) gives, with -100 labels
     and integer, bool and float 0/1 masks all accepted."""
-    from hf_headattn.runtime.modeling_headattn import inputs_checked_by_caller
+    from hf_headattn.runtime.seq2seq_common import inputs_checked_by_caller
 
     for model in (transformer, rnn):
         for mask in (MASK, MASK.bool(), MASK.float(), MASK.int()):
@@ -217,10 +217,10 @@ def test_generate_refuses(request, family, arguments, error, message):
 
 
 def test_generate_checks_the_source_once_not_at_every_step(transformer, rnn, monkeypatch):
-    from hf_headattn.runtime import modeling_headattn, modeling_headattn_rnn
+    from hf_headattn.runtime import modeling_headattn, modeling_headattn_rnn, seq2seq_common
 
     calls = []
-    original = modeling_headattn.check_seq2seq_inputs
+    original = seq2seq_common.check_seq2seq_inputs
 
     def counting(**arguments):
         calls.append(arguments)

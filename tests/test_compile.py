@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from hf_headattn.runtime import sparse_attention
+from hf_headattn.runtime import sparse_solvers
 from hf_headattn.runtime.sparse_attention import csparsemax
 from helpers import load_example, random_model, source_batch, tiny_config
 
@@ -80,7 +80,7 @@ def constrained_case(rows, n, dtype, seed):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_compiled_csparsemax_equals_eager(dtype, monkeypatch):
-    monkeypatch.setattr(sparse_attention, "_SORT_BELOW", 0)  # the passes even for this small input
+    monkeypatch.setattr(sparse_solvers, "_SORT_BELOW", 0)  # the passes even for this small input
     z, u, mask = constrained_case(300, 40, dtype, seed=0)
     # Rows that come out NaN, as through torch.softmax: a NaN score, a +inf score, a NaN bound (on allowed keys).
     z[5, 3], z[17, 0], u[23, 2] = float("nan"), float("inf"), float("nan")
@@ -100,7 +100,7 @@ def test_compiled_csparsemax_equals_eager(dtype, monkeypatch):
 
 
 def test_compiled_csparsemax_gradcheck(monkeypatch):
-    monkeypatch.setattr(sparse_attention, "_SORT_BELOW", 0)
+    monkeypatch.setattr(sparse_solvers, "_SORT_BELOW", 0)
     generator = torch.Generator().manual_seed(3)
     z = torch.randn(6, 9, dtype=torch.float64, generator=generator).requires_grad_()
     u = (0.05 + 0.3 * torch.rand(6, 9, dtype=torch.float64, generator=generator)).requires_grad_()
@@ -112,8 +112,8 @@ def test_compiled_passes_settle_the_benchmark_rows(monkeypatch):
     z, u, _ = load_example("benchmark_sparse_kernels").make_inputs(1024, 512, seed=0)
     eager = csparsemax(z, u)
     handed_over = []
-    original = sparse_attention._csparsemax_eager_solve
-    monkeypatch.setattr(sparse_attention, "_csparsemax_eager_solve",
+    original = sparse_solvers._csparsemax_eager_solve
+    monkeypatch.setattr(sparse_solvers, "_csparsemax_eager_solve",
                         lambda z, us: handed_over.append(z.shape[0]) or original(z, us))
     torch.testing.assert_close(csparsemax(z, u, compiled=True), eager, rtol=0, atol=1e-6)
     assert handed_over == []
@@ -122,12 +122,12 @@ def test_compiled_passes_settle_the_benchmark_rows(monkeypatch):
 def test_compiled_csparsemax_hands_flat_rows_to_the_eager_passes(monkeypatch):
     # Flat scores need more than `_COMPILED_PASSES` passes in many rows; those go on with the eager solver.
     handed_over = []
-    original = sparse_attention._csparsemax_eager_solve
-    monkeypatch.setattr(sparse_attention, "_csparsemax_eager_solve",
+    original = sparse_solvers._csparsemax_eager_solve
+    monkeypatch.setattr(sparse_solvers, "_csparsemax_eager_solve",
                         lambda z, us: handed_over.append(z.shape[0]) or original(z, us))
     generator = torch.Generator().manual_seed(0)
     z = torch.randn(1024, 512, generator=generator) * 0.3
     u = 3 * torch.rand(1024, 512, generator=generator)
     alpha = csparsemax(z, u, compiled=True)
     assert len(handed_over) == 1 and 16 < handed_over[0] < 1024
-    torch.testing.assert_close(alpha, original(z, sparse_attention._bounds(u, None))[0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(alpha, original(z, sparse_solvers.clamped_bounds(u, None))[0], rtol=0, atol=1e-6)

@@ -12,7 +12,8 @@ from transformers.exporters.configs import DynamoConfig
 from transformers.exporters.exporter_dynamo import DynamoExporter
 from transformers.exporters.utils import decompose_for_generation, prepare_for_export
 
-from hf_headattn.runtime.sparse_attention import _SORT_BELOW, csoftmax, csparsemax, sparsemax
+from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax
+from hf_headattn.runtime.sparse_solvers import _SORT_BELOW
 
 from helpers import PAD, random_model, source_batch, tiny_config
 from test_conformance import TRANSFORMER_VARIANTS

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_headattn.runtime import sparse_attention
+from hf_headattn.runtime import sparse_attention, sparse_solvers
 from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax
 
 from helpers import random_model, tiny_config
@@ -26,25 +26,27 @@ from helpers import random_model, tiny_config
 INF = float("inf")
 BISECTION_STEPS = 200
 
-_csparsemax_solve = sparse_attention._csparsemax_solve
+_solve_csparsemax = sparse_solvers.solve_csparsemax
+# (module, name) -> value: the solvers' settings, and for the fixed passes the autograd Function's solver
 _FIXED_PASSES = {
-    "_SORT_BELOW": 0,
-    "_csparsemax_solve": lambda z, us, compiled: _csparsemax_solve(z, us, compiled=True),
-    "_compiled": lambda function: function,
+    (sparse_solvers, "_SORT_BELOW"): 0,
+    (sparse_attention, "solve_csparsemax"): lambda z, us, compiled: _solve_csparsemax(z, us, compiled=True),
+    (sparse_solvers, "torch_compiled"): lambda function: function,
 }
 SOLVERS = {
-    "sort": {"_SORT_BELOW": float("inf")},
-    "passes": {"_SORT_BELOW": 0, "_COMPACT_FROM": 0},
-    "one-pass": {"_SORT_BELOW": 0, "_COMPACT_FROM": 0, "_MAX_PASSES": 1},
+    "sort": {(sparse_solvers, "_SORT_BELOW"): float("inf")},
+    "passes": {(sparse_solvers, "_SORT_BELOW"): 0, (sparse_solvers, "_COMPACT_FROM"): 0},
+    "one-pass": {(sparse_solvers, "_SORT_BELOW"): 0, (sparse_solvers, "_COMPACT_FROM"): 0,
+                 (sparse_solvers, "_MAX_PASSES"): 1},
     "fixed": _FIXED_PASSES,
-    "fixed-one-pass": {**_FIXED_PASSES, "_COMPILED_PASSES": 1},
+    "fixed-one-pass": {**_FIXED_PASSES, (sparse_solvers, "_COMPILED_PASSES"): 1},
 }
 
 
 @pytest.fixture(autouse=True, params=list(SOLVERS))
 def solver(request, monkeypatch):
-    for name, value in SOLVERS[request.param].items():
-        monkeypatch.setattr(sparse_attention, name, value)
+    for (module, name), value in SOLVERS[request.param].items():
+        monkeypatch.setattr(module, name, value)
     return request.param
 
 
@@ -331,7 +333,7 @@ def test_solvers_agree_on_gradients(monkeypatch):
         return out
 
     ours = gradients()
-    monkeypatch.setattr(sparse_attention, "_SORT_BELOW", float("inf"))
+    monkeypatch.setattr(sparse_solvers, "_SORT_BELOW", float("inf"))
     sort = gradients()
     for name in ours:
         for got, want in zip(ours[name], sort[name]):
@@ -347,13 +349,13 @@ def test_passes_settle_attention_rows(solver, monkeypatch):
         pytest.skip("checks the passes")
     sorted_rows = []
     for name in ("_sparsemax_sort", "_csoftmax_sort", "_csparsemax_sort"):
-        original = getattr(sparse_attention, name)
+        original = getattr(sparse_solvers, name)
 
         def counting(*args, original=original):
             sorted_rows.append(args[0].shape[0])
             return original(*args)
 
-        monkeypatch.setattr(sparse_attention, name, counting)
+        monkeypatch.setattr(sparse_solvers, name, counting)
     generator = torch.Generator().manual_seed(13)
     z = torch.randn(2000, 64, generator=generator) * 2
     u = (torch.randint(1, 4, z.shape, generator=generator) * (1 - torch.rand(z.shape, generator=generator)))
@@ -663,8 +665,8 @@ def test_compiled_csparsemax_explains_a_failed_compile(monkeypatch):
             raise torch._dynamo.exc.BackendCompilerFailed(function, RuntimeError("No working C++ compiler"), None)
         return run
 
-    monkeypatch.setattr(sparse_attention, "_SORT_BELOW", 0)
-    monkeypatch.setattr(sparse_attention, "_compiled", failing_compile)
+    monkeypatch.setattr(sparse_solvers, "_SORT_BELOW", 0)
+    monkeypatch.setattr(sparse_solvers, "torch_compiled", failing_compile)
     with pytest.raises(RuntimeError, match="compiled=False for the eager solver") as raised:
         csparsemax(torch.randn(4, 5), torch.ones(4, 5), compiled=True)
     assert "No working C++ compiler" in str(raised.value.__cause__)

@@ -5,11 +5,6 @@ position table, optional sqrt(d_model) embedding scale, final logits bias); the 
 q/k/v projections and the residual is delegated to the variant the config names for that site and layer.
 """
 
-import contextlib
-import contextvars
-import copy
-import functools
-import inspect
 import math
 from dataclasses import dataclass
 
@@ -33,24 +28,33 @@ from .attention_base import (
     CROSS_ATTENTION,
     DECODER_SELF_ATTENTION,
     ENCODER_SELF_ATTENTION,
-    SITES,
     AttentionMask,
     AttentionResult,
 )
-from .attention_backends import EAGER, PADDING, SDPA, mask_format, registered_implementations
-from .attention_functions import ATTENTION_FUNCTIONS, NOT_REGISTERED, PREFIX
+from .attention_backends import registered_implementations
 from .attention_registry import get_attention_variant
 from .cache_headattn import HeadAttnCache
 from .configuration_headattn import HeadAttnConfig
 from .fertility import SourceFertility
+from .marian_conversion import convert_from_marian, convert_to_marian
 from .pipeline_headattn import TranslationPipeline  # noqa: F401  (config.custom_pipelines names it; imported, it travels)
 from .remote_code import check_code_travels
+from .seq2seq_common import (
+    check_generate_inputs,
+    check_seq2seq_inputs,
+    checks_inputs,
+    inputs_checked_by_caller,
+    seq2seq_loss,
+    shift_tokens_right,
+)
 from .transformers_compat import accepts_past_key_values, cache_of, drop_cache_position, init, with_cache
+from .variant_checks import check_attention_implementation, refuse_candidate_decoding, unknown_attention_implementation
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
 # in config.json's auto_map) imports directly, so entries also import the modules their imports need
 # (tests/test_remote_code.py checks it).
 from .attention_backends import softmax_attention  # noqa: F401
 from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
+from .attention_functions import register_attention_functions  # noqa: F401
 from .attention_mma import MixedMultiHeadAttention  # noqa: F401
 from .attention_multihop import MultiHopAttention  # noqa: F401
 from .attention_running_sum import RunningSumAttention  # noqa: F401
@@ -58,245 +62,10 @@ from .attention_softmax import SoftmaxAttention  # noqa: F401
 from .attention_sparse import SparsemaxAttention  # noqa: F401
 from .rnn_packing import run_packed_lstm  # noqa: F401
 from .sparse_attention import sparsemax  # noqa: F401
+from .sparse_solvers import solve_sparsemax  # noqa: F401
 
 
 logger = logging.get_logger(__name__)
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Decoder inputs for teacher forcing: labels shifted right behind the start token, -100 replaced by pad."""
-    shifted = labels.new_zeros(labels.shape)
-    shifted[:, 1:] = labels[:, :-1].clone()
-    shifted[:, 0] = decoder_start_token_id
-    shifted.masked_fill_(shifted == -100, pad_token_id)
-    return shifted
-
-
-def seq2seq_loss(logits, labels, label_smoothing, aux_loss=None, num_items_in_batch=None):
-    """(cross-entropy, total loss): label-smoothed CE summed over this batch's label tokens, divided by the tokens
-    of the whole optimizer step; the auxiliary loss (this batch's per-target-token average) is weighted by the
-    batch's share of those tokens, which makes it a sum over target tokens divided by the same count."""
-    labels = labels.to(logits.device)
-    batch_tokens = labels.ne(-100).sum()
-    ce_sum = nn.functional.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]),
-        labels.reshape(-1),
-        ignore_index=-100,
-        reduction="sum",
-        label_smoothing=label_smoothing,
-    )
-    denominator = batch_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-    if torch.is_tensor(denominator):
-        denominator = denominator.to(ce_sum.device)
-    ce_loss = ce_sum / denominator
-    if aux_loss is None:
-        return ce_loss, ce_loss
-    share = 1.0 if num_items_in_batch is None else batch_tokens / denominator
-    return ce_loss, ce_loss + share * aux_loss
-
-
-# ------------------------------------------------------------------------------------------------ input checks
-# Set while an outer call (the language model's forward around the bare model's, `generate` around its decoding
-# steps) has already checked the inputs, so that inner forwards do not check (and sync on) them again.
-_INPUTS_CHECKED_BY_CALLER = contextvars.ContextVar("hf_headattn_inputs_checked_by_caller", default=False)
-ID_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding indexes with; labels must be int64 (cross_entropy)
-IGNORED_LABEL = -100
-
-
-def _inputs_checked_elsewhere() -> bool:
-    """True inside a call whose inputs an outer call checked, and while compiling, exporting or tracing: the checks
-    read tensor values, which would put data-dependent branches into a graph."""
-    return (torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
-            or torch.jit.is_scripting() or _INPUTS_CHECKED_BY_CALLER.get())
-
-
-@contextlib.contextmanager
-def inputs_checked_by_caller():
-    """Within the block, the models' forwards trust their inputs (an outer call checked them)."""
-    token = _INPUTS_CHECKED_BY_CALLER.set(True)
-    try:
-        yield
-    finally:
-        _INPUTS_CHECKED_BY_CALLER.reset(token)
-
-
-def checks_inputs(forward):
-    """Decorate a model's `forward` so that it checks its arguments (`self.check_inputs(**arguments)`) before any
-    work, unless an outer call already did (then the check costs one ContextVar read)."""
-    signature = inspect.signature(forward)
-
-    @functools.wraps(forward)
-    def checked_forward(self, *args, **kwargs):
-        if _inputs_checked_elsewhere():
-            return forward(self, *args, **kwargs)
-        arguments = signature.bind(self, *args, **kwargs).arguments
-        arguments.pop("self")
-        arguments.update(arguments.pop("kwargs", {}))
-        self.check_inputs(**arguments)
-        with inputs_checked_by_caller():
-            return forward(self, *args, **kwargs)
-
-    return checked_forward
-
-
-def check_generate_inputs(model, inputs, kwargs: dict) -> None:
-    """`model.check_inputs` on what `generate(inputs, **kwargs)` was given (its first argument is the source ids).
-    Without any source, `generate` is left to answer as it answers MarianMTModel: a source of one BOS token when
-    `bos_token_id` is set, else its error asking for it."""
-    if _inputs_checked_elsewhere():
-        return
-    if inputs is None and all(kwargs.get(name) is None for name in ("input_ids", "inputs_embeds", "encoder_outputs")):
-        return
-    arguments = {name: kwargs.get(name) for name in ("input_ids", "attention_mask", "inputs_embeds", "decoder_input_ids",
-                                                     "decoder_attention_mask", "encoder_outputs")}
-    if inputs is not None:
-        arguments["input_ids"] = inputs
-    model.check_inputs(**arguments)
-
-
-def _describe(tensor: torch.Tensor) -> str:
-    return f"shape {tuple(tensor.shape)}, dtype {tensor.dtype}"
-
-
-def _require_tensor(name: str, value, what: str) -> torch.Tensor:
-    if not torch.is_tensor(value):
-        raise ValueError(f"`{name}` must be a torch.Tensor of {what}, got {type(value).__name__}")
-    return value
-
-
-def _check_id_structure(name: str, ids, dtypes=ID_DTYPES) -> torch.Tensor:
-    _require_tensor(name, ids, "token ids [batch, length]")
-    if ids.dim() != 2:
-        raise ValueError(f"`{name}` must be 2-D token ids [batch, length], got {_describe(ids)}"
-                         + (" (a single sentence needs a batch dimension: ids[None])" if ids.dim() == 1 else ""))
-    if ids.dtype not in dtypes:
-        raise ValueError(f"`{name}` must hold integer token ids of dtype {' or '.join(map(str, dtypes))}, got "
-                         f"{_describe(ids)}")
-    if ids.shape[0] == 0 or ids.shape[1] == 0:
-        raise ValueError(f"`{name}` is empty ({_describe(ids)}): it needs at least one sentence of at least one "
-                         "token (an empty sentence is its EOS token alone)")
-    return ids
-
-
-def _check_embeds_structure(name: str, embeds, width: int) -> torch.Tensor:
-    _require_tensor(name, embeds, f"embeddings [batch, length, {width}]")
-    if embeds.dim() != 3 or embeds.shape[-1] != width or not embeds.is_floating_point():
-        raise ValueError(f"`{name}` must be floating-point embeddings [batch, length, {width}] (the model width), "
-                         f"got {_describe(embeds)}")
-    if embeds.shape[0] == 0 or embeds.shape[1] == 0:
-        raise ValueError(f"`{name}` is empty ({_describe(embeds)}): it needs at least one sentence of one position")
-    return embeds
-
-
-def _check_mask_structure(name: str, mask, shape: tuple, shape_of: str) -> torch.Tensor:
-    _require_tensor(name, mask, "0/1 values")
-    if mask.is_complex():
-        raise ValueError(f"`{name}` must hold 0/1 values (bool or integer), got {_describe(mask)}")
-    if tuple(mask.shape) != tuple(shape):
-        raise ValueError(f"`{name}` has shape {tuple(mask.shape)}; it must match {shape_of} {tuple(shape)}")
-    return mask
-
-
-def check_seq2seq_inputs(
-    *,
-    source_vocab_size: int,
-    target_vocab_size: int,
-    label_vocab_size: int,
-    width: int | None,
-    input_ids=None,
-    attention_mask=None,
-    inputs_embeds=None,
-    decoder_input_ids=None,
-    decoder_attention_mask=None,
-    decoder_inputs_embeds=None,
-    labels=None,
-    encoder_outputs=None,
-    cache=None,
-    **_other_arguments,
-) -> None:
-    """Raise ValueError, naming the argument, its shape/dtype/values and what is accepted, unless the inputs of an
-    encoder-decoder forward or `generate` are usable: 2-D integer ids inside the vocabularies (labels may hold
-    -100), masks of 0/1 (bool, integer, or float 0.0/1.0) with the shape of what they mask, decoder inputs and labels
-    of one shape and the source's batch, non-empty sources, embeddings 3-D with the model `width` (None: the model
-    takes no embeddings). Shape and dtype checks are free; the value checks cost one reduction per tensor and a
-    single host sync for all of them together. Both model families call it, through `checks_inputs`."""
-    source_batch = None
-    if encoder_outputs is not None:
-        encoder_states = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else encoder_outputs.last_hidden_state
-        source_shape, source_of = tuple(encoder_states.shape[:2]), "the encoder states `encoder_outputs[0]`"
-    elif input_ids is not None and inputs_embeds is not None:
-        raise ValueError("Pass either `input_ids` or `inputs_embeds`, not both")
-    elif input_ids is not None:
-        source_shape, source_of = tuple(_check_id_structure("input_ids", input_ids).shape), "`input_ids`"
-    elif inputs_embeds is not None:
-        if width is None:
-            raise ValueError("This model reads token ids: pass `input_ids`, not `inputs_embeds`")
-        source_shape = tuple(_check_embeds_structure("inputs_embeds", inputs_embeds, width).shape[:2])
-        source_of = "`inputs_embeds`' [batch, length]"
-    else:
-        raise ValueError("Pass the source: `input_ids` [batch, length] (or `inputs_embeds`, or `encoder_outputs`)")
-    source_batch = source_shape[0]
-    if attention_mask is not None:
-        _check_mask_structure("attention_mask", attention_mask, source_shape, source_of)
-
-    target_shape = target_of = None
-    if decoder_input_ids is not None and decoder_inputs_embeds is not None:
-        raise ValueError("Pass either `decoder_input_ids` or `decoder_inputs_embeds`, not both")
-    if decoder_input_ids is not None:
-        target_shape, target_of = tuple(_check_id_structure("decoder_input_ids", decoder_input_ids).shape), "`decoder_input_ids`"
-    elif decoder_inputs_embeds is not None:
-        if width is None:
-            raise ValueError("This model reads token ids: pass `decoder_input_ids`, not `decoder_inputs_embeds`")
-        target_shape = tuple(_check_embeds_structure("decoder_inputs_embeds", decoder_inputs_embeds, width).shape[:2])
-        target_of = "`decoder_inputs_embeds`' [batch, length]"
-    if labels is not None:
-        label_shape = tuple(_check_id_structure("labels", labels, dtypes=(torch.int64,)).shape)
-        if target_shape is not None and label_shape != target_shape:
-            raise ValueError(f"`labels` has shape {label_shape}; it must match {target_of} {target_shape} (one label "
-                             "per decoder position)")
-        target_shape, target_of = target_shape or label_shape, target_of or "`labels`"
-    if target_shape is not None and target_shape[0] != source_batch:
-        raise ValueError(f"{target_of} has batch size {target_shape[0]} but the source has {source_batch} "
-                         f"({source_of} {source_shape}): one target per source sentence")
-    if decoder_attention_mask is not None and target_shape is not None:
-        past_length = cache.get_seq_length() if isinstance(cache, Cache) else 0
-        expected = (target_shape[0], past_length + target_shape[1])
-        cached = f" after {past_length} cached positions" if past_length else ""
-        _check_mask_structure("decoder_attention_mask", decoder_attention_mask, expected,
-                              f"{target_of}{cached}, [batch, cached + new positions] =")
-
-    # Values: one reduction each, then one host sync for all of them.
-    id_checks = [(name, ids, vocab) for name, ids, vocab in (
-        ("input_ids", input_ids if encoder_outputs is None else None, source_vocab_size),
-        ("decoder_input_ids", decoder_input_ids, target_vocab_size),
-        ("labels", labels, label_vocab_size),
-    ) if ids is not None]
-    mask_checks = [(name, mask) for name, mask in (("attention_mask", attention_mask),
-                                                    ("decoder_attention_mask", decoder_attention_mask))
-                   if mask is not None and mask.dtype != torch.bool]
-    statistics = []
-    for name, ids, _ in id_checks:
-        in_range = ids.masked_fill(ids == IGNORED_LABEL, 0) if name == "labels" else ids
-        statistics.extend(in_range.aminmax())
-    for _, mask in mask_checks:
-        statistics.append(((mask != 0) & (mask != 1)).any())
-    if not statistics:
-        return
-    values = torch.stack([statistic.to(torch.int64) for statistic in statistics]).tolist()
-    for index, (name, ids, vocab) in enumerate(id_checks):
-        low, high = values[2 * index], values[2 * index + 1]
-        if low < 0 or high >= vocab:
-            bad = ids if name != "labels" else ids.masked_fill(ids == IGNORED_LABEL, 0)
-            position = tuple(((bad < 0) | (bad >= vocab)).nonzero()[0].tolist())
-            ignored = f" or {IGNORED_LABEL} (ignored)" if name == "labels" else ""
-            raise ValueError(f"`{name}` holds {ids[position].item()} at position {position}, outside the vocabulary: "
-                             f"token ids must be in [0, {vocab}){ignored} (got values in [{low}, {high}], "
-                             f"{_describe(ids)})")
-    for index, (name, mask) in enumerate(mask_checks):
-        if values[2 * len(id_checks) + index]:
-            position = tuple(((mask != 0) & (mask != 1)).nonzero()[0].tolist())
-            raise ValueError(f"`{name}` holds {mask[position].item()} at position {position}: a mask holds 0 "
-                             f"(padding) or 1 (real token) only, as bool or integers ({_describe(mask)})")
-
 
 # ------------------------------------------------------------------------------------------------ outputs
 @dataclass
@@ -639,83 +408,6 @@ class HeadAttnDecoderLayer(GradientCheckpointingLayer):
             hidden_states + nn.functional.dropout(transformed, p=self.dropout, training=self.training)
         )
         return hidden_states, self_result, cross_result
-
-
-# ------------------------------------------------------------------------------------------------ attention backends
-def _layers_by_variant(config: HeadAttnConfig, selected) -> str:
-    """The attention modules whose variant class passes `selected`, as "`site` of layers 0, 1 (name)" phrases."""
-    phrases = []
-    for site in SITES:
-        by_name: dict[str, list[int]] = {}
-        for layer, (name, _) in enumerate(config._resolve_site(site)):
-            if selected(get_attention_variant(name)):
-                by_name.setdefault(name, []).append(layer)
-        phrases += [f"`{site}` of layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))} ({name})"
-                    for name, layers in by_name.items()]
-    return "; ".join(phrases)
-
-
-def unknown_attention_implementation(name: str) -> str:
-    """The error message for an `attn_implementation` that no attention function is registered under."""
-    message = (f"attn_implementation={name!r} is not an attention implementation Transformers knows; accepted: "
-               f"{', '.join(registered_implementations())} (or a `kernels` hub kernel such as "
-               "'kernels-community/flash-attn' on a GPU)")
-    variant = name.removeprefix(PREFIX) if name.startswith(PREFIX) else None
-    if name in ATTENTION_FUNCTIONS:
-        message += (f". {name} is registered by register_attention_functions() (hf_headattn, or the "
-                    "attention_functions module of a saved model's code)")
-    elif variant in NOT_REGISTERED:
-        message += (f". {variant} is no attention function: {NOT_REGISTERED[variant]}; place it per site in the "
-                    f"config instead (e.g. cross_attention={variant!r})")
-    return message
-
-
-def check_attention_implementation(config: HeadAttnConfig, implementation: str) -> None:
-    """Check that the model's variants can run under `implementation` (the attention function its softmax sites call):
-    ValueError for per-head masks (mma) under flash attention, which takes one padding mask for all heads; a warning
-    naming the sites whose variant has its own kernel (sparsemax, csoftmax, csparsemax, running_sum) when the
-    implementation is neither eager nor sdpa: those compute their weights as they always do, whatever the
-    implementation (the documented fallback)."""
-    if mask_format(implementation) == PADDING:
-        per_head = _layers_by_variant(config, lambda variant: variant.per_head_masks)
-        if per_head:
-            raise ValueError(
-                f"attn_implementation={implementation!r} takes one padding mask for every head, but {per_head} gives "
-                "each head its own mask (mma's global, local, forward and backward heads); use 'sdpa', 'eager' or "
-                "'flex_attention' for this model"
-            )
-    if implementation not in (EAGER, SDPA):
-        own_kernels = _layers_by_variant(config, lambda variant: variant.kernel is not None)
-        if own_kernels:
-            logger.warning(
-                f"attn_implementation={implementation!r} runs this model's softmax attention; {own_kernels} compute "
-                "their attention weights with their own kernels (not softmax), whatever the attn_implementation"
-            )
-
-
-def refuse_candidate_decoding(model, kwargs: dict) -> None:
-    """Refuse, before any decoding, assisted and prompt-lookup decoding (`generate(assistant_model=...)`,
-    `prompt_lookup_num_tokens=...`, ...) for a model with stateful variants: those decodings check draft tokens and roll
-    the cache back to the accepted ones (`Cache.crop`), and a stateful variant's per-step state is a running quantity
-    with no earlier values to return to."""
-    stateful = _layers_by_variant(model.config, lambda variant: variant.stateful)
-    if not stateful:
-        return
-    generation_config = kwargs.get("generation_config") or model.generation_config
-
-    def setting(name):
-        return kwargs[name] if name in kwargs else getattr(generation_config, name, None)
-
-    # Transformers' `get_generation_mode` rule (read here without validating the settings, which generate does):
-    # drafts from an assistant, the prompt, early exit or multi-token prediction, on greedy search or sampling
-    drafts = (kwargs.get("assistant_model") is not None or setting("prompt_lookup_num_tokens") is not None
-              or setting("assistant_early_exit") is not None or bool(setting("use_mtp")))
-    if drafts and (setting("num_beams") or 1) == 1:
-        raise ValueError(
-            f"Assisted and prompt-lookup decoding are not available for this model: they roll the decoding state back "
-            f"to the accepted draft tokens, and {stateful} keep per-step state (a running sum over the decoded "
-            "positions) that cannot be rolled back. Use greedy or beam search."
-        )
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -1327,115 +1019,18 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
     def from_marian(cls, model_or_path, **config_overrides) -> "HeadAttnForConditionalGeneration":
         """Build an equivalent softmax model from a `MarianMTModel` (an instance, a local folder or a Hub id):
         same config, same weights, same generation config. `config_overrides` (e.g. an attention spec) are
-        applied on top; parameters a variant adds keep their fresh initialisation."""
-        from transformers import MarianMTModel
-
-        marian = model_or_path if isinstance(model_or_path, MarianMTModel) else MarianMTModel.from_pretrained(model_or_path)
-        source = marian.config
-        config = HeadAttnConfig(
-            vocab_size=source.vocab_size,
-            decoder_vocab_size=source.decoder_vocab_size,
-            d_model=source.d_model,
-            encoder_layers=source.encoder_layers,
-            decoder_layers=source.decoder_layers,
-            encoder_attention_heads=source.encoder_attention_heads,
-            decoder_attention_heads=source.decoder_attention_heads,
-            encoder_ffn_dim=source.encoder_ffn_dim,
-            decoder_ffn_dim=source.decoder_ffn_dim,
-            activation_function=source.activation_function,
-            dropout=source.dropout,
-            attention_dropout=source.attention_dropout,
-            activation_dropout=source.activation_dropout,
-            encoder_layerdrop=source.encoder_layerdrop,
-            decoder_layerdrop=source.decoder_layerdrop,
-            max_position_embeddings=source.max_position_embeddings,
-            position_embedding="sinusoidal",
-            scale_embedding=source.scale_embedding,
-            share_encoder_decoder_embeddings=source.share_encoder_decoder_embeddings,
-            tie_word_embeddings=source.tie_word_embeddings,
-            init_std=source.init_std,
-            pad_token_id=source.pad_token_id,
-            eos_token_id=source.eos_token_id,
-            decoder_start_token_id=source.decoder_start_token_id,
-            **config_overrides,
-        )
-        model = cls(config)
-        state = {_marian_key_to_headattn(key): value for key, value in marian.state_dict().items()}
-        state = {key: value for key, value in state.items() if "embed_positions" not in key}
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if unexpected:
-            raise ValueError(f"from_marian: Marian weights with no place in this model: {unexpected}")
-        known_new = ("variant.", "embed_positions")
-        really_missing = [key for key in missing if not any(part in key for part in known_new)]
-        if really_missing:
-            raise ValueError(f"from_marian: weights missing from the Marian checkpoint: {really_missing}")
-        model.generation_config = copy.deepcopy(marian.generation_config)
-        return model.to(marian.dtype).eval()
-
+        applied on top; parameters a variant adds keep their fresh initialisation (`marian_conversion`)."""
+        return convert_from_marian(cls, model_or_path, **config_overrides)
 
     def to_marian(self):
         """The inverse of `from_marian`: this model as a `MarianMTModel` with the same config, weights and generation
-        config, so the same logits (e.g. for CTranslate2's or Optimum's Marian converters).
+        config, so the same logits (e.g. for CTranslate2's or Optimum's Marian converters; `marian_conversion`).
 
         Raises:
             ValueError: a model Marian cannot express, naming what: an attention variant other than softmax (with
                 its site and layer), pruned heads, or positions other than Marian's sinusoidal table.
         """
-        from transformers import MarianConfig, MarianMTModel
-
-        config = self.config
-        for site in SITES:
-            for layer in range(config.encoder_layers if site == ENCODER_SELF_ATTENTION else config.decoder_layers):
-                variant, _ = config.attention_variant(site, layer)
-                if variant != "softmax":
-                    raise ValueError(f"to_marian: {site} of layer {layer} uses the {variant!r} attention variant; "
-                                     "MarianMTModel computes softmax attention only")
-        if config.pruned_heads:
-            raise ValueError(f"to_marian: the model has pruned heads ({config.pruned_heads}); MarianMTModel keeps "
-                             "every head")
-        if config.position_embedding != "sinusoidal":
-            raise ValueError(f"to_marian: position_embedding={config.position_embedding!r}; MarianMTModel has "
-                             "sinusoidal positions only")
-        marian_config = MarianConfig(
-            vocab_size=config.vocab_size, decoder_vocab_size=config.decoder_vocab_size, d_model=config.d_model,
-            encoder_layers=config.encoder_layers, decoder_layers=config.decoder_layers,
-            encoder_attention_heads=config.encoder_attention_heads,
-            decoder_attention_heads=config.decoder_attention_heads, encoder_ffn_dim=config.encoder_ffn_dim,
-            decoder_ffn_dim=config.decoder_ffn_dim, activation_function=config.activation_function,
-            dropout=config.dropout, attention_dropout=config.attention_dropout,
-            activation_dropout=config.activation_dropout, encoder_layerdrop=config.encoder_layerdrop,
-            decoder_layerdrop=config.decoder_layerdrop, max_position_embeddings=config.max_position_embeddings,
-            scale_embedding=config.scale_embedding,
-            share_encoder_decoder_embeddings=config.share_encoder_decoder_embeddings,
-            tie_word_embeddings=config.tie_word_embeddings, init_std=config.init_std,
-            pad_token_id=config.pad_token_id, eos_token_id=config.eos_token_id,
-            decoder_start_token_id=config.decoder_start_token_id, forced_eos_token_id=None,
-        )
-        marian = MarianMTModel(marian_config)
-        state = {_headattn_key_to_marian(key): value for key, value in self.state_dict().items()}
-        missing, unexpected = marian.load_state_dict(state, strict=False)
-        if unexpected:
-            raise ValueError(f"to_marian: weights with no place in MarianMTModel: {unexpected[:5]}")
-        really_missing = [key for key in missing if "embed_positions" not in key]  # Marian builds its own table
-        if really_missing:
-            raise ValueError(f"to_marian: MarianMTModel weights this model lacks: {really_missing[:5]}")
-        marian.tie_weights()
-        marian.generation_config = copy.deepcopy(self.generation_config)
-        return marian.to(self.dtype).eval()
-
-
-def _marian_key_to_headattn(key: str) -> str:
-    """Marian and this model name weights alike, except that the feed-forward sits in its own module."""
-    for name in ("fc1", "fc2"):
-        key = key.replace(f".{name}.", f".ffn.{name}.")
-    return key
-
-
-def _headattn_key_to_marian(key: str) -> str:
-    """The inverse of `_marian_key_to_headattn`."""
-    for name in ("fc1", "fc2"):
-        key = key.replace(f".ffn.{name}.", f".{name}.")
-    return key
+        return convert_to_marian(self)
 
 
 # save_pretrained copies each class's module and its relative imports, and names it in config.json's auto_map

@@ -30,7 +30,7 @@ from .attention_sparse import constrained_attention_step, with_sink_column
 from .cache_headattn import HeadAttnRNNCache
 from .configuration_headattn_rnn import HeadAttnRNNConfig
 from .fertility import SourceFertility
-from .modeling_headattn import (
+from .seq2seq_common import (
     check_generate_inputs,
     check_seq2seq_inputs,
     checks_inputs,
@@ -55,6 +55,7 @@ from .attention_running_sum import RunningSumAttention  # noqa: F401
 from .attention_softmax import SoftmaxAttention  # noqa: F401
 from .configuration_headattn import HeadAttnConfig  # noqa: F401
 from .pipeline_headattn import TranslationPipeline  # noqa: F401
+from .sparse_solvers import solve_sparsemax  # noqa: F401
 
 
 CONSTRAINED = {"csoftmax": csoftmax, "csparsemax": csparsemax}
