@@ -10,9 +10,15 @@ from .runtime.configuration_headattn_rnn import HeadAttnRNNConfig
 from .runtime.modeling_headattn import HeadAttnForConditionalGeneration, HeadAttnModel
 from .runtime.modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration, HeadAttnRNNModel
 
-AutoConfig.register(HeadAttnConfig.model_type, HeadAttnConfig, exist_ok=True)
-AutoModel.register(HeadAttnConfig, HeadAttnModel, exist_ok=True)
-AutoModelForSeq2SeqLM.register(HeadAttnConfig, HeadAttnForConditionalGeneration, exist_ok=True)
-AutoConfig.register(HeadAttnRNNConfig.model_type, HeadAttnRNNConfig, exist_ok=True)
-AutoModel.register(HeadAttnRNNConfig, HeadAttnRNNModel, exist_ok=True)
-AutoModelForSeq2SeqLM.register(HeadAttnRNNConfig, HeadAttnRNNForConditionalGeneration, exist_ok=True)
+# the package's model families, each a config class and its models; tooling that needs "a config of this package"
+# asks here rather than naming model types
+FAMILIES = {
+    HeadAttnConfig: (HeadAttnModel, HeadAttnForConditionalGeneration),
+    HeadAttnRNNConfig: (HeadAttnRNNModel, HeadAttnRNNForConditionalGeneration),
+}
+CONFIG_CLASSES = tuple(FAMILIES)
+
+for config_class, (base_model_class, seq2seq_class) in FAMILIES.items():
+    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    AutoModel.register(config_class, base_model_class, exist_ok=True)
+    AutoModelForSeq2SeqLM.register(config_class, seq2seq_class, exist_ok=True)

@@ -38,7 +38,7 @@ from torch import nn
 from transformers import GenerationConfig
 from transformers.generation import logits_process
 
-__all__ = ["FastPathUnsupported", "MODEL_TYPES", "fast_generate", "fast_path_refusal", "generate_sequences",
+__all__ = ["FastPathUnsupported", "fast_generate", "fast_path_refusal", "generate_sequences",
            "resolve_generation_config"]
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,6 @@ class FastPathUnsupported(ValueError):
     """The options or the model ask for something the fast path does not decode; `generate` does."""
 
 BEAM_BUFFER_COLUMNS = 32  # beam search's first token buffers, doubled when full
-MODEL_TYPES = ("headattn", "headattn_rnn")  # the families whose forward this path steps
 
 # Processors that look at each row alone and keep no state across rows: a row's scores do not change when other
 # rows leave the batch.
@@ -69,8 +68,10 @@ def resolve_generation_config(model, **generate_kwargs) -> tuple[GenerationConfi
 
 def fast_path_refusal(model, generation_config: GenerationConfig, model_kwargs: dict | None = None) -> str | None:
     """Why `generate` must decode instead of :func:`fast_generate` (None: the fast path gives its ids)."""
-    if getattr(model.config, "model_type", None) not in MODEL_TYPES:
-        return f"model type {getattr(model.config, 'model_type', None)!r} (the fast path steps {', '.join(MODEL_TYPES)})"
+    # the path steps this package's models (both families' models check their inputs once per call: `check_inputs`,
+    # saved folders of every version included), whose caches drop rows and whose forward takes encoder outputs
+    if not callable(getattr(model, "check_inputs", None)):
+        return f"a {type(model).__name__} (the fast path steps this package's models)"
     if model_kwargs:
         return f"generate arguments it does not take: {', '.join(sorted(model_kwargs))}"
     if generation_config.do_sample:

@@ -149,8 +149,9 @@ def cross_attention_weights(model, tokenizer, sentence: str, *, layer: int = -1,
                          f"so layers in [{-len(layers)}, {len(layers) - 1}] are accepted")
     weights = layers[layer]
     layer_index = layer % len(layers)
-    is_transformer = model.config.model_type == "headattn"
-    layer_name = f"decoder.layers.{layer_index}.encoder_attn" if is_transformer else "source attention"
+    config = model.config
+    layer_name = (config.cross_attention_module(layer_index) if hasattr(config, "cross_attention_module")
+                  else f"decoder layer {layer_index}")
     if weights is None:
         raise ValueError(f"The cross-attention variant of {layer_name} returns no attention weights to plot")
     source_tokens = tokenizer.convert_ids_to_tokens(batch["input_ids"][0])
@@ -176,7 +177,8 @@ def plot_attention_map(model, tokenizer, sentence: str, path: str | Path, *, lay
     if heads == "mean":
         panels = [(f"mean of {num_heads} head{'s' * (num_heads > 1)}", weights.mean(dim=0))]
     else:
-        head_numbers = _original_head_numbers(model.config, layer_name, num_heads)
+        layers = getattr(model.config, "cross_attention_layers", getattr(model.config, "decoder_layers", 1))
+        head_numbers = _original_head_numbers(model.config, layer % layers, num_heads)
         panels = [(f"head {number}", weights[h]) for h, number in enumerate(head_numbers)]
 
     columns = min(len(panels), 4)
@@ -198,10 +200,10 @@ def plot_attention_map(model, tokenizer, sentence: str, path: str | Path, *, lay
     return _save(figure, path, return_figure)
 
 
-def _original_head_numbers(config, layer_name: str, num_heads: int) -> list[int]:
+def _original_head_numbers(config, layer_index: int, num_heads: int) -> list[int]:
     """1-based head numbers as the unpruned model counted them (a pruned Transformer module keeps some heads)."""
-    if config.model_type == "headattn" and layer_name.startswith("decoder.layers."):
-        kept = config.kept_heads("cross_attention", int(layer_name.split(".")[2]))
+    if hasattr(config, "cross_attention_heads"):
+        kept = config.cross_attention_heads(layer_index)
         if len(kept) == num_heads:
             return [head + 1 for head in kept]
     return list(range(1, num_heads + 1))

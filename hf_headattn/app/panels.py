@@ -7,8 +7,9 @@ draw. Nothing fails silently or hangs: empty input, lines beyond ``max_lines`` (
 model reads (the words left out are named), translations stopped by ``max_new_tokens`` or by the time limit, n-best
 above the beams and a model that failed to load each become a message.
 
-What the page knows of the variants and the two families (:data:`CONSTRAINED`, the variants with weights over heads
-and the ``model_type`` branches) is kept in this module alone: :func:`describe_model` and ``_describe_layers``.
+What the page shows of a model's attention it asks the model's config (this package's configs answer: `describe`,
+`cross_attention_layers`, `cross_attention_variant`, `constrained_cross_attention`, `head_weighting_modules`); any
+other Transformers encoder-decoder is drawn as plain attention.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -50,7 +51,6 @@ DEFAULT_NUM_BEAMS = 4
 DEFAULT_MAX_NEW_TOKENS = 64
 MAX_BEAMS = 8
 MAX_NEW_TOKENS = 256
-CONSTRAINED = ("csoftmax", "csparsemax")
 EMPTY_INPUT = "Nothing to translate: type a sentence in the box (one sentence a line), or pick an example."
 
 
@@ -136,22 +136,9 @@ def card_examples(name: str | Path) -> list[str]:
 
 def describe_model(config) -> str:
     """One line saying which attention the model uses where."""
-    if config.model_type == "headattn_rnn":
-        hops = f" x {config.num_hops} hops ({config.hop_mode})" if config.num_hops > 1 else ""
-        text = (f"LSTM encoder-decoder; source attention: {config.attention_transform}, {config.num_heads} "
-                f"head(s){hops}")
-        return text + (f"; fertility {config.fertility}" if config.attention_transform in CONSTRAINED else "")
-    if config.model_type != "headattn":
+    if not hasattr(config, "describe"):  # another Transformers model, or one saved before configs described it
         return f"{config.model_type} model"
-    parts = []
-    for site, label in (("encoder_self_attention", "encoder self-attention"),
-                        ("decoder_self_attention", "decoder self-attention"), ("cross_attention", "cross-attention")):
-        layers = config.encoder_layers if site == "encoder_self_attention" else config.decoder_layers
-        names = [config.attention_variant(site, layer)[0] for layer in range(layers)]
-        parts.append(f"{label}: {names[0]}" if len(set(names)) == 1 else f"{label}: {' / '.join(names)} (by layer)")
-    fertility = f"; fertility {config.fertility}" if config.uses_fertility() else ""
-    return f"Transformer, {config.decoder_layers} decoder layers; " + "; ".join(parts) + fertility
-
+    return config.describe()
 
 
 @dataclass
@@ -250,31 +237,21 @@ def translate_panel(demo_model: DemoModel, lines: list[tuple[int, str]], *, num_
 
 def _describe_layers(config, result: PanelResult) -> None:
     """Fill the model facts the views need: layer names, kept heads, constrained layers, the alignment's layer."""
-    if config.model_type == "headattn_rnn":
-        result.layer_names = [f"source attention ({config.attention_transform})"]
-        result.layer_heads = [list(range(1, config.num_heads + 1))]
-        if config.attention_transform in CONSTRAINED:
-            result.constrained_layers = {0: bool(config.sink_token)}
-        if config.num_hops > 1 and config.hop_mode == "dependent":
-            result.module_variants = {"source attention": f"multi-hop ({config.num_hops} dependent hops), last hop"}
-        return
-    if config.model_type != "headattn":  # another Transformers encoder-decoder: plain attention, all heads kept
+    if not hasattr(config, "cross_attention_layers"):  # another Transformers encoder-decoder: plain attention
         layers, heads = config.decoder_layers, config.decoder_attention_heads
         result.layer_names = [f"layer {layer + 1}" for layer in range(layers)]
         result.layer_heads = [list(range(1, heads + 1))] * layers
         result.alignment_layer = layers - 1
         return
-    for layer in range(config.decoder_layers):
-        name, options = config.attention_variant("cross_attention", layer)
-        result.layer_names.append(f"layer {layer + 1} ({name})")
-        result.layer_heads.append([head + 1 for head in config.kept_heads("cross_attention", layer)])
-        if name in CONSTRAINED:
-            result.constrained_layers[layer] = bool(options.get("sink", True))
-    result.alignment_layer = config.decoder_layers - 1  # translate's default (default_alignment_layer)
-    for module, (site, layer) in config.attention_modules().items():
-        name, _ = config.attention_variant(site, layer)
-        if name in ("dhicm", "multihop"):
-            result.module_variants[module] = name
+    for layer in range(config.cross_attention_layers):
+        name, _ = config.cross_attention_variant(layer)
+        result.layer_names.append(f"{config.cross_attention_label(layer)} ({name})")
+        result.layer_heads.append([head + 1 for head in config.cross_attention_heads(layer)])
+        sink = config.constrained_cross_attention(layer)
+        if sink is not None:
+            result.constrained_layers[layer] = sink
+    result.alignment_layer = config.cross_attention_layers - 1  # translate's default (default_alignment_layer)
+    result.module_variants = config.head_weighting_modules()
 
 
 def _fertility(model, tokenizer, texts: list[str]) -> list[list[float]]:

@@ -6,7 +6,7 @@
 Tooling, not model runtime: never copied into a checkpoint.
 """
 
-from .cards import CARD_METRICS, TEMPLATES, TEMPLATES_DIR, load_config, markdown_table_cell, write_model_card
+from .cards import CARD_METRICS, TEMPLATES_DIR, load_config, markdown_table_cell, write_model_card
 from .upload import (
     UPLOADED_FILES,
     check_model_folder,
@@ -22,7 +22,6 @@ from .upload import (
 
 __all__ = [
     "CARD_METRICS",
-    "TEMPLATES",
     "TEMPLATES_DIR",
     "UPLOADED_FILES",
     "check_model_folder",

@@ -1,15 +1,14 @@
 """Model cards for saved model folders: the family's template (``hf_headattn/model_cards/``) filled from an evaluation.
 
-:func:`write_model_card` picks the template of the folder's model family (``model_cards/transformer.md`` for
-``model_type = "headattn"``, ``model_cards/rnn.md`` for ``"headattn_rnn"``), describes the configured attention
-variants from the config, and fills in the measured numbers of an evaluation JSON
+:func:`write_model_card` picks the template of the folder's model family (``model_cards/<config.family>.md``:
+``transformer.md``, ``lstm.md``), describes the configured attention variants from the config, and fills in the measured numbers of an evaluation JSON
 (:func:`hf_headattn.evaluation.evaluate_model`) as a results table and as ``model-index`` metadata, which the Hub
 shows as evaluation results and which ``huggingface_hub`` parses back (``ModelCard.load``,
 ``model_index_to_eval_results``). A repository id is validated before it is written into a card.
 
-What a card says about the variants and the two families (papers, tags, the architecture's description) is kept in
-this module alone: ``_PAPERS``, ``_VARIANT_PAPERS``, ``_FERTILITY``, :data:`TEMPLATES` and the ``model_type``
-branches of ``_load_config``, ``_variant_names``, ``_tags``, ``_papers`` and ``_describe_architecture``.
+What a card says about the variants and the families (papers, tags, the architecture's description) comes from the
+config (`family`, `attention_variant_names`, `papers`, `card_tags`, `describe_architecture`) and the variants it
+names, so a new variant or family needs nothing here.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -26,11 +25,10 @@ from huggingface_hub.utils import validate_repo_id
 
 # transformers and the model classes are imported where they are used, so that the command's `--help` is instant.
 
-__all__ = ["CARD_METRICS", "TEMPLATES", "TEMPLATES_DIR", "load_config", "markdown_table_cell", "write_model_card"]
+__all__ = ["CARD_METRICS", "TEMPLATES_DIR", "load_config", "markdown_table_cell", "write_model_card"]
 
 # The card templates are package data (pyproject.toml), so a wheel install has them too.
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_cards"
-TEMPLATES = {"headattn": "transformer.md", "headattn_rnn": "rnn.md"}
 
 # Evaluation JSON key -> name shown on the card and in model-index; lower is better for the last three.
 CARD_METRICS = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER", "rep": "REP", "drop": "DROP"}
@@ -39,32 +37,6 @@ _HUB_METRIC_IDS = ("bleu", "chrf", "ter")  # the ones the Hub knows as metrics (
 _LANGUAGE_NAMES = {"be": "Belarusian", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish",
                    "fr": "French", "hi": "Hindi", "it": "Italian", "ja": "Japanese", "ro": "Romanian",
                    "ru": "Russian", "zh": "Chinese"}
-
-_PAPERS = {
-    "transformer": "Vaswani et al. (2017), *Attention Is All You Need*: the Transformer; the layout (post-LN, "
-                   "sinusoidal positions, final logits bias) follows Marian (Junczys-Dowmunt et al., 2018).",
-    "dhicm": "Goindani & Shrivastava (2021), *A Dynamic Head Importance Computation Mechanism for Neural Machine "
-             "Translation*: `dhicm`, a second-level attention over the heads' outputs with a KL term that keeps "
-             "the head importances from being uniform.",
-    "mma": "Cui, Iida, Hung, Utsuro & Nagata (2019), *Mixed Multi-Head Self-Attention for Neural Machine "
-           "Translation*: `mma`, heads with global, local, forward and backward hard masks.",
-    "multihop": "Iida, Kimura, Cui, Hung, Utsuro & Nagata (2019), *A Multi-Hop Attention for RNN based Neural "
-                "Machine Translation*: multi-head source attention and second-level hops over the heads.",
-    "sparse": "Malaviya, Ferreira & Martins (2018), *Sparse and Constrained Attention for Neural Machine "
-              "Translation*: sparsemax, constrained softmax and constrained sparsemax attention with fertility "
-              "bounds, and the REP and DROP metrics.",
-    "luong": "Luong, Pham & Manning (2015), *Effective Approaches to Attention-based Neural Machine Translation*: "
-             "the attentional LSTM encoder-decoder with input feeding.",
-    "coverage_vector": "Tu, Lu, Liu, Liu & Li (2016), *Modeling Coverage for Neural Machine Translation*: the "
-                       "coverage vector.",
-}
-_VARIANT_PAPERS = {"dhicm": "dhicm", "mma": "mma", "multihop": "multihop", "sparsemax": "sparse",
-                   "csoftmax": "sparse", "csparsemax": "sparse"}
-_SITE_NAMES = {"encoder_self_attention": "Encoder self-attention", "decoder_self_attention": "Decoder self-attention",
-               "cross_attention": "Cross-attention"}
-_FERTILITY = {"constant": "CONSTANT (every source token may receive {constant_fertility:g} units of attention)",
-              "guided": "GUIDED (per token, the largest fertility in word alignments of the training data)",
-              "predicted": "PREDICTED (a bi-LSTM tagger inside the model, trained on word-alignment fertilities)"}
 
 _REQUIRED_EVALUATION_KEYS = ("bleu", "chrf", "ter", "bleu_by_length", "model", "test_set", "decoding", "examples")
 
@@ -127,12 +99,12 @@ def write_model_card(
             raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id ({error}); pass repo_id= (--repo_id) "
                              "as user/name") from None
     model_name = model_name or repo_id.split("/")[-1]
-    template_path = Path(template) if template is not None else TEMPLATES_DIR / TEMPLATES[config.model_type]
+    template_path = Path(template) if template is not None else TEMPLATES_DIR / f"{config.family}.md"
     if not template_path.is_file():
         raise FileNotFoundError(f"Model card template not found: {template_path} (the templates are the "
                                 "package's hf_headattn/model_cards/ files; pass template= to use another file)")
 
-    variant_names = _variant_names(config)
+    variant_names = config.attention_variant_names()
     card_data = ModelCardData(
         language=list(language),
         license=license,
@@ -150,7 +122,7 @@ def write_model_card(
         "source_language": source_language,
         "target_language": target_language,
         "architecture": _describe_architecture(config, evaluation),
-        "papers": "\n".join(f"- {_PAPERS[key]}" for key in _papers(config, variant_names)),
+        "papers": "\n".join(f"- {paper}" for paper in config.papers()),
         "repo_id": repo_id,
         "example_source": _python_string_body(evaluation["examples"][0]["source"]),
         "num_beams": str(evaluation["decoding"]["num_beams"]),
@@ -165,13 +137,13 @@ def write_model_card(
 
 
 def load_config(model_dir: Path):
+    """The folder's config, as one of this package's config classes (which answer what a card asks)."""
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir} is not a saved model folder: it has no config.json")
     model_type = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
-    from ..runtime.configuration_headattn import HeadAttnConfig
-    from ..runtime.configuration_headattn_rnn import HeadAttnRNNConfig
+    from ..auto_classes import CONFIG_CLASSES
 
-    classes = {"headattn": HeadAttnConfig, "headattn_rnn": HeadAttnRNNConfig}
+    classes = {config_class.model_type: config_class for config_class in CONFIG_CLASSES}
     if model_type not in classes:
         raise ValueError(f"{model_dir}/config.json has model_type {model_type!r}; model cards exist for: "
                          f"{', '.join(classes)}")
@@ -209,106 +181,16 @@ def _python_string_body(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _variant_names(config) -> list[str]:
-    """The attention variants the model uses (Transformer: at any site and layer; LSTM: its transform)."""
-    if config.model_type == "headattn_rnn":
-        return [config.attention_transform]
-    names = {config.attention_variant(site, layer)[0] for site in _SITE_NAMES
-             for layer in range(config.encoder_layers if site == "encoder_self_attention" else config.decoder_layers)}
-    return sorted(names)
-
-
 def _tags(config, variant_names: list[str], language: Sequence[str]) -> list[str]:
     tags = ["translation", "hf_headattn", config.model_type, f"{language[0]}-{language[1]}", "custom_code"]
     tags += [name for name in variant_names if name != "softmax"]
-    if config.model_type == "headattn_rnn":
-        tags.append("lstm")
-        if config.num_heads > 1:
-            tags.append("multi-head-attention")
-        if config.num_hops > 1:
-            tags.append("multi-hop-attention")
-        if config.coverage_vector:
-            tags.append("coverage-vector")
-    return tags
-
-
-def _papers(config, variant_names: list[str]) -> list[str]:
-    if config.model_type == "headattn":
-        keys = ["transformer"] + [_VARIANT_PAPERS[name] for name in variant_names if name in _VARIANT_PAPERS]
-    else:
-        keys = ["luong"]
-        if config.num_heads > 1 or config.num_hops > 1:
-            keys.append("multihop")
-        if config.attention_transform != "softmax" or config.coverage_vector:
-            keys.append("sparse")
-        if config.coverage_vector:
-            keys.append("coverage_vector")
-    return list(dict.fromkeys(keys))  # once each, in order
-
-
-def _layer_ranges(layers: list[int]) -> str:
-    spans, start = [], layers[0]
-    for previous, current in zip(layers, layers[1:] + [None]):
-        if current != previous + 1:
-            spans.append(str(start) if start == previous else f"{start}-{previous}")
-            start = current
-    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(spans)
-
-
-def _describe_site(config, site: str) -> str:
-    """e.g. "`softmax` in layers 0-4, `dhicm` (kl_weight=0.1) in layer 5", from the resolved per-layer specs."""
-    num_layers = config.encoder_layers if site == "encoder_self_attention" else config.decoder_layers
-    placements: dict[str, list[int]] = {}
-    for layer in range(num_layers):
-        name, options = config.attention_variant(site, layer)
-        label = f"`{name}`" + (f" ({', '.join(f'{k}={v}' for k, v in sorted(options.items()))})" if options else "")
-        placements.setdefault(label, []).append(layer)
-    if len(placements) == 1:
-        return f"{next(iter(placements))} in every layer"
-    return ", ".join(f"{label} in {_layer_ranges(layers)}" for label, layers in placements.items())
-
-
-def _describe_fertility(config) -> str:
-    return _FERTILITY[config.fertility].format(constant_fertility=config.constant_fertility)
+    return tags + config.card_tags()
 
 
 def _describe_architecture(config, evaluation: Mapping) -> str:
-    parameters = f"{evaluation['model']['parameters']:,} parameters"
-    if config.model_type == "headattn":
-        encoder_heads, decoder_heads = config.encoder_attention_heads, config.decoder_attention_heads
-        heads = (f"{encoder_heads} heads" if encoder_heads == decoder_heads
-                 else f"{encoder_heads} encoder / {decoder_heads} decoder heads")
-        lines = [
-            f"Transformer: {config.encoder_layers} encoder and {config.decoder_layers} decoder layers, d_model "
-            f"{config.d_model}, {heads}, feed-forward {config.encoder_ffn_dim}, {config.position_embedding} position "
-            f"embeddings, vocabulary {config.vocab_size:,}; {parameters}.",
-            *(f"{title}: {_describe_site(config, site)}." for site, title in _SITE_NAMES.items()),
-        ]
-        if config.uses_fertility():
-            lines.append(f"Fertility of the constrained cross-attention: {_describe_fertility(config)}.")
-        if config.pruned_heads:
-            pruned = "; ".join(f"{name}: heads {', '.join(map(str, removed))}"
-                               for name, removed in config.pruned_heads.items())
-            lines.append(f"Pruned heads (indices among each module's original heads): {pruned}.")
-    else:
-        lines = [
-            f"LSTM encoder-decoder: {_count(config.encoder_layers, 'bidirectional encoder layer')} "
-            f"({config.hidden_size // 2} units per direction) and {_count(config.decoder_layers, 'decoder layer')} "
-            f"with input feeding, embeddings {config.embedding_size}, hidden size {config.hidden_size}, vocabulary "
-            f"{config.vocab_size:,}; {parameters}.",
-            f"Source attention: {_count(config.num_heads, 'head')} x {_count(config.num_hops, 'hop')}"
-            + (f" ({config.hop_mode} hops)" if config.num_hops > 1 else "")
-            + f", `{config.attention_score}` scores, `{config.attention_transform}` weights.",
-        ]
-        if config.uses_fertility():
-            lines.append(f"Fertility: {_describe_fertility(config)}; <SINK> token: "
-                         f"{'yes' if config.sink_token else 'no'}; exhaustion c = {config.exhaustion:g}.")
-        lines.append(f"Coverage vector (Tu et al., 2016): {'yes' if config.coverage_vector else 'no'}.")
+    first, *rest = config.describe_architecture()
+    lines = [f"{first}; {evaluation['model']['parameters']:,} parameters.", *rest]
     return "\n".join(f"- {line}" for line in lines)
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'s' * (number != 1)}"
 
 
 def _describe_training_data(model_dir: Path, dataset_name: str, dataset_id: str | None) -> str:

@@ -495,6 +495,18 @@ class HeadAttnConfig(PretrainedConfig):
         """Original indices of the heads the cross-attention of decoder layer `layer_idx` keeps."""
         return self.kept_heads(CROSS_ATTENTION, layer_idx)
 
+    def cross_attention_label(self, layer_idx: int) -> str:
+        """What the web page and the plots call the cross-attention of decoder layer `layer_idx`."""
+        return f"layer {layer_idx + 1}"
+
+    def constrained_cross_attention(self, layer_idx: int) -> bool | None:
+        """None when the cross-attention of decoder layer `layer_idx` is not bounded by fertilities; else whether a
+        sink takes the attention the bounds leave over."""
+        name, options = self.cross_attention_variant(layer_idx)
+        if not ATTENTION_VARIANTS[name].needs_fertility:
+            return None
+        return bool(options.get("sink", True))
+
     def head_weighting_modules(self) -> dict[str, str]:
         """Module name -> variant name, for the modules whose variant computes weights over their heads."""
         return {module: self.attention_variant(site, layer)[0]

@@ -292,6 +292,13 @@ class HeadAttnRNNConfig(PretrainedConfig):
     def cross_attention_heads(self, layer_idx: int) -> list[int]:
         return list(range(self.num_heads))
 
+    def cross_attention_label(self, layer_idx: int) -> str:
+        return SOURCE_ATTENTION
+
+    def constrained_cross_attention(self, layer_idx: int) -> bool | None:
+        """None unless the transform is bounded by fertilities; else whether a sink takes what the bounds leave."""
+        return self.source_sink() != "none" if self.uses_fertility() else None
+
     def head_weighting_modules(self) -> dict[str, str]:
         """The source attention when dependent hops weigh its heads (Iida et al., Eq. 7-9)."""
         weighs = self.num_hops > 1 and self.hop_mode == "dependent"

@@ -33,7 +33,8 @@ def alignment_layer_index(model, alignment_layer: int | None) -> int:
     Raises:
         ValueError: a layer the model's decoder lacks.
     """
-    layers = getattr(model.config, "decoder_layers", 1) if model.config.model_type != "headattn_rnn" else 1
+    # this package's configs count their cross-attention layers (the LSTM has one); other models have one a layer
+    layers = getattr(model.config, "cross_attention_layers", getattr(model.config, "decoder_layers", 1))
     if alignment_layer is None:
         return default_alignment_layer(layers)
     if not -layers <= alignment_layer < layers:
@@ -52,7 +53,7 @@ def reduced_attention(model, outputs, alignment_layer, alignment_heads):
         return attention.mean(1)
     importances = outputs.head_importances
     if isinstance(importances, dict):  # Transformers: per attention module
-        importances = importances.get(f"decoder.layers.{layer}.encoder_attn")
+        importances = importances.get(model.config.cross_attention_module(layer))
     if importances is None:
         raise ValueError(f"alignment_heads='hop': the cross-attention of decoder layer {layer} of this "
                          f"{model.config.model_type} model has no weights over heads (only multi-hop models with "
