@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 from transformers import HfArgumentParser
 
-from ..cli import HelpFormatter
+from ..cli import HelpFormatter, add_version_argument
+from ..runtime.attention_base import SITES
+from ..runtime.attention_registry import ATTENTION_VARIANTS
 from ..training.arguments import argument_parser, parse_args
 from ..training.run import run_training
 from ..training.run_folder import RunRefused
@@ -35,12 +37,24 @@ EXAMPLES = """examples:
 """
 
 
+def variants_help() -> str:
+    """The registered attention variants, each with where it may sit and what it is (read when --help is built, so a
+    variant registered in this process is listed)."""
+    short_sites = {site: site.replace("_attention", "").replace("_", " ") for site in SITES}
+    lines = ["attention variants (--encoder_self_attention, --decoder_self_attention, --cross_attention):"]
+    width = max(map(len, ATTENTION_VARIANTS))
+    for name, variant in sorted(ATTENTION_VARIANTS.items()):
+        sites = "every site" if set(variant.sites) == set(SITES) else ", ".join(map(short_sites.get, variant.sites))
+        lines.append(f"  {name:{width}s}  {variant.description} [{sites}]")
+    return "\n".join(lines) + "\n"
+
+
 def make_parser() -> HfArgumentParser:
     parser = argument_parser(
         usage="%(prog)s [flags below] | %(prog)s ARGUMENTS.json | %(prog)s ARGUMENTS.yaml",
         description="Train a HeadAttn translation model with Seq2SeqTrainer and save a folder that loads anywhere "
                     "through trust_remote_code (model, tokenizer, code, pipeline).",
-        epilog=EXAMPLES,
+        epilog=variants_help() + "\n" + EXAMPLES,
         formatter_class=HelpFormatter,  # shows --vocab_size, not its alias --vocab-size
     )
     # Trainer's flags land in argparse's default group; title it and list it after the package's own groups
@@ -48,6 +62,7 @@ def make_parser() -> HfArgumentParser:
     trainer_group.title = "Trainer (Seq2SeqTrainingArguments: every Transformers Trainer flag, NMT defaults)"
     parser._action_groups.remove(trainer_group)
     parser._action_groups.append(trainer_group)
+    add_version_argument(parser)
     return parser
 
 
