@@ -9,7 +9,7 @@ REP, DROP and BLEU by length; the same command as `hf-headattn-evaluate` and `py
         --output_dir runs/de-en/eval --num_beams 4 --batch_size 32 --device auto
 """
 
-from hf_headattn.evaluation import main
+from hf_headattn.commands.evaluate import main
 
 
 if __name__ == "__main__":

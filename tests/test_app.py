@@ -3,7 +3,6 @@
 cut input, a model that fails to load, a failing or slow translation, and the page served over HTTP."""
 
 import re
-import socket
 import time
 
 import pytest
@@ -19,9 +18,8 @@ from hf_headattn.commands import app as app_command
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.translation import HypothesisAttention, translate
 
-from helpers import VOCAB, random_model, tiny_config
-from test_generation_invariants import VARIANT_CONFIGS
-from test_rnn import CONFIGS as RNN_CONFIGS, EOS_BIAS, random_rnn_model, rnn_config
+from helpers import (RNN_CONFIGS, RNN_EOS_BIAS, VARIANT_CONFIGS, VOCAB, free_port, random_model, random_rnn_model,
+                     rnn_config, tiny_config)
 
 SETTINGS = dict(num_beams=2, nbest=2, max_new_tokens=8)
 
@@ -48,7 +46,7 @@ MODELS = {**{f"transformer {name}": ("transformer", name) for name in VARIANT_CO
 def build_model(family, name):
     if family == "transformer":
         return random_model(tiny_config(**VARIANT_CONFIGS[name]))
-    return random_rnn_model(rnn_config(**RNN_CONFIGS[name]), eos_bias=EOS_BIAS.get(name, 0.0))
+    return random_rnn_model(rnn_config(**RNN_CONFIGS[name]), eos_bias=RNN_EOS_BIAS.get(name, 0.0))
 
 
 def cells(html):
@@ -261,10 +259,7 @@ def test_descriptions_name_the_variants_of_both_families():
 
 
 # ------------------------------------------------------------------------------------------------ served
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+
 
 
 def test_the_page_translates_over_http(tokenizer, lines):

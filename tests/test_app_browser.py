@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
-from test_app import free_port
+from helpers import REPO, free_port
 
 ARTIFACTS = Path(os.environ.get("HF_HEADATTN_TEST_ARTIFACTS", REPO / "test-artifacts"))
 SENTENCES = ["der kleine hund sieht die katze .", "eine frau liest ein buch ."]

@@ -20,8 +20,7 @@ from transformers import MarianConfig, MarianMTModel
 
 from hf_headattn import HeadAttnForConditionalGeneration
 
-from helpers import WITHOUT_PACKAGE, random_model, source_batch, tiny_config
-from test_transformers_versions import TRANSFORMERS_RELEASES
+from helpers import TRANSFORMERS_RELEASES, WITHOUT_PACKAGE, random_model, source_batch, tiny_config
 from transformers_envs import transformers_env
 
 

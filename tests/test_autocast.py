@@ -6,9 +6,8 @@ logits to a stated tolerance. The LSTMs run in float32 inside autocast (`rnn_pac
 import pytest
 import torch
 
-from helpers import random_model, source_batch, tiny_config
-from test_conformance import TRANSFORMER_VARIANTS
-from test_rnn import CONFIGS as RNN_CONFIGS, random_rnn_model, rnn_config
+from helpers import (RNN_CONFIGS, TRANSFORMER_VARIANTS, random_model, random_rnn_model, rnn_config, source_batch,
+                     tiny_config)
 
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -11,8 +11,7 @@ from hf_headattn import HeadAttnConfig, HeadAttnModel, HeadAttnRNNConfig, Transl
 from hf_headattn import sparsemax, train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus
 
-from helpers import EOS, PAD, VOCAB, random_model, source_batch, tiny_config
-from test_rnn import random_rnn_model, rnn_config
+from helpers import EOS, PAD, VOCAB, random_model, random_rnn_model, rnn_config, source_batch, tiny_config
 
 
 @pytest.fixture(scope="module")

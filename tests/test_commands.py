@@ -28,11 +28,11 @@ from helpers import REPO, toy_data, train_tiny_model
 # console script -> (module it runs, words its --help must show besides the defaults and the examples)
 COMMANDS = {
     "hf-headattn-train": ("hf_headattn.commands.train", ["--cross_attention", *ATTENTION_VARIANTS]),
-    "hf-headattn-evaluate": ("hf_headattn.evaluation", ["--num_beams", "--json", "(default: 4)"]),
+    "hf-headattn-evaluate": ("hf_headattn.commands.evaluate", ["--num_beams", "--json", "(default: 4)"]),
     "hf-headattn-translate": ("hf_headattn.commands.translate", ["--num_beams", "--nbest", "--alignments", "jsonl", "|||"]),
     "hf-headattn-average": ("hf_headattn.commands.average", ["--last", "--checkpoints", "--output_dir"]),
     "hf-headattn-export": ("hf_headattn.commands.export", ["--format", "ctranslate2", "--quantization", "int8", "to_marian"]),
-    "hf-headattn-plot": ("hf_headattn.plotting", ["attention-map", "head-importances", "bleu-by-length"]),
+    "hf-headattn-plot": ("hf_headattn.commands.plot", ["attention-map", "head-importances", "bleu-by-length"]),
     "hf-headattn-hub": ("hf_headattn.commands.hub", ["card", "push", "space"]),
     "hf-headattn-demo": ("hf_headattn.commands.demo", ["(default: runs/demo)", "csparsemax", "dhicm", "multihop"]),
     "hf-headattn-app": ("hf_headattn.commands.app", ["--model", "--port", "--time_limit", "side by side", "(default: 7860)"]),
@@ -106,11 +106,24 @@ def test_python_m_forms_answer_help(module, words, monkeypatch, capsys):
     check_help(capsys.readouterr().out, words)
 
 
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_says_its_version(name, capsys):
+    import importlib
+
+    import hf_headattn
+
+    main = importlib.import_module(COMMANDS[name][0]).main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip().endswith(f"(hf_headattn) {hf_headattn.__version__}")
+
+
 def test_python_m_hf_headattn_lists_every_command():
     listing = subprocess.run([sys.executable, "-m", "hf_headattn"], capture_output=True, text=True, check=True,
                              cwd=REPO).stdout
     for name, (module, _) in COMMANDS.items():
-        assert f"{name} " in listing and f"({module.removeprefix('hf_headattn.')})" in listing
+        assert f"{name} " in listing and f"({module.removeprefix('hf_headattn.commands.')})" in listing
 
 
 def command_parsers(module: str) -> dict[str, argparse.ArgumentParser]:
@@ -146,7 +159,7 @@ def test_every_command_takes_underscore_flags_with_dashed_aliases_and_shows_the_
 
 
 def test_dashed_aliases_parse_to_the_underscore_flags():
-    from hf_headattn.evaluation import make_parser as evaluation_parser
+    from hf_headattn.commands.evaluate import make_parser as evaluation_parser
     from hf_headattn.commands.hub import make_parser as hub_parser
 
     required = ["--model", "m", "--source", "s", "--reference", "r"]
@@ -160,7 +173,7 @@ def test_dashed_aliases_parse_to_the_underscore_flags():
 
 @pytest.mark.parametrize("command", ["head-importances", "attention-map", "bleu-by-length"])
 def test_plot_subcommands_show_defaults(command, capsys):
-    from hf_headattn.plotting import main
+    from hf_headattn.commands.plot import main
 
     with pytest.raises(SystemExit) as exit_info:
         main([command, "--help"])

@@ -12,8 +12,7 @@ from transformers.exporters.utils import is_multimodal
 from hf_headattn import HeadAttnForConditionalGeneration, HeadAttnModel
 from hf_headattn.runtime.modeling_headattn_rnn import HeadAttnRNNForConditionalGeneration, HeadAttnRNNModel
 
-from helpers import PAD, random_model, source_batch, tiny_config
-from test_rnn import random_rnn_model, rnn_config
+from helpers import PAD, TRANSFORMER_VARIANTS, random_model, random_rnn_model, rnn_config, source_batch, tiny_config
 
 
 DECODER_INPUT_IDS = torch.tensor([[PAD, 5, 6, 7], [PAD, 8, 9, 10], [PAD, 11, 12, 13]])
@@ -77,19 +76,7 @@ def test_get_encoder_follows_the_transformers_contract(family):
 
 
 # ------------------------------------------------------------------------------------------------ retain_grad
-TRANSFORMER_VARIANTS = {
-    "softmax": {},
-    "mma": dict(encoder_self_attention="mma", decoder_self_attention={"type": "mma", "head_kinds": [
-        "global", "local", "backward", "backward"]}),
-    "dhicm": dict(encoder_self_attention="dhicm", decoder_self_attention="dhicm", cross_attention="dhicm"),
-    "sparsemax": dict(encoder_self_attention="sparsemax", decoder_self_attention="sparsemax",
-                      cross_attention="sparsemax"),
-    "csoftmax": dict(cross_attention="csoftmax"),
-    "csparsemax": dict(cross_attention="csparsemax"),
-    "csparsemax-no-sink": dict(cross_attention={"type": "csparsemax", "sink": False}, constant_fertility=2.0),
-    "multihop": dict(cross_attention="multihop"),
-    "running_sum": dict(cross_attention="running_sum"),
-}
+
 
 
 def _assert_every_returned_tensor_gets_a_gradient(outputs, names, loss_of):

@@ -7,10 +7,8 @@ import torch
 
 from hf_headattn.decoding import FastPathUnsupported, fast_generate, generate_sequences
 
-from helpers import EOS, random_model, source_batch, tiny_config
-from test_generation_invariants import VARIANT_CONFIGS
-from test_rnn import CONFIGS as RNN_CONFIGS
-from test_rnn import EOS_BIAS, random_rnn_model, rnn_config
+from helpers import (EOS, RNN_CONFIGS, RNN_EOS_BIAS, VARIANT_CONFIGS, random_model, random_rnn_model, rnn_config,
+                     source_batch, tiny_config)
 
 LENGTHS = (7, 4, 9, 3, 8, 5)  # six sentences, so that some finish (and leave the batch) while others go on
 # Random models fall into repeating one token; forbidding repeats makes every step's argmax matter.
@@ -30,7 +28,7 @@ def models():
         yield f"transformer-{name}", lambda config=config: random_model(tiny_config(**config))
     for name, config in RNN_CONFIGS.items():
         yield f"lstm-{name}", lambda name=name, config=config: random_rnn_model(
-            rnn_config(**config), eos_bias=EOS_BIAS.get(name, 0.0))
+            rnn_config(**config), eos_bias=RNN_EOS_BIAS.get(name, 0.0))
 
 
 MODELS = dict(models())

@@ -107,7 +107,7 @@ def test_example_script_runs_the_command(models, data, tmp_path, monkeypatch, ca
     assert list(results["bleu_by_length"]) == ["<6", ">=6"] and results["decoding"]["batch_size"] == 4
 
     # --json: the whole JSON the command wrote, on standard output (the dashed spellings are aliases)
-    from hf_headattn.evaluation import main
+    from hf_headattn.commands.evaluate import main
 
     main([*sys.argv[1:], "--overwrite", "--json"])
     printed = json.loads(capsys.readouterr().out)

@@ -15,9 +15,8 @@ from transformers.exporters.utils import decompose_for_generation, prepare_for_e
 from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax
 from hf_headattn.runtime.sparse_solvers import _SORT_BELOW
 
-from helpers import PAD, random_model, source_batch, tiny_config
-from test_conformance import TRANSFORMER_VARIANTS
-from test_rnn import CONFIGS as RNN_CONFIGS, random_rnn_model, rnn_config
+from helpers import (PAD, RNN_CONFIGS, TRANSFORMER_VARIANTS, random_model, random_rnn_model, rnn_config, source_batch,
+                     tiny_config)
 
 
 ATOL = 1e-5

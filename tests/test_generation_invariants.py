@@ -1,5 +1,6 @@
-"""Invariants every attention variant must keep: cache = no cache, padded batch = sentences alone, and beam
-search reordering every piece of per-step state."""
+"""Invariants every attention variant of both families must keep: cache = no cache, padded batch = sentences alone,
+step-by-step decoding = one full forward, and beam search reordering every piece of per-step state. The model-level
+tests run over every Transformer of `VARIANT_CONFIGS` and every LSTM of `RNN_CONFIGS`."""
 
 import copy
 
@@ -9,44 +10,25 @@ import torch
 from hf_headattn import HeadAttnCache
 from hf_headattn.runtime.transformers_compat import CACHE_NAME, cache_of
 
-from helpers import random_model, source_batch, tiny_config
+from helpers import (RNN_CONFIGS, RNN_EOS_BIAS, VARIANT_CONFIGS, VOCAB, random_model, random_rnn_model, rnn_config,
+                     source_batch, tiny_config)
 
-
-VARIANT_CONFIGS = {
-    "softmax": {},
-    "running_sum": {"cross_attention": {"type": "running_sum", "penalty": 2.0}},
-    "mma": {
-        "encoder_self_attention": "mma",
-        "decoder_self_attention": {"type": "mma", "head_kinds": ["global", "local", "backward", "local"]},
-    },
-    "mma-no-positions": {"encoder_self_attention": {"type": "mma", "window": 2}, "position_embedding": "none"},
-    "dhicm-every-layer-and-site": {
-        "encoder_self_attention": {"type": "dhicm", "layers": [0, 1]},
-        "decoder_self_attention": {"type": "dhicm", "layers": [0, 1]},
-        "cross_attention": {"type": "dhicm", "layers": [0, 1], "score": "mlp"},
-    },
-    "sparsemax-every-site": {
-        "encoder_self_attention": "sparsemax", "decoder_self_attention": "sparsemax", "cross_attention": "sparsemax",
-    },
-    "csoftmax-constant": {"cross_attention": "csoftmax", "constant_fertility": 1.0},
-    "csparsemax-guided": {"cross_attention": {"type": "csparsemax", "exhaustion": 0.5}, "fertility": "guided"},
-    "csparsemax-predicted-no-sink": {"cross_attention": {"type": "csparsemax", "sink": False}, "fertility": "predicted"},
-    "multihop-dependent-2-hops": {"cross_attention": {"type": "multihop", "hops": 2}},
-    "multihop-independent": {"cross_attention": {"type": "multihop", "hop_mode": "independent", "layers": [1]}},
-    "dhicm-pruned": {
-        "encoder_self_attention": "dhicm",
-        "cross_attention": "dhicm",
-        "pruned_heads": {"encoder.layers.1.self_attn": [2], "decoder.layers.1.encoder_attn": [0, 3]},
-    },
-}
 
 # Random models fall into repeating one token; forbidding repeats makes every step's argmax matter.
 GENERATION = dict(max_new_tokens=10, do_sample=False, no_repeat_ngram_size=1)
 
 
-@pytest.fixture(scope="module", params=sorted(VARIANT_CONFIGS))
+MODELS = {
+    **{f"transformer-{name}": lambda config=config: random_model(tiny_config(**config))
+       for name, config in sorted(VARIANT_CONFIGS.items())},
+    **{f"lstm-{name}": lambda name=name, config=config: random_rnn_model(
+        rnn_config(**config), eos_bias=RNN_EOS_BIAS.get(name, 0.0)) for name, config in RNN_CONFIGS.items()},
+}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
 def model(request):
-    return random_model(tiny_config(**VARIANT_CONFIGS[request.param]))
+    return MODELS[request.param]()
 
 
 @pytest.mark.parametrize("num_beams", [1, 5])
@@ -78,7 +60,7 @@ def test_padded_batch_logits_equal_sentences_alone(model):
     model = copy.deepcopy(model).double()
     lengths = (7, 4, 9)
     input_ids, attention_mask = source_batch(lengths)
-    decoder_input_ids = torch.randint(2, 64, (3, 5), generator=torch.Generator().manual_seed(5))
+    decoder_input_ids = torch.randint(2, VOCAB, (3, 5), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         batched = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
         for row, length in enumerate(lengths):
@@ -89,7 +71,7 @@ def test_padded_batch_logits_equal_sentences_alone(model):
 def test_step_by_step_decoding_with_cache_equals_full_forward(model):
     model = copy.deepcopy(model).double()
     input_ids, attention_mask = source_batch()
-    decoder_input_ids = torch.randint(2, 64, (3, 6), generator=torch.Generator().manual_seed(6))
+    decoder_input_ids = torch.randint(2, VOCAB, (3, 6), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
         encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
@@ -99,7 +81,8 @@ def test_step_by_step_decoding_with_cache_equals_full_forward(model):
                         decoder_input_ids=decoder_input_ids[:, t : t + 1], cache=cache, use_cache=True)
             cache = cache_of(out)
             steps.append(out.logits)
-    assert isinstance(cache, HeadAttnCache)
+    assert cache.get_seq_length() == decoder_input_ids.shape[1]
+    assert full.dtype == torch.float64
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-10, rtol=1e-10)
 
 

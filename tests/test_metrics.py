@@ -164,7 +164,7 @@ def test_drop_sentence_counts_sum_to_the_score_pooled_over_runs(monkeypatch):
     # Two alignment runs: per sentence, the mean of the runs' counts, and DROP the ratio of their sums.
     all_dropped = [[(0, 0), (1, 1), (2, 2)], [], [(0, 0)]]
     runs = [(REFERENCE_ALIGNMENTS, HYPOTHESIS_ALIGNMENTS), (all_dropped, [[], [], []])]
-    monkeypatch.setattr(hf_headattn.metrics, "drop_alignment_runs", lambda *args, **kwargs: (runs, {"runs": 2}))
+    monkeypatch.setattr(hf_headattn.metrics.drop, "drop_alignment_runs", lambda *args, **kwargs: (runs, {"runs": 2}))
     details = drop_details(SOURCES, HYPOTHESES, REFERENCES, train_sources=SOURCES, train_targets=REFERENCES)
     assert details["sentence_counts"] == [(2.0, 3.0), (0.0, 0.0), (1.0, 1.0)]
     assert details["drop"] == pytest.approx(100 * 6 / 8) and details["drop_runs"] == [50.0, 100.0]

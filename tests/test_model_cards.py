@@ -7,16 +7,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HFValidationError
-from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.repocard import metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
-from huggingface_hub.utils import filter_repo_objects
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_headattn.commands import hub
@@ -24,7 +21,7 @@ from hf_headattn.evaluation import evaluate_model
 from hf_headattn.publish import check_model_folder, files_to_upload, push_to_hub, upload, write_model_card
 
 # single_thread is an autouse fixture: importing it makes it apply to this module too.
-from helpers import WITHOUT_PACKAGE, toy_data, train_tiny_model
+from helpers import WITHOUT_PACKAGE, FakeHfApi, toy_data, train_tiny_model
 
 
 DATASET = dict(dataset_name="Toy German-English", dataset_id="hf-headattn/toy-de-en")
@@ -148,32 +145,6 @@ def test_card_errors(evaluated, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ upload
-class FakeHfApi:
-    """Stands in for huggingface_hub.HfApi: records the calls and copies what upload_folder would send (the
-    folder filtered by the same patterns upload_folder applies) into `remote`, as the Hub would store it."""
-
-    calls: list = []
-    remote: Path | None = None
-
-    def __init__(self, token=None):
-        self.calls.append(("init", {"token": token}))
-
-    def create_repo(self, repo_id, **kwargs):
-        self.calls.append(("create_repo", {"repo_id": repo_id, **kwargs}))
-        return type("RepoUrl", (), {"repo_id": repo_id})()
-
-    def upload_folder(self, *, repo_id, folder_path, ignore_patterns=None, allow_patterns=None, **kwargs):
-        self.calls.append(("upload_folder", {"repo_id": repo_id, "folder_path": folder_path,
-                                             "ignore_patterns": ignore_patterns, **kwargs}))
-        folder = Path(folder_path)
-        files = [path.relative_to(folder).as_posix() for path in sorted(folder.glob("**/*")) if path.is_file()]
-        ignore = [*(ignore_patterns or []), *DEFAULT_IGNORE_PATTERNS]
-        for name in filter_repo_objects(files, allow_patterns=allow_patterns, ignore_patterns=ignore):
-            (self.remote / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(folder / name, self.remote / name)
-        return "commit-info"
-
-
 @pytest.fixture
 def fake_hub(monkeypatch, tmp_path):
     FakeHfApi.calls, FakeHfApi.remote = [], tmp_path / "remote"

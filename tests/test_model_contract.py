@@ -15,9 +15,7 @@ from hf_headattn import HeadAttnForConditionalGeneration
 from hf_headattn.runtime.attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION
 from hf_headattn.runtime.transformers_compat import CACHE_NAME
 
-from helpers import random_model, source_batch, tiny_config
-from test_generation_invariants import VARIANT_CONFIGS
-from test_rnn import random_rnn_model, rnn_config
+from helpers import VARIANT_CONFIGS, random_model, random_rnn_model, rnn_config, source_batch, tiny_config
 
 
 DECODER_INPUT_IDS = torch.tensor([[0, 5, 6, 7], [0, 8, 9, 10], [0, 11, 12, 13]])

@@ -1,5 +1,5 @@
 """The three figures render for trained tiny models: cross-attention maps (both families), DHICM head importances
-and BLEU by length of several systems, through the functions and the `python -m hf_headattn.plotting` command."""
+and BLEU by length of several systems, through the functions and the `python -m hf_headattn.commands.plot` command."""
 
 import json
 from pathlib import Path
@@ -8,6 +8,7 @@ import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_headattn import plotting
+from hf_headattn.commands import plot
 from hf_headattn.evaluation import evaluate_model
 from hf_headattn.plotting import (
     head_importance_figure,
@@ -170,18 +171,18 @@ def test_results_files_name_their_systems(evaluations, tmp_path):
 # ------------------------------------------------------------------------------------------------ the command
 def test_plotting_command(folders, evaluations, tmp_path, capsys):
     attention = tmp_path / "attention.png"
-    plotting.main(["attention-map", "--model", str(folders["rnn"]), "--sentence", SENTENCE, "--layer", "-1",
+    plot.main(["attention-map", "--model", str(folders["rnn"]), "--sentence", SENTENCE, "--layer", "-1",
                    "--heads", "all", "--output", str(attention)])
     assert_png(attention)
     lengths = tmp_path / "lengths.png"
-    plotting.main(["bleu-by-length", "--results", *evaluations.values(), "--labels", "A", "B",
+    plot.main(["bleu-by-length", "--results", *evaluations.values(), "--labels", "A", "B",
                    "--output", str(lengths)])
     assert_png(lengths)
     importances = tmp_path / "importances.png"
-    plotting.main(["head-importances", "--model", str(folders["transformer"]), "--sentence", SENTENCE,
+    plot.main(["head-importances", "--model", str(folders["transformer"]), "--sentence", SENTENCE,
                    "--output", str(importances)])
     assert_png(importances)
     assert capsys.readouterr().out.splitlines()[-3:] == [f"written: {path}" for path in (attention, lengths, importances)]
     with pytest.raises(ValueError, match=r"1 labels for 2 systems"):
-        plotting.main(["bleu-by-length", "--results", *evaluations.values(), "--labels", "A",
+        plot.main(["bleu-by-length", "--results", *evaluations.values(), "--labels", "A",
                        "--output", str(lengths)])

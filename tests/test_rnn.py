@@ -1,7 +1,8 @@
 """The attentional LSTM encoder-decoder family (`HeadAttnRNNForConditionalGeneration`): Table 5 of Iida et al.
 (2019) at the paper's sizes, the attention equations recomputed by hand (Iida et al., Eq. 1-2, 7-9, 16, 19;
-Malaviya et al.'s transforms and coverage vector), the decoding invariants for every attention mode and
-transform, fertility bounds during beam search, the coverage penalty (Malaviya et al., footnote 5), loading in a
+Malaviya et al.'s transforms and coverage vector), the <SINK> token, the LSTM's own decoding checks (left padding,
+its cache's reordering; the invariants both families share run over every config here in
+test_generation_invariants.py), fertility bounds during beam search, the coverage penalty (Malaviya et al., footnote 5), loading in a
 fresh process through remote code, training through Seq2SeqTrainer, and config errors."""
 
 import copy
@@ -37,70 +38,16 @@ from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.training.trainer import HeadAttnSeq2SeqTrainer
 from hf_headattn.runtime.transformers_compat import cache_of
 
-from helpers import WITHOUT_PACKAGE, EOS, PAD, VOCAB, source_batch
+from helpers import (EOS, PAD, RNN_CONFIGS, RNN_EOS_BIAS, VOCAB, WITHOUT_PACKAGE, random_rnn_model, rnn_config,
+                     source_batch)
 
 
 # ------------------------------------------------------------------------------------------------ models
-def rnn_config(**overrides) -> HeadAttnRNNConfig:
-    settings = dict(vocab_size=VOCAB, embedding_size=16, hidden_size=24, dropout=0.0, pad_token_id=PAD,
-                    eos_token_id=EOS, decoder_start_token_id=PAD)
-    settings.update(overrides)
-    return HeadAttnRNNConfig(**settings)
-
-
-def random_rnn_model(config: HeadAttnRNNConfig, seed: int = 0, std: float = 0.3,
-                     eos_bias: float = 0.0) -> HeadAttnRNNForConditionalGeneration:
-    """Weights large enough for varied outputs (like helpers.random_model); `eos_bias` added to EOS's output bias
-    so that hypotheses end at varied lengths; a GUIDED fertility table of random integers in 1..3, so that it
-    differs from the all-ones default."""
-    torch.manual_seed(seed)
-    model = HeadAttnRNNForConditionalGeneration(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.normal_(0.0, std)
-        model.generator.bias.normal_(0.0, 1.0)
-        model.generator.bias[EOS] += eos_bias
-        source_fertility = model.model.encoder.source_fertility
-        if source_fertility is not None and hasattr(source_fertility, "guided_fertility"):
-            table = torch.randint(1, 4, (config.vocab_size,), generator=torch.Generator().manual_seed(seed))
-            source_fertility.guided_fertility.copy_(table.float())
-    return model.eval()
-
-
-CONFIGS = {
-    "baseline-1x1-general": {},
-    "dot": {"attention_score": "dot"},
-    "scaled-general-csparsemax": {"attention_score": "scaled_general", "attention_transform": "csparsemax",
-                                  "constant_fertility": 1.0},
-    "2x1-single-hop": {"num_heads": 2},
-    "2x2-dependent": {"num_heads": 2, "num_hops": 2},
-    "2x3-independent": {"num_heads": 2, "num_hops": 3, "hop_mode": "independent"},
-    "sparsemax": {"attention_transform": "sparsemax"},
-    "csoftmax-constant": {"attention_transform": "csoftmax", "constant_fertility": 1.0},
-    "csparsemax-guided": {"attention_transform": "csparsemax", "fertility": "guided"},
-    # max_fertility 2: expected fertilities of at most 2, so that 10-12 steps exhaust them (infeasible steps included)
-    "csparsemax-predicted-no-sink": {"attention_transform": "csparsemax", "fertility": "predicted", "sink": "none",
-                                     "fertility_predictor_size": 8, "max_fertility": 2},
-    "csparsemax-sink-vector": {"attention_transform": "csparsemax", "sink": "vector", "num_heads": 2},
-    "softmax-sink-token-2x2": {"sink_every_transform": True, "num_heads": 2, "num_hops": 2, "encoder_layers": 2},
-    "coverage-vector": {"coverage_vector": True, "num_heads": 2},
-    "2-encoder-3-decoder-layers": {"encoder_layers": 2, "decoder_layers": 3},
-}
-
 # Random models fall into repeating one token; forbidding repeats makes every step's argmax matter.
 GENERATION = dict(max_new_tokens=10, do_sample=False, no_repeat_ngram_size=1)
-# Per config, an EOS bias under which these random models end some hypotheses early and others late or not at
-# all (without one most never emit EOS; 2x2-dependent and predicted-no-sink already do), so that the invariants
-# also cover finished beams and the filling after EOS.
-EOS_BIAS = {
-    "baseline-1x1-general": 2.0, "dot": 1.0, "2x1-single-hop": 3.0, "2x3-independent": 1.5, "sparsemax": 2.0,
-    "csoftmax-constant": 2.0, "csparsemax-guided": 2.0, "csparsemax-sink-vector": 1.5, "softmax-sink-token-2x2": 1.0, "coverage-vector": 3.5, "2-encoder-3-decoder-layers": 2.0,
-}
-
-
-@pytest.fixture(scope="module", params=list(CONFIGS))
+@pytest.fixture(scope="module", params=list(RNN_CONFIGS))
 def model(request):
-    return random_rnn_model(rnn_config(**CONFIGS[request.param]), eos_bias=EOS_BIAS.get(request.param, 0.0))
+    return random_rnn_model(rnn_config(**RNN_CONFIGS[request.param]), eos_bias=RNN_EOS_BIAS.get(request.param, 0.0))
 
 
 # ------------------------------------------------------------------------------------------------ Table 5
@@ -438,44 +385,6 @@ def test_configs_saved_with_sink_token_load_with_the_sink_they_had():
         rnn_config(sink="vectors")
 
 
-# ------------------------------------------------------------------------------------------------ invariants
-@pytest.mark.parametrize("num_beams", [1, 5])
-def test_cache_equals_no_cache(model, num_beams):
-    input_ids, attention_mask = source_batch()
-    with_cache = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams,
-                                use_cache=True, **GENERATION)
-    without_cache = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams,
-                                   use_cache=False, **GENERATION)
-    assert torch.equal(with_cache, without_cache)
-    assert len(set(with_cache[:, 1:].flatten().tolist()) - {PAD, EOS}) >= 3  # varied outputs, not one repeated token
-
-
-@pytest.mark.parametrize("num_beams", [1, 5])
-def test_padded_batch_equals_sentences_alone(model, num_beams):
-    lengths = (7, 4, 9)
-    input_ids, attention_mask = source_batch(lengths)
-    batched = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, **GENERATION)
-    for row, length in enumerate(lengths):
-        alone = model.generate(input_ids=input_ids[row : row + 1, :length], num_beams=num_beams, **GENERATION)
-        width = alone.shape[1]
-        assert torch.equal(batched[row, :width], alone[0]), f"sentence {row} differs when batched"
-        assert set(batched[row, width:].tolist()) <= {model.config.pad_token_id, model.config.eos_token_id}
-
-
-# float64, where the only differences left are real ones
-def test_padded_batch_logits_equal_sentences_alone(model):
-    model = copy.deepcopy(model).double()
-    lengths = (7, 4, 9)
-    input_ids, attention_mask = source_batch(lengths)
-    decoder_input_ids = torch.randint(2, VOCAB, (3, 5), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        batched = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
-        for row, length in enumerate(lengths):
-            alone = model(input_ids=input_ids[row : row + 1, :length],
-                          decoder_input_ids=decoder_input_ids[row : row + 1])
-            torch.testing.assert_close(batched.logits[row], alone.logits[0], atol=1e-10, rtol=1e-10)
-
-
 def test_left_padded_batch_logits_equal_sentences_alone(model):
     """The encoder packs real tokens wherever the padding sits (rnn_packing.run_packed_lstm): left padding too."""
     model = copy.deepcopy(model).double()
@@ -493,40 +402,12 @@ def test_left_padded_batch_logits_equal_sentences_alone(model):
             torch.testing.assert_close(batched.logits[row], alone.logits[0], atol=1e-10, rtol=1e-10)
 
 
-def test_sampling_with_cache_equals_without(model):
-    input_ids, attention_mask = source_batch()
-    outputs = []
-    for use_cache in (True, False):
-        torch.manual_seed(11)
-        outputs.append(model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True, top_k=10,
-                                      max_new_tokens=8, use_cache=use_cache))
-    assert torch.equal(*outputs)
-
-
-def test_step_by_step_decoding_with_cache_equals_full_forward(model):
-    model = copy.deepcopy(model).double()
-    input_ids, attention_mask = source_batch()
-    decoder_input_ids = torch.randint(2, VOCAB, (3, 6), generator=torch.Generator().manual_seed(6))
-    with torch.no_grad():
-        full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
-        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
-        cache, steps = None, []
-        for t in range(decoder_input_ids.shape[1]):
-            out = model(encoder_outputs=encoder_outputs, attention_mask=attention_mask,
-                        decoder_input_ids=decoder_input_ids[:, t : t + 1], cache=cache, use_cache=True)
-            cache = cache_of(out)
-            steps.append(out.logits)
-    assert isinstance(cache, HeadAttnRNNCache) and cache.get_seq_length() == 6
-    assert full.dtype == torch.float64
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-10, rtol=1e-10)
-
-
 def test_beam_search_depends_on_reordering_the_cache(monkeypatch):
     """Proves the cache = no-cache beam test above can fail: if the recurrent state (LSTM states, input feed,
     cumulative attention) is not reordered with the beams, beam-search output changes."""
     changed = []
     for name in ("baseline-1x1-general", "2x2-dependent", "csparsemax-guided"):
-        model = random_rnn_model(rnn_config(**CONFIGS[name]), eos_bias=EOS_BIAS.get(name, 0.0))
+        model = random_rnn_model(rnn_config(**RNN_CONFIGS[name]), eos_bias=RNN_EOS_BIAS.get(name, 0.0))
         input_ids, attention_mask = source_batch()
         kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=5, **GENERATION)
         reference = model.generate(**kwargs, use_cache=False)
@@ -559,7 +440,7 @@ def test_beam_search_never_exceeds_a_source_tokens_fertility(name):
     from the reordered cache), and the final hypotheses' cumulative attention, stay within each real source
     token's fertility; and the bound is reached somewhere, so it was really enforced. (No EOS bias: long
     hypotheses exhaust the bounds.)"""
-    model = random_rnn_model(rnn_config(**CONFIGS[name]))
+    model = random_rnn_model(rnn_config(**RNN_CONFIGS[name]))
     input_ids, attention_mask = source_batch((7, 4, 9))
     with torch.no_grad():
         bounds = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).fertility

@@ -25,6 +25,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from hf_headattn import HeadAttnForConditionalGeneration, HeadAttnRNNConfig, HeadAttnRNNForConditionalGeneration
 from hf_headattn import evaluation, output_files
+from hf_headattn.commands import evaluate
 from hf_headattn.commands import train as train_command
 from hf_headattn.evaluation import evaluate_model
 from hf_headattn.loading import load_model_and_tokenizer
@@ -665,7 +666,7 @@ def test_the_evaluation_command_exits_0_and_checks_every_argument_before_transla
     argv = ["--model", str(old_model), "--source", str(data["test.src"]), "--reference", str(data["test.tgt"]),
             "--output_dir", str(tmp_path / "eval"), "--num_beams", "1", "--device", "cpu", "--length_buckets", "5"]
     with pytest.raises(SystemExit) as done:
-        sys.exit(evaluation.main(argv))  # as the console script calls it
+        sys.exit(evaluate.main(argv))  # as the console script calls it
     assert done.value.code is None
 
     import hf_headattn.translation
@@ -678,7 +679,7 @@ def test_the_evaluation_command_exits_0_and_checks_every_argument_before_transla
                          (["--test_name", "../elsewhere"], "test_name '../elsewhere' must be a plain file name"),
                          ([], "already hold a result")):
         with pytest.raises((ValueError, FileExistsError), match=error):
-            evaluation.main([*argv, *extra])
+            evaluate.main([*argv, *extra])
 
 
 def test_two_test_sets_of_one_file_name_never_overwrite_each_others_results(data, old_model, tmp_path):

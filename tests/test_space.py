@@ -22,9 +22,7 @@ from hf_headattn.publish import files_to_upload, upload
 from hf_headattn.loading import load_model_and_tokenizer
 from hf_headattn.translation import translate
 
-from helpers import WITHOUT_PACKAGE, toy_data, train_tiny_model
-from test_app import free_port
-from test_model_cards import FakeHfApi
+from helpers import WITHOUT_PACKAGE, FakeHfApi, free_port, toy_data, train_tiny_model
 
 gradio = pytest.importorskip("gradio", reason="writing and serving a Space needs gradio (pip install -e .[app])")
 
@@ -74,7 +72,8 @@ def test_the_folder_is_a_gradio_space_with_its_code_and_models(space, folders, d
     assert sorted(name.split(">")[0].split("=")[0].split("<")[0] for name in requirements) == ["torch", "transformers"]
     package = Path(upload.__file__).parent.parent  # hf_headattn/
     code = space_code_files()  # the page's own modules, unchanged, laid out as in the package
-    assert {"app/__init__.py", "app/page.py", "app/panels.py", "app/views.py", "translation.py"} <= set(code)
+    assert {"app/__init__.py", "app/page.py", "app/panels.py", "app/views.py", "translation/__init__.py",
+            "translation/sentences.py", "decoding.py"} <= set(code)
     assert "loading.py" not in code and "app/space.py" not in code and not [name for name in code
                                                                             if name.startswith("runtime/")]
     assert sorted(path.relative_to(space / SPACE_PACKAGE).as_posix()

@@ -8,7 +8,8 @@ import pytest
 import transformers
 from huggingface_hub.utils import filter_repo_objects
 
-from hf_headattn import HeadAttnForConditionalGeneration, plotting, publish
+from hf_headattn import HeadAttnForConditionalGeneration, publish
+from hf_headattn.commands import plot
 from hf_headattn.publish import upload
 from hf_headattn.loading import load_model_and_tokenizer, remote_code_allowed
 
@@ -61,11 +62,11 @@ def test_load_model_and_tokenizer_checks_before_downloading(loads, tmp_path):
 def test_plotting_command_asks_before_running_hub_code(command, loads, capsys, tmp_path):
     arguments = [command, "--model", HUB_ID, "--sentence", "ein hund .", "--output", str(tmp_path / "x.png")]
     with pytest.raises(SystemExit) as exited:
-        plotting.main(arguments)
+        plot.main(arguments)
     assert exited.value.code == 2 and loads == []
     assert f"'{HUB_ID}' is not a local folder" in capsys.readouterr().err
     with pytest.raises(Loaded):
-        plotting.main([*arguments, "--trust-remote-code"])  # the dashed alias of --trust_remote_code
+        plot.main([*arguments, "--trust-remote-code"])  # the dashed alias of --trust_remote_code
     assert loads == [{"name": HUB_ID, "trust_remote_code": True}]
 
 

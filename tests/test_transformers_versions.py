@@ -22,7 +22,7 @@ import torch
 from hf_headattn import HeadAttnRNNConfig, HeadAttnRNNForConditionalGeneration, TranslationPipeline, train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus
 
-from helpers import WITHOUT_PACKAGE, random_model, tiny_config
+from helpers import TRANSFORMERS_RELEASES, WITHOUT_PACKAGE, random_model, tiny_config
 from transformers_envs import transformers_env
 
 
@@ -31,7 +31,6 @@ pytestmark = pytest.mark.slow
 # 4.57.x (the last 4.x); the 5.x floor of the remote code; 5.9, 5.19 and 5.23, the last releases before three changes
 # the runtime adapts to (5.10 copies nested relative imports, 5.20 adds Pipeline._prepare_generate_kwargs, 5.24 renames
 # `past_key_values` to `cache`); the newest 5.x
-TRANSFORMERS_RELEASES = ("4.57.6", "5.0.0", "5.9.0", "5.19.0", "5.23.0", "5.24.0")
 HUB_USER = "headattn-test"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

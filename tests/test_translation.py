@@ -17,9 +17,8 @@ from hf_headattn.translation import (Hypothesis, Translation, align, format_tran
                                      quantize, read_lines, translate)
 from hf_headattn.translation.alignments import decoded_word_indices, pharaoh, source_word_indices
 
-from helpers import VOCAB, random_model, tiny_config, toy_data, train_tiny_model
-from test_generation_invariants import VARIANT_CONFIGS
-from test_rnn import CONFIGS as RNN_CONFIGS, EOS_BIAS, random_rnn_model, rnn_config
+from helpers import (RNN_CONFIGS, RNN_EOS_BIAS, VARIANT_CONFIGS, VOCAB, random_model, random_rnn_model, rnn_config,
+                     tiny_config, toy_data, train_tiny_model)
 
 GENERATION = dict(max_new_tokens=8, no_repeat_ngram_size=1)
 
@@ -49,7 +48,7 @@ def transformer_model(name):
 
 
 def rnn_model(name):
-    return random_rnn_model(rnn_config(**RNN_CONFIGS[name]), eos_bias=EOS_BIAS.get(name, 0.0))
+    return random_rnn_model(rnn_config(**RNN_CONFIGS[name]), eos_bias=RNN_EOS_BIAS.get(name, 0.0))
 
 
 MODELS = {**{f"transformer {name}": (transformer_model, name) for name in VARIANT_CONFIGS},
