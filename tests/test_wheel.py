@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
-from test_commands import COMMANDS
+from helpers import COMMANDS, REPO
 
 
 def package_files() -> list[str]:

@@ -1,7 +1,8 @@
 """What the tests share, one module a kind: random models of both families and their inputs (`models`), tiny trained
-folders (`runs`), the checkout's paths and scripts (`scripts`), a local port (`network`), a stand-in Hub (`hub`).
+folders (`runs`), the checkout's paths and scripts (`scripts`), a local port (`network`), a stand-in Hub (`hub`), the console commands (`commands`).
 Test modules import from here, never from each other."""
 
+from .commands import COMMANDS  # noqa: F401
 from .hub import FakeHfApi  # noqa: F401
 from .models import (EOS, PAD, RNN_CONFIGS, RNN_EOS_BIAS, TRANSFORMER_VARIANTS, VARIANT_CONFIGS, VOCAB,  # noqa: F401
                      random_model, random_rnn_model, rnn_config, source_batch, tiny_config)
