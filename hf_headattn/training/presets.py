@@ -8,6 +8,7 @@ Transformer with ReLU). `dhicm=False` gives the paper's baselines: T-base (`tran
 (the optimal settings without DHICM).
 """
 
+from ..runtime.attention_dhicm import DynamicHeadImportanceAttention
 from ..runtime.configuration_headattn import HeadAttnConfig
 
 # --preset NAME: a named recipe, applied on top of NMT_TRAINING_DEFAULTS; flags (or an args file's entries) given
@@ -121,7 +122,8 @@ def table2_config(setting: str, vocab_size: int, *, dhicm: bool, **overrides) ->
         label_smoothing=row["label_smoothing"],
     )
     if dhicm:
-        spec = {"type": "dhicm", "layers": [-1], "kl_weight": DHICM_KL_WEIGHT, "dropout": row["dhicm_dropout"]}
+        spec = {"type": DynamicHeadImportanceAttention.name, "layers": [-1], "kl_weight": DHICM_KL_WEIGHT,
+                "dropout": row["dhicm_dropout"]}
         fields.update(encoder_self_attention=spec, decoder_self_attention=spec, cross_attention=spec)
     fields.update(overrides)
     return HeadAttnConfig(**fields)
