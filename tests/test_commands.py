@@ -105,6 +105,14 @@ def test_every_command_says_its_version(name, capsys):
     assert capsys.readouterr().out.strip().endswith(f"(hf_headattn) {hf_headattn.__version__}")
 
 
+def test_the_package_says_its_version_and_points_to_the_commands_and_guides():
+    import hf_headattn
+    from importlib.metadata import version
+
+    assert hf_headattn.__version__ == version("hf_headattn")
+    assert "hf-headattn-train" in hf_headattn.__doc__ and "docs/" in hf_headattn.__doc__
+
+
 def test_python_m_hf_headattn_lists_every_command():
     listing = subprocess.run([sys.executable, "-m", "hf_headattn"], capture_output=True, text=True, check=True,
                              cwd=REPO).stdout
