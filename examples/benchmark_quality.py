@@ -112,17 +112,22 @@ SYSTEMS = {
     "lstm 2x1": System("rnn", ("--heads", "2")),
     "lstm 2x2 dependent": System("rnn", ("--heads", "2", "--hops", "2", "--hop_mode", "dependent")),
     "lstm 2x2 independent": System("rnn", ("--heads", "2", "--hops", "2", "--hop_mode", "independent")),
-    "lstm csparsemax predicted": System("rnn", ("--attention_transform", "csparsemax", "--fertility", "predicted")),
+    # the constrained LSTMs recorded before the <SINK> token existed had the learned sink vector: pinned, so that their
+    # commands build the models they recorded
+    "lstm csparsemax predicted": System("rnn", ("--attention_transform", "csparsemax", "--fertility", "predicted",
+                                                "--sink", "vector")),
     # what separates the LSTM's csparsemax from its baseline: sparsity alone, and the bounds without sparsity
     "lstm sparsemax": System("rnn", ("--attention_transform", "sparsemax")),
-    "lstm csoftmax predicted": System("rnn", ("--attention_transform", "csoftmax", "--fertility", "predicted")),
+    "lstm csoftmax predicted": System("rnn", ("--attention_transform", "csoftmax", "--fertility", "predicted",
+                                              "--sink", "vector")),
     # the same with scores divided by sqrt(d): does sparsity in one head learn when its scores start small?
     "lstm baseline 1x1, scaled scores": System("rnn", ("--attention_score", "scaled_general")),
     "lstm sparsemax, scaled scores": System("rnn", ("--attention_transform", "sparsemax",
                                                     "--attention_score", "scaled_general")),
     "lstm csparsemax predicted, scaled scores": System("rnn", ("--attention_transform", "csparsemax",
                                                                "--fertility", "predicted",
-                                                               "--attention_score", "scaled_general")),
+                                                               "--attention_score", "scaled_general",
+                                                               "--sink", "vector")),
     "lstm coverage vector": System("rnn", ("--coverage_vector", "true")),
     "lstm coverage penalty": System("rnn", decoded_like="lstm baseline 1x1", tune_coverage_penalty=True),
     # Malaviya et al.'s own recipe (OpenNMT-py 2017's LSTM, SGD, the <SINK> token): `--preset malaviya2018`

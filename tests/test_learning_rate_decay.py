@@ -61,7 +61,8 @@ def test_the_malaviya2018_preset_is_the_papers_recipe(tmp_path):
     config = build_config(model_args, data_args)
     assert (config.model_type, config.encoder_layers, config.decoder_layers) == ("headattn_rnn", 2, 2)
     assert (config.embedding_size, config.hidden_size, config.hidden_size // 2) == (500, 500, 250)
-    assert (config.dropout, config.label_smoothing, config.init_range) == (0.3, 0.0, 0.1)
+    assert (config.dropout, config.embedding_dropout, config.label_smoothing, config.init_range) == (0.3, False, 0.0,
+                                                                                                     0.1)
     assert (config.attention_score, config.attention_transform, config.fertility) == ("general", "csparsemax",
                                                                                      "predicted")
     assert (config.sink, config.sink_every_transform, config.exhaustion) == ("token", True, 0.2)

@@ -374,6 +374,19 @@ def test_with_sink_every_transform_softmax_and_sparsemax_weigh_the_sink_as_a_sou
     assert (sums[True] < 1 - 1e-6).any() and (sums[True] <= 1 + 1e-6).all()
 
 
+def test_embedding_dropout_can_be_off_as_in_opennmt():
+    """OpenNMT-py's 2017 LSTM drops out between layers and the attentional output, not the embeddings: with
+    embedding_dropout=False a training-mode forward reads the embeddings as they are (the encoder's hidden_states[0]),
+    and the same config with it on does not."""
+    input_ids, attention_mask = source_batch()
+    for embedding_dropout in (False, True):
+        model = random_rnn_model(rnn_config(dropout=0.5, embedding_dropout=embedding_dropout)).train()
+        embedded = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask,
+                                       output_hidden_states=True).hidden_states[0]
+        reference = model.get_encoder().embed_tokens(input_ids)
+        assert torch.equal(embedded, reference) == (not embedding_dropout)
+
+
 def test_configs_saved_with_sink_token_load_with_the_sink_they_had():
     """Before `sink` had kinds, config.json held `sink_token`: true (a learned vector) or false (none)."""
     saved = rnn_config(attention_transform="csoftmax").to_dict()

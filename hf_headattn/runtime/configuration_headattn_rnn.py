@@ -58,8 +58,11 @@ class HeadAttnRNNConfig(PretrainedConfig):
         encoder_layers / decoder_layers (`int`, defaults to 1): LSTM layers. Decoder layer l starts from the final
             states of encoder layer l (both directions concatenated), or from zeros when the encoder has no
             layer l.
-        dropout (`float`, defaults to 0.3): Dropout on embeddings, between LSTM layers and on the attentional
-            output o_t.
+        dropout (`float`, defaults to 0.3): Dropout between LSTM layers, on the attentional output o_t and, with
+            `embedding_dropout`, on the embeddings.
+        embedding_dropout (`bool`, defaults to `True`): Apply `dropout` to the source and target embeddings.
+            OpenNMT-py's 2017 LSTM, which Malaviya et al. trained, has none there (`--preset malaviya2018` sets
+            false).
         attention_score (`str`, defaults to `"general"`): Luong's `"general"` (bilinear, z = (W_a^(k) d_t)^T h_j;
             Malaviya et al.'s choice and Iida et al.'s Eq. 1-2), `"scaled_general"` (the same divided by
             sqrt(hidden_size), as Transformers scale theirs; the sink's score too, not the coverage term) or `"dot"`
@@ -107,6 +110,7 @@ class HeadAttnRNNConfig(PretrainedConfig):
         encoder_layers: int = 1,
         decoder_layers: int = 1,
         dropout: float = 0.3,
+        embedding_dropout: bool = True,
         attention_score: str = "general",
         num_heads: int = 1,
         num_hops: int = 1,
@@ -134,6 +138,7 @@ class HeadAttnRNNConfig(PretrainedConfig):
         self.encoder_layers = encoder_layers
         self.decoder_layers = decoder_layers
         self.dropout = dropout
+        self.embedding_dropout = embedding_dropout
         self.attention_score = attention_score
         self.num_heads = num_heads
         self.num_hops = num_hops
@@ -202,7 +207,7 @@ class HeadAttnRNNConfig(PretrainedConfig):
                              f"{', '.join(ATTENTION_TRANSFORMS)}")
         if self.sink not in SINKS:
             raise ValueError(f"Unknown sink {self.sink!r}; accepted: {', '.join(SINKS)}")
-        for field in ("sink_every_transform", "coverage_vector"):
+        for field in ("embedding_dropout", "sink_every_transform", "coverage_vector"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"`{field}` must be true or false, got {getattr(self, field)!r}")
         check_fertility_config(self)

@@ -155,7 +155,8 @@ class HeadAttnRNNEncoder(nn.Module):
         if input_ids is None:
             raise ValueError("The LSTM encoder needs `input_ids`")
         mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
-        embeddings = self.dropout(self.embed_tokens(input_ids.masked_fill(~mask, self.config.pad_token_id)))
+        embeddings = self.embed_tokens(input_ids.masked_fill(~mask, self.config.pad_token_id))
+        embeddings = self.dropout(embeddings) if self.config.embedding_dropout else embeddings
         lstm_inputs, lstm_mask = embeddings, mask
         if self.sink_embedding is not None:
             lstm_inputs, lstm_mask, sink_positions = self._append_sink(embeddings, mask)
@@ -195,7 +196,8 @@ class HeadAttnRNNEncoder(nn.Module):
         positions = (indices * mask).amax(-1)  # one past each sentence's last real token
         extended = torch.cat([embeddings, embeddings.new_zeros(batch, 1, embeddings.shape[-1])], dim=1)
         at_sink = torch.arange(length + 1, device=mask.device)[None, :] == positions[:, None]
-        sink = self.dropout(self.sink_embedding.to(embeddings.dtype).expand(batch, 1, -1))
+        sink = self.sink_embedding.to(embeddings.dtype).expand(batch, 1, -1)
+        sink = self.dropout(sink) if self.config.embedding_dropout else sink
         extended = torch.where(at_sink[..., None], sink, extended)
         extended_mask = torch.cat([mask, mask.new_zeros(batch, 1)], dim=1) | at_sink
         return extended, extended_mask, positions
@@ -348,7 +350,8 @@ class HeadAttnRNNDecoder(nn.Module):
 
         allowed = self.attention.attention_mask(encoder_attention_mask)
         fertility = encoder_outputs.fertility[:, None, :].to(memory.dtype) if self.attention.transform in CONSTRAINED else None
-        embeddings = self.dropout(self.embed_tokens(input_ids))
+        embeddings = self.embed_tokens(input_ids)
+        embeddings = self.dropout(embeddings) if self.config.embedding_dropout else embeddings
         # Input feeding makes each step depend on the previous step's output: the loop over target positions is
         # inherent to the model, and vectorised over the batch.
         outputs, step_weights, step_head_weights = [], [], []

@@ -114,6 +114,8 @@ class ModelArguments:
     sink: str = field(default="token", metadata={"choices": list(SINKS), "help": (
         "(LSTM) where constrained attention puts what no source token can take: a <SINK> token appended to every "
         "source sentence and read by the encoder (Malaviya et al.), a learned vector, or none")})
+    embedding_dropout: bool = field(default=True, metadata={
+        "help": "(LSTM) apply --dropout to the embeddings (OpenNMT-py's 2017 LSTM does not)"})
     sink_every_transform: bool = field(default=False, metadata={
         "help": "(LSTM) with --sink token, append it for softmax and sparsemax too (as Malaviya et al.'s scripts do)"})
 
@@ -121,7 +123,7 @@ class ModelArguments:
 TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "position_embedding", "activation_function", "scale_embedding",
                      "encoder_self_attention", "decoder_self_attention", "cross_attention")
 RNN_FLAGS = ("embedding_size", "hidden_size", "hops", "hop_mode", "attention_score", "attention_transform",
-             "coverage_vector", "sink", "sink_every_transform")
+             "coverage_vector", "sink", "sink_every_transform", "embedding_dropout")
 FERTILITY_FLAGS = ("fertility", "constant_fertility", "fertility_predictor_epochs")
 
 # config field -> the flag that sets it, to name the flag in the config's own error messages
@@ -445,6 +447,7 @@ def build_config(model_args: ModelArguments, data_args: DataArguments, tokenizer
                 coverage_vector=model_args.coverage_vector,
                 sink=model_args.sink,
                 sink_every_transform=model_args.sink_every_transform,
+                embedding_dropout=model_args.embedding_dropout,
                 **shared,
             )
         layers = model_args.layers if model_args.layers is not None else 3

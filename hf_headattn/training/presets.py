@@ -43,7 +43,8 @@ TRAINING_PRESETS = {
     ),
     # Malaviya et al. (2018), footnote 4 and their running scripts: OpenNMT-py's 2017 defaults with a 2-layer
     # bidirectional LSTM encoder (250 units a direction), a 2-layer decoder of 500 with input feeding, Luong's
-    # general attention, embeddings of 500, dropout 0.3, uniform initialisation +-0.1, SGD at 1.0 halved from epoch
+    # general attention, embeddings of 500, dropout 0.3 (between LSTM layers and on the attentional output, none on
+    # the embeddings), uniform initialisation +-0.1, SGD at 1.0 halved from epoch
     # 9 or once validation perplexity rises, gradient norm 5, 64 sentences a batch, 13 epochs, no label smoothing,
     # and the <SINK> token appended to every source sentence (whatever the transform). Their joint BPE had 32,000
     # merges on 150k-560k pairs; the vocabulary stays the user's choice (--vocab_size).
@@ -53,6 +54,7 @@ TRAINING_PRESETS = {
         embedding_size=500,
         hidden_size=500,
         dropout=0.3,
+        embedding_dropout=False,
         label_smoothing=0.0,
         attention_score="general",
         sink="token",
