@@ -29,6 +29,10 @@ from .attention_backends import to_additive
 from .attention_base import DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION
 from .attention_mma import HeadKindMask, MixedMultiHeadAttention, default_head_kinds
 from .sparse_attention import sparsemax
+# Transformers before 5.10 copies into its modules cache only the direct imports of a module loaded through
+# `get_class_from_dynamic_module` (as this one is: `attention_functions.register_attention_functions`), so it also
+# imports the modules its imports need (tests/test_attention_versions.py loads it so on 5.0 and 5.9).
+from .sparse_solvers import solve_sparsemax  # noqa: F401
 
 
 PREFIX = "headattn_"
