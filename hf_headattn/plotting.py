@@ -22,6 +22,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .translation.alignments import alignment_layer_index  # a cross-attention layer, negative from the top
+
 
 # matplotlib and torch are imported where they are used, so that `--help` is instant.
 
@@ -174,8 +176,7 @@ def plot_attention_map(model, tokenizer, sentence: str, path: str | Path, *, lay
     if heads == "mean":
         panels = [(f"mean of {num_heads} head{'s' * (num_heads > 1)}", weights.mean(dim=0))]
     else:
-        layers = getattr(model.config, "cross_attention_layers", getattr(model.config, "decoder_layers", 1))
-        head_numbers = _original_head_numbers(model.config, layer % layers, num_heads)
+        head_numbers = _original_head_numbers(model.config, alignment_layer_index(model, layer), num_heads)
         panels = [(f"head {number}", weights[h]) for h, number in enumerate(head_numbers)]
 
     columns = min(len(panels), 4)

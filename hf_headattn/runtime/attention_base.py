@@ -129,7 +129,7 @@ class AttentionVariant(nn.Module):
     so that a new variant is one module and one registry line: `description` (one line, for `--help` and the page),
     `paper` (the citation a model card lists, with what the model takes from it; None for plain attention),
     `weighs_heads` (it computes weights over its heads, which the page and the plots draw: `head_importances`) and
-    `exportable` (CTranslate2 can run it, so a model made only of such variants exports).
+    `exportable` (Marian, hence CTranslate2, computes it: `to_marian` converts a model made only of such variants).
     """
 
     name: ClassVar[str]

@@ -509,14 +509,9 @@ class HeadAttnConfig(PretrainedConfig):
 
     def head_weighting_modules(self) -> dict[str, str]:
         """Module name -> variant name, for the modules whose variant computes weights over their heads."""
-        return {module: self.attention_variant(site, layer)[0]
-                for module, (site, layer) in self.attention_modules().items()
-                if ATTENTION_VARIANTS[self.attention_variant(site, layer)[0]].weighs_heads}
-
-    def exportable(self) -> bool:
-        """Whether every attention module's variant is one CTranslate2 can run."""
-        return all(ATTENTION_VARIANTS[self.attention_variant(site, layer)[0]].exportable
-                   for site in SITES for layer in range(self._num_layers(site)))
+        names = {module: self.attention_variant(site, layer)[0]
+                 for module, (site, layer) in self.attention_modules().items()}
+        return {module: name for module, name in names.items() if ATTENTION_VARIANTS[name].weighs_heads}
 
 
 def _layer_ranges(layers: list[int]) -> str:

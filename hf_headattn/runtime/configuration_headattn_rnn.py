@@ -309,10 +309,6 @@ class HeadAttnRNNConfig(PretrainedConfig):
         weighs = self.num_hops > 1 and self.hop_mode == "dependent"
         return {SOURCE_ATTENTION: f"multi-hop ({self.num_hops} dependent hops), last hop"} if weighs else {}
 
-    def exportable(self) -> bool:
-        """CTranslate2 has no LSTM encoder-decoder of this kind."""
-        return False
-
 
 # save_pretrained copies this module and its relative imports, and names it in config.json's auto_map
 HeadAttnRNNConfig.register_for_auto_class()

@@ -5,6 +5,7 @@ layer's feed-forward in its own module (`ffn.fc1`, `ffn.fc2`), and neither saves
 import copy
 
 from .attention_base import ENCODER_SELF_ATTENTION, SITES
+from .attention_registry import get_attention_variant
 from .configuration_headattn import HeadAttnConfig
 
 
@@ -64,8 +65,8 @@ def convert_to_marian(model):
     converters).
 
     Raises:
-        ValueError: a model Marian cannot express, naming what: an attention variant other than softmax (with
-            its site and layer), pruned heads, or positions other than Marian's sinusoidal table.
+        ValueError: a model Marian cannot express, naming what: an attention variant that is not `exportable`
+            (softmax is; with its site and layer), pruned heads, or positions other than Marian's sinusoidal table.
     """
     from transformers import MarianConfig, MarianMTModel
 
@@ -73,7 +74,7 @@ def convert_to_marian(model):
     for site in SITES:
         for layer in range(config.encoder_layers if site == ENCODER_SELF_ATTENTION else config.decoder_layers):
             variant, _ = config.attention_variant(site, layer)
-            if variant != "softmax":
+            if not get_attention_variant(variant).exportable:
                 raise ValueError(f"to_marian: {site} of layer {layer} uses the {variant!r} attention variant; "
                                  "MarianMTModel computes softmax attention only")
     if config.pruned_heads:
