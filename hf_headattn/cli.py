@@ -48,6 +48,12 @@ def add_version_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s (hf_headattn) {__version__}")
 
 
+def add_verbose_and_version_arguments(parser: argparse.ArgumentParser) -> None:
+    """The two flags every command shares: `--verbose` and `--version`."""
+    add_verbose_argument(parser)
+    add_version_argument(parser)
+
+
 def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} instead of the short summary")
 

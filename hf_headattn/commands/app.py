@@ -13,7 +13,7 @@ import logging
 import os
 
 from ..app import page, panels
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, add_version_argument, configure_logging
+from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
 from ..loading import DEVICES, add_trust_remote_code_argument, load_model_and_tokenizer, resolve_device
 
 # torch, Transformers and gradio are imported after parsing, so that `--help` is instant.
@@ -64,8 +64,7 @@ def make_parser() -> argparse.ArgumentParser:
                           help=f"beams (1 to {panels.MAX_BEAMS})")
     defaults.add_argument("--max_new_tokens", type=int, default=panels.DEFAULT_MAX_NEW_TOKENS,
                           help=f"longest translation in tokens (1 to {panels.MAX_NEW_TOKENS})")
-    add_verbose_argument(parser)
-    add_version_argument(parser)
+    add_verbose_and_version_arguments(parser)
     return parser
 
 

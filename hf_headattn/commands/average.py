@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..averaging import average_checkpoints, last_checkpoints
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, add_version_argument, configure_logging
+from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
 
 EXAMPLES = """examples:
   # the last 5 checkpoints of a run (train with e.g. --save_steps 200 --save_total_limit 5 to keep them)
@@ -29,8 +29,7 @@ def make_parser():
                        help="the N newest checkpoint-* folders of a training run's output folder")
     parser.add_argument("--output_dir", required=True, help="the averaged model's folder (must not exist)")
     parser.add_argument("--overwrite", action="store_true", help="replace --output_dir if it exists")
-    add_verbose_argument(parser)
-    add_version_argument(parser)
+    add_verbose_and_version_arguments(parser)
     return parser
 
 

@@ -7,8 +7,8 @@ Also `python -m hf_headattn.commands.demo`. The library is :func:`hf_headattn.de
 
 import json
 
-from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_json_argument, add_verbose_argument,
-                   add_version_argument, configure_logging)
+from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_json_argument, add_verbose_and_version_arguments,
+                   configure_logging)
 from ..demo import DEFAULT_OUTPUT_DIR, run
 from ..runtime.attention_base import CROSS_ATTENTION
 from ..runtime.attention_registry import ATTENTION_VARIANTS
@@ -39,8 +39,7 @@ def make_parser() -> UnderscoreArgumentParser:
     parser.add_argument("--cross_attention", default="softmax", choices=CROSS_ATTENTION_VARIANTS,
                         help="attention variant of the cross-attention")
     add_json_argument(parser, "the test results (demo_results.json)")
-    add_verbose_argument(parser)
-    add_version_argument(parser)
+    add_verbose_and_version_arguments(parser)
     return parser
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_json_argument, add_verbose_argument,
-                   add_version_argument, configure_logging)
+from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_json_argument, add_verbose_and_version_arguments,
+                   configure_logging)
 from ..evaluation import TOKENIZE_CHOICES, evaluate_model
 from ..metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS
 
@@ -66,8 +66,7 @@ def make_parser() -> argparse.ArgumentParser:
                         help="cache of DROP's trained aligner and alignments (None: $HF_HEADATTN_CACHE/drop or "
                              "~/.cache/hf_headattn/drop)")
     add_json_argument(parser, "the whole metrics JSON (also written to --output_dir)")
-    add_verbose_argument(parser)
-    add_version_argument(parser)
+    add_verbose_and_version_arguments(parser)
     return parser
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, add_version_argument, configure_logging
+from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
 from ..export import CTRANSLATE2_QUANTIZATIONS, FORMATS, export_ctranslate2, import_ctranslate2
 
 EXAMPLES = """examples:
@@ -40,8 +40,7 @@ def make_parser():
     parser.add_argument("--quantization", default="float32", choices=CTRANSLATE2_QUANTIZATIONS,
                         help="CTranslate2's weight type")
     parser.add_argument("--overwrite", action="store_true", help="replace --output_dir if it exists")
-    add_verbose_argument(parser)
-    add_version_argument(parser)
+    add_verbose_and_version_arguments(parser)
     return parser
 
 

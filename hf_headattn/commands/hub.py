@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, add_version_argument, configure_logging
+from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
 
 # the libraries (huggingface_hub, and Transformers where they use it) are imported after parsing: `--help` is instant
 
@@ -35,8 +35,7 @@ def make_parser() -> argparse.ArgumentParser:
         prog="hf-headattn-hub", formatter_class=HelpFormatter, epilog=EXAMPLES,
         description="Model cards and Hub upload for saved model folders.\n"
                     "`hf-headattn-hub COMMAND --help` lists a command's flags.")
-    add_verbose_argument(parser)
-    add_version_argument(parser)
+    add_verbose_and_version_arguments(parser)
     # subcommands take the underscore spelling (--output_dir) with the dashed one as an alias
     commands = parser.add_subparsers(dest="command", required=True, parser_class=UnderscoreArgumentParser)
 

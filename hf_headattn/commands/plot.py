@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, add_version_argument, configure_logging
+from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
 from ..loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed
 from ..plotting import (ATTENTION_HEADS, head_importance_figure, plot_attention_map, plot_bleu_by_length,
                         systems_from_files)
@@ -34,8 +34,7 @@ def make_parser() -> argparse.ArgumentParser:
         prog="hf-headattn-plot", formatter_class=HelpFormatter, epilog=EXAMPLES,
         description="Figures of trained models as PNG files: attention maps, DHICM head importances, BLEU by "
                     "length.\n`hf-headattn-plot COMMAND --help` lists a command's flags.")
-    add_verbose_argument(parser)
-    add_version_argument(parser)
+    add_verbose_and_version_arguments(parser)
     # subcommands take the underscore spelling (--num_beams) with the dashed one as an alias
     commands = parser.add_subparsers(dest="command", required=True, parser_class=UnderscoreArgumentParser)
 

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_argument, add_version_argument, configure_logging
+from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
 from ..output_files import with_default_permissions
 from ..translation import (ALIGNMENT_HEADS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, OUTPUT_FORMATS, QUANTIZATIONS,
                            format_translation, quantize, read_lines, translate)
@@ -115,8 +115,7 @@ def make_parser() -> argparse.ArgumentParser:
     shown.add_argument("--progress", action="store_true",
                        help="progress bar on stderr (default: when --input is a file and stderr a terminal)")
     shown.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary, errors only")
-    add_verbose_argument(shown)
-    add_version_argument(shown)
+    add_verbose_and_version_arguments(shown)
     return parser
 
 
