@@ -45,3 +45,30 @@ def test_a_registered_variant_is_in_the_card_the_page_and_the_training_help(toy_
     assert "cross-attention: softmax / toy_attention (by layer)" in describe_model(config)
     help_text = make_parser().format_help()
     assert re.search(rf"\n  toy_attention +{re.escape(ToyAttention.description)} \[cross\]\n", help_text)
+
+
+def test_no_tooling_module_names_a_variant_or_tests_a_model_type():
+    """Variants and families answer for themselves: outside the runtime, no string constant is a registered
+    variant's name (but "softmax", the default every attention flag starts from; the package's __init__ exports the
+    kernels `sparsemax`, `csoftmax`, `csparsemax` under their function names) or a model type, and no expression
+    compares a `model_type`."""
+    import ast
+    from pathlib import Path
+
+    from hf_headattn.auto_classes import CONFIG_CLASSES
+
+    package = Path(__file__).resolve().parents[1] / "hf_headattn"
+    named = (set(ATTENTION_VARIANTS) - {"softmax"}) | {config_class.model_type for config_class in CONFIG_CLASSES}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if "runtime" in path.relative_to(package).parts or path == package / "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in named:
+                found.append(f"{path.relative_to(package)}:{node.lineno} {node.value!r}")
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(side, ast.Attribute) and side.attr == "model_type"
+                    and any(isinstance(other, ast.Constant) for other in (node.left, *node.comparators))
+                    for side in (node.left, *node.comparators)):
+                found.append(f"{path.relative_to(package)}:{node.lineno} compares a model_type")
+    assert not found, found
