@@ -5,12 +5,17 @@ command is ``hf-headattn-average`` (`commands/average.py`).
 The mean is accumulated in float32 and cast back to each weight's dtype. The folder is written as the training
 command writes one: the model through ``save_pretrained`` (weights, config, generation config and the runtime
 code, so it loads with ``trust_remote_code``), the tokenizer and the run manifest (which binds the tokenizer to the
-weights), all taken from the newest checkpoint, first into a temporary sibling folder that takes the output's place
-in one step (`output_files.replace_folder`), so an interrupted run leaves no half-written folder, and ``--overwrite``
-replaces an old one whole.
+weights), all taken from the newest checkpoint, as a transaction (`output_files.new_folder`): an interrupted run
+leaves no half-written folder, and ``--overwrite`` replaces only a folder this command wrote, never the run or a
+folder that holds a checkpoint.
 
-Checkpoints are refused when their configs, parameter names or shapes differ (naming the first difference), and
-the output folder may be none of the inputs (nor inside one).
+What it averages must be one model of one run:
+
+* refused: configs, parameter names or shapes that differ (naming the first difference); different tokenizers
+  (by `tokenization.tokenizer_fingerprint`); checkpoints of different runs, as their run manifests say (another
+  seed, other data, ...), unless ``allow_different_runs`` (a model soup);
+* warned about, naming the steps: checkpoints saved during the learning-rate warm-up, and checkpoints whose
+  recorded validation losses differ by more than `WIDE_LOSS_SPREAD` of the best.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -18,13 +23,22 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from .output_files import staging_folder
+from .output_files import check_output_folder, new_folder
 
-__all__ = ["average_checkpoints", "average_state_dicts", "last_checkpoints"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["average_checkpoints", "average_state_dicts", "averaging_warnings", "last_checkpoints"]
+
+AVERAGE_COMMAND = "hf-headattn-average"
+# validation losses further apart than this share of the best are "widely" different: last-N averaging pays when
+# the checkpoints sit near one minimum
+WIDE_LOSS_SPREAD = 0.10
 
 # config.json entries that say where or with what a checkpoint was written, not what the model is
 CONFIG_BOOKKEEPING = ("_name_or_path", "transformers_version", "auto_map", "custom_pipelines")
@@ -113,30 +127,86 @@ def average_state_dicts(states: Sequence[dict], names: Sequence[str] | None = No
     return averaged
 
 
-def _check_output(output_dir: Path, checkpoints: Sequence[Path], overwrite: bool) -> None:
-    resolved = output_dir.resolve()
-    for checkpoint in checkpoints:
-        inside = checkpoint.resolve()
-        if resolved == inside or inside in resolved.parents:
-            raise ValueError(f"--output_dir {output_dir} is (inside) the input checkpoint {checkpoint}; "
-                             "write the average to a folder of its own")
-    if output_dir.exists() and not overwrite:
-        raise FileExistsError(f"--output_dir {output_dir} exists; choose another folder or pass --overwrite")
+def _check_one_run(checkpoints: Sequence[Path], allow_different_runs: bool) -> None:
+    """Refuse checkpoints with different tokenizers, or (unless `allow_different_runs`) of different runs."""
+    from .tokenization import load_tokenizer, tokenizer_fingerprint
+    from .training.run_manifest import manifest_differences, read_manifest
+
+    fingerprints = [tokenizer_fingerprint(load_tokenizer(checkpoint)) for checkpoint in checkpoints]
+    for checkpoint, fingerprint in zip(checkpoints[1:], fingerprints[1:]):
+        if fingerprint != fingerprints[0]:
+            raise ValueError(f"Cannot average {checkpoints[0]} and {checkpoint}: their tokenizers differ (sha256 "
+                             f"{fingerprints[0][:12]} against {fingerprint[:12]}), so the same weight means another "
+                             "word in each")
+    manifests = [read_manifest(checkpoint) for checkpoint in checkpoints]
+    if any(manifest is None for manifest in manifests):
+        unknown = [str(checkpoint) for checkpoint, manifest in zip(checkpoints, manifests) if manifest is None]
+        logger.warning(f"{', '.join(unknown)}: no run manifest, so whether these checkpoints are of one run is unknown")
+        return
+    for checkpoint, manifest in zip(checkpoints[1:], manifests[1:]):
+        changed = manifest_differences(manifests[0], manifest)[0]
+        if changed and not allow_different_runs:
+            raise ValueError(f"Cannot average {checkpoints[0]} and {checkpoint}: they are checkpoints of different "
+                             "runs (" + "; ".join(changed[:3]) + (" ..." if len(changed) > 3 else "") + "); pass "
+                             "--allow_different_runs (allow_different_runs=True) to average them all the same, as "
+                             "a model soup")
 
 
-def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Path, *, overwrite: bool = False) -> Path:
-    """Average the weights of `checkpoints` (model folders of one run: same config, same parameters) and write a
-    complete model folder to `output_dir` (see the module's docstring). Returns the folder.
+def _trainer_state(checkpoint: Path) -> dict | None:
+    try:
+        return json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def averaging_warnings(checkpoints: Sequence[Path]) -> list[str]:
+    """What makes this average likely worse than its newest checkpoint, as the checkpoints' trainer states and run
+    manifests show it: checkpoints saved during the learning-rate warm-up, or validation losses far apart."""
+    from .training.run_manifest import read_manifest
+
+    states = {checkpoint: _trainer_state(checkpoint) for checkpoint in checkpoints}
+    steps = {checkpoint: state["global_step"] for checkpoint, state in states.items()
+             if state and isinstance(state.get("global_step"), int)}
+    warnings = []
+    manifest = read_manifest(checkpoints[-1])
+    warmup = (manifest or {}).get("identity", {}).get("--warmup_steps")
+    max_steps = (states[checkpoints[-1]] or {}).get("max_steps")
+    if isinstance(warmup, (int, float)) and 0 < warmup < 1 and isinstance(max_steps, int):
+        warmup = math.ceil(warmup * max_steps)  # a ratio of the run's steps, rounded up as Trainer does
+    if isinstance(warmup, (int, float)) and warmup > 0:
+        early = [f"{checkpoint.name} (step {step})" for checkpoint, step in steps.items() if step <= warmup]
+        if early:
+            warnings.append(f"{', '.join(early)} {'was' if len(early) == 1 else 'were'} saved during the learning-rate "
+                            f"warm-up (steps 1-{int(warmup):,}), when the weights are far from where "
+                            "training ends; average later checkpoints (fewer with --last)")
+    losses = {}
+    for checkpoint, step in steps.items():
+        for entry in states[checkpoint].get("log_history", []):
+            if entry.get("step") == step and isinstance(entry.get("eval_loss"), (int, float)):
+                losses[checkpoint] = entry["eval_loss"]
+    if len(losses) > 1 and max(losses.values()) > min(losses.values()) * (1 + WIDE_LOSS_SPREAD):
+        warnings.append("their validation losses differ widely (" + ", ".join(
+            f"{checkpoint.name} (step {steps[checkpoint]}): {loss:.4g}" for checkpoint, loss in losses.items())
+            + "); an average of checkpoints far apart can be worse than each")
+    return warnings
+
+
+def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Path, *, overwrite: bool = False,
+                        allow_different_runs: bool = False) -> Path:
+    """Average the weights of `checkpoints` (model folders of one run: same config, same parameters, same
+    tokenizer) and write a complete model folder to `output_dir` (see the module's docstring); logs
+    `averaging_warnings`. Returns the folder.
 
     Raises:
         FileNotFoundError: a missing folder, config.json or weights.
         FileExistsError: `output_dir` exists and not `overwrite`.
-        ValueError: fewer than one checkpoint, differing configs / names / shapes, an output among the inputs.
+        ValueError: fewer than one checkpoint; differing configs, names, shapes or tokenizers; checkpoints of
+            different runs without `allow_different_runs`; an output that is, holds or lies inside an input, or
+            that `overwrite` may not replace (`output_files.OutputRefused`).
     """
     from transformers import AutoModelForSeq2SeqLM
 
     from . import auto_classes  # noqa: F401  (the folder's model type resolves)
-    from .output_files import replace_folder
     from .training.run_manifest import MANIFEST_NAME
     from .tokenization import load_tokenizer
 
@@ -149,11 +219,14 @@ def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Pat
             raise FileNotFoundError(f"Checkpoint folder not found: {checkpoint}")
     if len(set(checkpoint.resolve() for checkpoint in checkpoints)) < len(checkpoints):
         raise ValueError("A checkpoint is named twice; each counts once in the mean")
-    _check_output(output_dir, checkpoints, overwrite)
+    check_output_folder(output_dir, command=AVERAGE_COMMAND, overwrite=overwrite, inputs=checkpoints)
     configs = [_config_of(checkpoint) for checkpoint in checkpoints]
     for checkpoint, config in zip(checkpoints[1:], configs[1:]):
         if difference := _first_difference(configs[0], config):
             raise ValueError(f"Cannot average {checkpoints[0]} and {checkpoint}: their configs differ ({difference})")
+    _check_one_run(checkpoints, allow_different_runs)
+    for warning in averaging_warnings(checkpoints):
+        logger.warning(warning)
     states = [_load_weights(checkpoint) for checkpoint in checkpoints]
     averaged = average_state_dicts(states, [str(checkpoint) for checkpoint in checkpoints])
     del states
@@ -169,9 +242,7 @@ def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Pat
         raise ValueError(f"{newest}: its weights do not fit its model (unexpected: {unexpected[:3]}, "
                          f"missing: {missing[:3]})")
     tokenizer = load_tokenizer(newest)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_folder(output_dir)
-    try:
+    with new_folder(output_dir, command=AVERAGE_COMMAND, overwrite=overwrite, inputs=checkpoints) as staging:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "averaged_from.json").write_text(json.dumps(
@@ -179,8 +250,4 @@ def average_checkpoints(checkpoints: Sequence[str | Path], output_dir: str | Pat
             encoding="utf-8")
         if (newest / MANIFEST_NAME).is_file():  # the run's record: which tokenizer the weights belong with
             shutil.copyfile(newest / MANIFEST_NAME, staging / MANIFEST_NAME)
-        replace_folder(output_dir, staging)  # --overwrite: the old folder is swapped out whole, once this is complete
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return output_dir

@@ -10,6 +10,8 @@ Tooling, not model runtime: never copied into a checkpoint.
 import json
 from pathlib import Path
 
+from .output_files import write_text
+
 DEFAULT_OUTPUT_DIR = "runs/demo"
 
 
@@ -45,7 +47,7 @@ def run(output_dir: str | Path, epochs: float = 5, cross_attention: str = "softm
         "bleu": sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True).score,
         "model_dir": str(model_dir),
     }
-    (output_dir / "demo_results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text(output_dir / "demo_results.json", json.dumps(summary, indent=2) + "\n")
     if show:
         for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:5]:
             print(f"  {source}\n    -> {hypothesis}\n    (reference: {reference})")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .loading import DEVICES, resolve_device
 from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, check_length_buckets
+from .output_files import write_text
 
 # torch, the models and the training helpers are imported where they are used, so that `--help` is instant.
 
@@ -92,13 +93,6 @@ def _recorded_test_set(metrics_path: Path) -> str | None:
         return json.loads(metrics_path.read_text(encoding="utf-8"))["test_set"]["source"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write through a temporary sibling renamed into place: a reader never sees half a file."""
-    temporary = path.with_name(f".{path.name}.partial")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
 
 
 def _sacrebleu_signatures() -> dict[str, str]:
@@ -281,8 +275,8 @@ def evaluate_model(
         ],
         "files": {"hypotheses": str(hypotheses_path.resolve()), "metrics": str(metrics_path.resolve())},
     }
-    _write_atomically(hypotheses_path, "".join(hypothesis + "\n" for hypothesis in hypotheses))
-    _write_atomically(metrics_path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    write_text(hypotheses_path, "".join(hypothesis + "\n" for hypothesis in hypotheses))
+    write_text(metrics_path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     return results
 
 

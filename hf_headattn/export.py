@@ -11,7 +11,8 @@ trained embedding, so the export keeps every token and starts the decoder from `
 
 The output folder holds CTranslate2's `model.bin`, `config.json` and vocabulary, plus the model's tokenizer (its
 files, so that text is split into the same pieces) and `hf_headattn_export.json` (what was exported from where). It is
-written into a temporary sibling and renamed into place, so an interrupted export leaves no half-written folder.
+written as a transaction (`output_files.new_folder`): an interrupted export leaves no half-written folder, and
+``--overwrite`` replaces only an earlier export, never the model's folder or one that holds it.
 
 Variants CTranslate2 has no kernel for (sparsemax, csoftmax, csparsemax, MMA's masks, DHICM, multi-hop, the LSTM
 family) are refused naming the variant and the site; they run with `hf-headattn-translate` (its fast path and
@@ -23,11 +24,9 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
-from .output_files import staging_folder
+from .output_files import check_output_folder, new_folder
 
 __all__ = ["CTRANSLATE2_QUANTIZATIONS", "FORMATS", "export_ctranslate2", "import_ctranslate2",
            "translate_with_ctranslate2"]
@@ -37,6 +36,7 @@ FORMATS = ("ctranslate2",)
 CTRANSLATE2_QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
                              "bfloat16")
 DEPLOY_EXTRA = 'pip install "hf_headattn[deploy]"'
+EXPORT_COMMAND = "hf-headattn-export"
 EXPORT_RECORD = "hf_headattn_export.json"
 
 
@@ -91,10 +91,8 @@ def export_ctranslate2(model, tokenizer, output_dir: str | Path, *, quantization
     if quantization not in CTRANSLATE2_QUANTIZATIONS:
         raise ValueError(f"Unknown quantization {quantization!r}; accepted: {', '.join(CTRANSLATE2_QUANTIZATIONS)}")
     output_dir = Path(output_dir)
-    if output_dir.exists() and not overwrite:
-        raise ValueError(f"{output_dir} exists; pass overwrite=True (--overwrite) to replace it")
-    if source is not None and Path(source).exists() and output_dir.resolve() == Path(source).resolve():
-        raise ValueError(f"{output_dir} is the model's own folder; export into another folder")
+    inputs = [source] if source is not None and Path(source).exists() else []
+    check_output_folder(output_dir, command=EXPORT_COMMAND, overwrite=overwrite, inputs=inputs)
     if not hasattr(model, "to_marian"):
         raise ValueError(f"{type(model).__name__} cannot be exported to CTranslate2: only softmax Transformer models "
                          "of this package (HeadAttnForConditionalGeneration) become MarianMTModels; the LSTM family "
@@ -109,9 +107,7 @@ def export_ctranslate2(model, tokenizer, output_dir: str | Path, *, quantization
         def _load(self):
             return loader_class()(marian, tokenizer)
 
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_folder(output_dir)
-    try:
+    with new_folder(output_dir, command=EXPORT_COMMAND, overwrite=overwrite, inputs=inputs) as staging:
         InMemoryConverter().convert(str(staging), quantization=None if quantization == "float32" else quantization,
                                     force=True)
         tokenizer.save_pretrained(staging / "tokenizer")
@@ -120,12 +116,6 @@ def export_ctranslate2(model, tokenizer, output_dir: str | Path, *, quantization
             "architecture": "MarianMTModel (HeadAttnForConditionalGeneration.to_marian)",
             "decoder_start_token": tokenizer.convert_ids_to_tokens(model.config.decoder_start_token_id),
         }, indent=2) + "\n")
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        os.replace(staging, output_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
     return output_dir
 
 

@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .output_files import new_file
 from .translation.alignments import alignment_layer_index  # a cross-attention layer, negative from the top
 
 
@@ -47,7 +48,8 @@ def _pyplot():
 def _save(figure, path: str | Path, return_figure: bool):
     """Write the PNG; close the figure in pyplot (so figures do not pile up) and return the path or the figure."""
     path = Path(path)
-    figure.savefig(path, dpi=150)
+    with new_file(path, binary=True) as handle:  # whole or not at all
+        figure.savefig(handle, format=path.suffix.lstrip(".") or "png", dpi=150)
     _pyplot().close(figure)
     return figure if return_figure else path
 

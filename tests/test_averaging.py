@@ -1,7 +1,9 @@
 """`hf-headattn-average`: the mean of a run's checkpoints, the folder it writes, and what it refuses."""
 
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 
@@ -9,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_headattn.averaging import average_checkpoints, average_state_dicts, last_checkpoints
+from hf_headattn.averaging import average_checkpoints, average_state_dicts, averaging_warnings, last_checkpoints
 from hf_headattn.commands.average import main
 
 from helpers import REPO, WITHOUT_PACKAGE, toy_data, train_tiny_model
@@ -92,10 +94,10 @@ def test_averaging_refuses_what_it_cannot_average(run_dir, tmp_path, capsys):
     checkpoints = last_checkpoints(run_dir, 3)
     with pytest.raises(ValueError, match="their configs differ \\(cross_attention: 'softmax' against 'sparsemax'"):
         average_checkpoints([checkpoints[0], run_dir.parent / "other"], tmp_path / "out")
-    with pytest.raises(ValueError, match="is \\(inside\\) the input checkpoint"):
+    with pytest.raises(ValueError, match="average lies inside the input .*checkpoint-2"):
         average_checkpoints(checkpoints, checkpoints[1] / "average")
-    with pytest.raises(ValueError, match="is \\(inside\\) the input checkpoint"):
-        average_checkpoints(checkpoints, checkpoints[2])
+    with pytest.raises(ValueError, match="checkpoint-3 is the input .*checkpoint-3: writing there would delete it"):
+        average_checkpoints(checkpoints, checkpoints[2], overwrite=True)
     with pytest.raises(ValueError, match="named twice"):
         average_checkpoints([checkpoints[0], checkpoints[0]], tmp_path / "out")
     (tmp_path / "exists").mkdir()
@@ -107,3 +109,89 @@ def test_averaging_refuses_what_it_cannot_average(run_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--last", "x", str(run_dir), "--output_dir", str(tmp_path / "x")])
     assert "N must be a positive whole number" in capsys.readouterr().err
+
+
+def _snapshot(folder):
+    return {path.relative_to(folder): path.stat().st_mtime_ns for path in sorted(folder.rglob("*"))}
+
+
+def test_overwrite_never_replaces_the_run_or_a_folder_it_did_not_write(run_dir, tmp_path, capsys):
+    before = _snapshot(run_dir)
+    with pytest.raises(SystemExit):  # the run folder holds the checkpoints: data loss before issue 44
+        main(["--last", "2", str(run_dir), "--output_dir", str(run_dir), "--overwrite"])
+    assert "holds the input" in capsys.readouterr().err
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine\n")
+    with pytest.raises(SystemExit):
+        main(["--last", "2", str(run_dir), "--output_dir", str(theirs), "--overwrite"])
+    assert "has no .hf_headattn_output.json saying which command wrote it" in capsys.readouterr().err
+    sibling_run = run_dir.parent / "other"  # written by the training command
+    with pytest.raises(SystemExit):
+        main(["--last", "2", str(run_dir), "--output_dir", str(sibling_run), "--overwrite"])
+    assert "holds a training run" in capsys.readouterr().err
+    assert _snapshot(run_dir) == before and (theirs / "notes.txt").read_text() == "mine\n"
+    assert (sibling_run / "model.safetensors").is_file()
+    # an average replaces an average
+    main(["--last", "2", str(run_dir), "--output_dir", str(tmp_path / "avg")])
+    main(["--last", "3", str(run_dir), "--output_dir", str(tmp_path / "avg"), "--overwrite"])
+    assert "checkpoint-1" in (tmp_path / "avg" / "averaged_from.json").read_text()
+
+
+def test_written_files_are_readable_as_the_umask_says(run_dir, tmp_path):
+    umask = os.umask(0)
+    os.umask(umask)
+    average_checkpoints(last_checkpoints(run_dir, 2), tmp_path / "avg")
+    for folder in (tmp_path / "avg", run_dir, run_dir / "checkpoint-3"):  # averaged, trained, checkpoint
+        assert oct((folder / "model.safetensors").stat().st_mode & 0o777) == oct(0o666 & ~umask), folder
+
+
+def test_checkpoints_of_different_runs_are_refused_unless_asked_for(run_dir, tmp_path, capsys):
+    other_seed = train_tiny_model(toy_data(tmp_path / "data"), tmp_path / "seed2", "transformer", "--seed", "2")
+    mixed = [last_checkpoints(run_dir, 1)[0], other_seed]
+    with pytest.raises(SystemExit):
+        main(["--checkpoints", *map(str, mixed), "--output_dir", str(tmp_path / "soup")])
+    error = capsys.readouterr().err
+    assert "checkpoints of different runs (--seed: 42 there, 2 now)" in error and "--allow_different_runs" in error
+    main(["--checkpoints", *map(str, mixed), "--output_dir", str(tmp_path / "soup"), "--allow_different_runs"])
+    assert (tmp_path / "soup" / "model.safetensors").is_file()
+    # another tokenizer of the same size: two token ids swapped
+    retokenized = tmp_path / "retokenized"
+    shutil.copytree(other_seed, retokenized)
+    tokenizer = json.loads((retokenized / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    first, second = list(vocab)[10:12]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (retokenized / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(ValueError, match="their tokenizers differ"):
+        average_checkpoints([other_seed, retokenized], tmp_path / "never", allow_different_runs=True)
+
+
+def _edited_copy(checkpoint, destination, *, warmup_steps=None, eval_loss=None):
+    shutil.copytree(checkpoint, destination)
+    if warmup_steps is not None:
+        manifest = json.loads((destination / "run_manifest.json").read_text())
+        manifest["identity"]["--warmup_steps"] = warmup_steps
+        (destination / "run_manifest.json").write_text(json.dumps(manifest))
+    if eval_loss is not None:
+        state = json.loads((destination / "trainer_state.json").read_text())
+        state["log_history"].append({"step": state["global_step"], "eval_loss": eval_loss})
+        (destination / "trainer_state.json").write_text(json.dumps(state))
+    return destination
+
+
+def test_warm_up_checkpoints_and_far_apart_losses_are_warned_about(run_dir, tmp_path, caplog):
+    checkpoints = last_checkpoints(run_dir, 3)
+    assert averaging_warnings(checkpoints[1:]) == []  # steps 2 and 3, after a 1-step warm-up
+    assert "checkpoint-1 (step 1) was saved during the learning-rate warm-up (steps 1-1)" in \
+        averaging_warnings(checkpoints)[0]
+    ratio = [_edited_copy(checkpoint, tmp_path / checkpoint.name, warmup_steps=0.5) for checkpoint in checkpoints]
+    assert "checkpoint-1 (step 1), checkpoint-2 (step 2) were saved during" in averaging_warnings(ratio)[0]
+    close = [_edited_copy(checkpoint, tmp_path / "close" / checkpoint.name, eval_loss=loss)
+             for checkpoint, loss in zip(checkpoints[1:], (2.00, 2.15))]
+    assert averaging_warnings(close) == []
+    apart = [_edited_copy(checkpoint, tmp_path / "apart" / checkpoint.name, eval_loss=loss)
+             for checkpoint, loss in zip(checkpoints[1:], (2.0, 4.3))]
+    with caplog.at_level(logging.WARNING, logger="hf_headattn"):
+        main(["--checkpoints", *map(str, apart), "--output_dir", str(tmp_path / "avg")])
+    assert "validation losses differ widely (checkpoint-2 (step 2): 2, checkpoint-3 (step 3): 4.3)" in caplog.text

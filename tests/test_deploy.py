@@ -101,10 +101,10 @@ def test_bad_settings_are_refused_before_anything_is_written(softmax_model, toke
     existing = tmp_path / "existing"
     existing.mkdir()
     (existing / "keep.txt").write_text("mine")
-    with pytest.raises(ValueError, match="exists; pass overwrite=True"):
+    with pytest.raises(ValueError, match="exists; choose another folder or pass --overwrite"):
         export_ctranslate2(softmax_model, tokenizer, existing)
     assert (existing / "keep.txt").read_text() == "mine"
-    with pytest.raises(ValueError, match="the model's own folder"):
+    with pytest.raises(ValueError, match="existing is the input .*existing: writing there would delete it"):
         export_ctranslate2(softmax_model, tokenizer, existing, overwrite=True, source=str(existing))
     monkeypatch.setitem(__import__("sys").modules, "ctranslate2", None)  # as if not installed
     with pytest.raises(ImportError, match=r'pip install "hf_headattn\[deploy\]"'):
@@ -143,7 +143,20 @@ def test_command_exports_a_folder_and_refuses_what_it_cannot(folder, tmp_path, c
     assert "CTranslate2 model (int8) written" in capsys.readouterr().err
     with pytest.raises(SystemExit) as refused:
         main(["--format", "ctranslate2", "--model", str(folder), "--output_dir", str(tmp_path / "ct2")])
-    assert refused.value.code == 2 and "exists; pass --overwrite" in capsys.readouterr().err
+    assert refused.value.code == 2 and "exists; choose another folder or pass --overwrite" in capsys.readouterr().err
+    main(["--format", "ctranslate2", "--model", str(folder), "--output_dir", str(tmp_path / "ct2"), "--overwrite"])
+    assert "CTranslate2 model (float32) written" in capsys.readouterr().err  # an export replaces an export
+    for holds_the_model in (folder.parent, folder):  # data loss before issue 44: the model exported deleted
+        with pytest.raises(SystemExit) as refused:
+            main(["--format", "ctranslate2", "--model", str(folder), "--output_dir", str(holds_the_model),
+                  "--overwrite"])
+        assert refused.value.code == 2 and "writing there would delete it" in capsys.readouterr().err
+    assert (folder / "model.safetensors").is_file()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit) as refused:
+        main(["--format", "ctranslate2", "--model", str(folder), "--output_dir", str(tmp_path / "mine"), "--overwrite"])
+    assert "--overwrite replaces only a folder hf-headattn-export wrote" in capsys.readouterr().err
     with pytest.raises(SystemExit) as refused:
         main(["--format", "onnx", "--model", str(folder), "--output_dir", str(tmp_path / "onnx")])
     assert refused.value.code == 2 and "invalid choice: 'onnx'" in capsys.readouterr().err

@@ -295,12 +295,16 @@ def test_an_average_keeps_the_runs_tokenizer_binding_and_replaces_an_old_folder_
                                                                                      tmp_path):
     from hf_headattn.averaging import average_checkpoints
 
-    output_dir = copy_of(new_model, tmp_path)  # an older folder where the average goes
+    with pytest.raises(ValueError, match="--overwrite replaces only a folder hf-headattn-average wrote, and .* holds "
+                                         "a training run"):
+        average_checkpoints([resumable / "checkpoint-2"], copy_of(new_model, tmp_path), overwrite=True)
+    output_dir = average_checkpoints([resumable / "checkpoint-2"], tmp_path / "average")  # an older average
+    (output_dir / "notes.txt").write_text("of the old average")
     average_checkpoints([resumable / "checkpoint-2", resumable / "checkpoint-4"], output_dir, overwrite=True)
+    assert not (output_dir / "notes.txt").exists()
     assert json.loads((output_dir / "run_manifest.json").read_text())["identity"] == json.loads(
         (resumable / "run_manifest.json").read_text())["identity"]
     load_model_and_tokenizer(output_dir)  # its tokenizer is the run's
-    assert not (output_dir / "train_results.json").exists()  # nothing of the old folder is left
     assert not list(tmp_path.glob(".*.partial"))
 
 
@@ -451,7 +455,8 @@ def test_a_nan_loss_stops_training_naming_the_step_and_keeps_the_last_good_check
     assert str(failed.value.code).startswith("hf-headattn-train: error: training diverged at step 3: the loss is nan. "
                                              f"Nothing of this step was applied or saved; the last checkpoint, "
                                              f"{output_dir / 'checkpoint-2'}, holds the run before it")
-    assert sorted(path.name for path in output_dir.iterdir()) == ["checkpoint-2"]  # no model, no later checkpoint
+    # no model, no later checkpoint: the run's record and its last good checkpoint
+    assert sorted(path.name for path in output_dir.iterdir()) == [".hf_headattn_output.json", "checkpoint-2"]
     weights = load_file(output_dir / "checkpoint-2" / "model.safetensors")
     assert all(torch.isfinite(value).all() for value in weights.values())
 
@@ -473,7 +478,7 @@ def test_non_finite_weights_are_never_saved(data, tmp_path):
     with pytest.raises(TrainingDiverged, match=r"the weight \S+ is not finite at step 2: \S+checkpoint-2 is not "
                                                r"written"):
         train(command(data, tmp_path / "run", "--learning_rate", "1e38", "--save_steps", "1"))
-    assert sorted(path.name for path in (tmp_path / "run").iterdir()) == ["checkpoint-1"]
+    assert sorted(path.name for path in (tmp_path / "run").iterdir()) == [".hf_headattn_output.json", "checkpoint-1"]
     weights = load_file(tmp_path / "run" / "checkpoint-1" / "model.safetensors")
     assert all(torch.isfinite(value).all() for value in weights.values())
 

@@ -167,14 +167,17 @@ def test_bad_input_is_refused_before_anything_is_written(folders, tmp_path):
     assert "a tokenizer (tokenizer_config.json and its vocabulary" in str(error.value)
     with pytest.raises(ValueError, match="is neither a model folder nor a Hub model id"):
         write_space([tmp_path / "not here" / "x y"], tmp_path / "space")
-    with pytest.raises(ValueError, match="is inside the model folder"):
+    with pytest.raises(ValueError, match="space lies inside the input .*model"):
         write_space([softmax], softmax / "space")
+    with pytest.raises(ValueError, match="holds the input .*model: writing there would delete it"):
+        write_space([softmax], softmax.parent, overwrite=True)  # data loss before issue 44
+    assert (softmax / "model.safetensors").is_file()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["incomplete"]  # nothing written, no staging left
 
     written = write_space([softmax, "someone/headattn-de-en"], tmp_path / "space")
     assert SpaceCard.load(written / "README.md").data.models == ["someone/headattn-de-en"]
     assert "('someone/headattn-de-en', 'someone/headattn-de-en', False)" in (written / "app.py").read_text()
-    with pytest.raises(ValueError, match="exists; choose another --output_dir or pass --overwrite"):
+    with pytest.raises(ValueError, match="exists; choose another folder or pass --overwrite"):
         write_space([softmax], written)
     write_space([softmax], written, overwrite=True)
     assert not (written / "models" / "someone").exists() and "someone" not in (written / "app.py").read_text()
@@ -225,7 +228,7 @@ def test_hub_command_writes_and_pushes_a_space(folders, tmp_path, fake_hub, caps
     with pytest.raises(SystemExit) as exit_code:
         hub.main(["space", "--model", str(softmax), "--output_dir", str(tmp_path / "space")])
     assert exit_code.value.code == 1
-    assert "exists; choose another --output_dir or pass --overwrite" in capsys.readouterr().err
+    assert "exists; choose another folder or pass --overwrite" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         hub.main(["push", "--space", str(tmp_path / "space"), "--model", str(softmax), "--repo-id", "someone/x"])
     assert "not allowed with argument" in capsys.readouterr().err

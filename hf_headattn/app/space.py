@@ -23,13 +23,14 @@ from ..publish.upload import (
     missing_code_files,
     upload_checked_files,
 )
-from ..output_files import staging_folder
+from ..output_files import check_output_folder, new_folder
 
 __all__ = ["SPACE_PACKAGE", "check_space_folder", "push_space", "space_code_files", "write_space"]
 
 # A Space holds the web page (hf_headattn.app) with the modules it runs, copied unchanged into a package of the
 # Space laid out as hf_headattn is, so that it runs with torch, Transformers and gradio alone; its models load
 # through their own code.
+SPACE_COMMAND = "hf-headattn-hub space"
 SPACE_PACKAGE = "headattn_app"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # hf_headattn/
 # The page's package; the Space holds it and every module it imports (space_code_files), as paths from the root.
@@ -240,9 +241,6 @@ def write_space(
     for model in models:
         path = Path(model)
         if path.is_dir():
-            if output_dir.resolve().is_relative_to(path.resolve()):
-                raise ValueError(f"--output_dir {output_dir} is inside the model folder {path}; write the Space "
-                                 "elsewhere")
             missing = _space_model_problems(path)
             if missing:
                 problems.append(f"{path}: " + "; ".join(missing))
@@ -257,8 +255,8 @@ def write_space(
             entries.append((str(model), str(model), False, None))
     if problems:
         raise ValueError("Cannot write the Space; missing: " + " | ".join(problems))
-    if output_dir.exists() and not overwrite:
-        raise ValueError(f"{output_dir} exists; choose another --output_dir or pass --overwrite")
+    local_models = [path for _, _, bundled, path in entries if bundled]
+    check_output_folder(output_dir, command=SPACE_COMMAND, overwrite=overwrite, inputs=local_models)
     if not output_dir.parent.is_dir():
         raise ValueError(f"Cannot write {output_dir}: its folder {output_dir.parent} does not exist")
 
@@ -273,8 +271,7 @@ def write_space(
     title = title or ("hf_headattn: " + " vs ".join(names[:2]) + (" and more" if len(names) > 2 else ""))
     package_version = version("hf_headattn")
 
-    staging = staging_folder(output_dir)
-    try:
+    with new_folder(output_dir, command=SPACE_COMMAND, overwrite=overwrite, inputs=local_models) as staging:
         code_dir = staging / SPACE_PACKAGE
         code_dir.mkdir()
         (code_dir / "__init__.py").write_text(f'"""The web demo of hf_headattn {package_version}, copied unchanged by '
@@ -313,12 +310,6 @@ def write_space(
             f"hf_headattn {package_version}. To run it elsewhere:\n\n"
             f"```bash\npip install -r requirements.txt \"gradio=={gradio_version}\"\npython app.py   # then open "
             "http://127.0.0.1:7860\n```\n", encoding="utf-8")
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return output_dir
 
 

@@ -28,7 +28,11 @@ def make_parser():
     which.add_argument("--last", nargs=2, metavar=("N", "RUN_DIR"),
                        help="the N newest checkpoint-* folders of a training run's output folder")
     parser.add_argument("--output_dir", required=True, help="the averaged model's folder (must not exist)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --output_dir if it exists")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --output_dir if it exists and this command wrote it")
+    parser.add_argument("--allow_different_runs", action="store_true",
+                        help="average checkpoints of different runs (other seeds, data or settings of one "
+                             "architecture and tokenizer): a model soup")
     add_verbose_and_version_arguments(parser)
     return parser
 
@@ -49,7 +53,8 @@ def main(argv=None) -> None:
             checkpoints = last_checkpoints(run_dir, int(count))
         else:
             checkpoints = [Path(checkpoint) for checkpoint in args.checkpoints]
-        output = average_checkpoints(checkpoints, args.output_dir, overwrite=args.overwrite)
+        output = average_checkpoints(checkpoints, args.output_dir, overwrite=args.overwrite,
+                                     allow_different_runs=args.allow_different_runs)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
     print(f"averaged {len(checkpoints)} checkpoints ({', '.join(checkpoint.name for checkpoint in checkpoints)}) "

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
-from ..export import CTRANSLATE2_QUANTIZATIONS, FORMATS, export_ctranslate2, import_ctranslate2
+from ..export import CTRANSLATE2_QUANTIZATIONS, EXPORT_COMMAND, FORMATS, export_ctranslate2, import_ctranslate2
+from ..output_files import check_output_folder
 
 EXAMPLES = """examples:
   # a float32 CTranslate2 model, and an int8 one
@@ -39,7 +40,7 @@ def make_parser():
     parser.add_argument("--output_dir", required=True, help="the folder to write (refused if it exists)")
     parser.add_argument("--quantization", default="float32", choices=CTRANSLATE2_QUANTIZATIONS,
                         help="CTranslate2's weight type")
-    parser.add_argument("--overwrite", action="store_true", help="replace --output_dir if it exists")
+    parser.add_argument("--overwrite", action="store_true", help="replace --output_dir if it exists and this command wrote it")
     add_verbose_and_version_arguments(parser)
     return parser
 
@@ -50,8 +51,11 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
     output_dir = Path(args.output_dir)
-    if output_dir.exists() and not args.overwrite:
-        parser.error(f"--output_dir {args.output_dir} exists; pass --overwrite to replace it")
+    try:  # before the model loads
+        check_output_folder(output_dir, command=EXPORT_COMMAND, overwrite=args.overwrite,
+                            inputs=[args.model] if Path(args.model).exists() else [])
+    except ValueError as error:
+        parser.error(str(error))
     try:
         import_ctranslate2()
     except ImportError as error:

@@ -13,15 +13,14 @@ Under torchrun every process translates its share and the first writes the whole
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
-from ..output_files import with_default_permissions
+from ..output_files import new_file
 from ..translation import (ALIGNMENT_HEADS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, OUTPUT_FORMATS, QUANTIZATIONS,
                            format_translation, quantize, read_lines, translate)
 from ..translation.quantization import CPU_DTYPE_FLAGS, cpu_has_any_flag
@@ -159,33 +158,20 @@ def main(argv=None) -> None:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
     state = distributed_state()
     writes = state is None or state.is_main_process
-    temporary = None
-    if args.output != "-" and writes:  # an unwritable output fails now, not after translating
-        output = Path(args.output)
-        try:
-            temporary = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=output.parent, delete=False,
-                                                    prefix=f".{output.name}.", suffix=".partial")
-        except OSError as error:
-            parser.exit(1, f"{parser.prog}: error: cannot write --output {args.output}: {error.strerror}\n")
-    try:
+    with contextlib.ExitStack() as output:
+        handle = sys.stdout
+        if args.output != "-" and writes:  # an unwritable output fails now, not after translating
+            try:
+                handle = output.enter_context(new_file(args.output))  # whole or not at all
+            except OSError as error:
+                parser.exit(1, f"{parser.prog}: error: cannot write --output {args.output}: {error.strerror}\n")
         translations, seconds = _load_and_translate(parser, args, sources, state)
         if not writes:
             return
-        text = "".join(format_translation(translation, index, output_format=args.output_format, nbest=args.nbest,
-                                          alignments=args.alignments)
-                       for index, translation in enumerate(translations))
-        if temporary is None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        else:
-            temporary.write(text)
-            temporary.close()
-            os.replace(with_default_permissions(temporary.name), args.output)
-            temporary = None
-    finally:
-        if temporary is not None:  # interrupted or failed: no partial file under any name
-            temporary.close()
-            Path(temporary.name).unlink(missing_ok=True)
+        handle.write("".join(format_translation(translation, index, output_format=args.output_format,
+                                                nbest=args.nbest, alignments=args.alignments)
+                             for index, translation in enumerate(translations)))
+        handle.flush()
     if not args.quiet:
         translated = sum(bool(translation.hypotheses) for translation in translations)
         destination = "stdout" if args.output == "-" else args.output

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..output_files import write_text
 from .texts import Links, Tokenizer, check_parallel, check_texts, get_tokenizer
 
 
@@ -135,9 +136,7 @@ def _cached(path: Path | None, compute, valid):
     value = compute()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
-        os.replace(temporary, path)
+        write_text(path, json.dumps(value, ensure_ascii=False))
     return value, False
 
 

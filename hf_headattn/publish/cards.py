@@ -23,6 +23,8 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCardData
 from huggingface_hub.utils import validate_repo_id
 
+from ..output_files import write_text
+
 # transformers and the model classes are imported where they are used, so that the command's `--help` is instant.
 
 __all__ = ["CARD_METRICS", "TEMPLATES_DIR", "load_config", "markdown_table_cell", "write_model_card"]
@@ -131,9 +133,7 @@ def write_model_card(
         "evaluation_details": _evaluation_details(evaluation),
         "limitations": "".join(f"- {item}\n" for item in limitations).rstrip("\n"),
     }
-    readme = model_dir / "README.md"
-    readme.write_text(_fill(template_path, values), encoding="utf-8")
-    return readme
+    return write_text(model_dir / "README.md", _fill(template_path, values))
 
 
 def load_config(model_dir: Path):

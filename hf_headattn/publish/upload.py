@@ -25,6 +25,8 @@ from huggingface_hub import HfApi, ModelCard
 from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
+from ..output_files import OUTPUT_RECORD
+
 # transformers is imported where it is used, so that the command's `--help` is instant.
 
 __all__ = [
@@ -61,13 +63,13 @@ TRAINER_BYPRODUCTS = ("training_args.bin", "checkpoint-*", "run_manifest.json")
 
 def _folder_files(model_dir: Path) -> list[str]:
     """Every file of the folder (relative paths, sorted) but what ``upload_folder`` never sends (``.git``, caches)
-    and symbolic links out of the folder (:func:`links_out_of`)."""
+    and symbolic links out of the folder (:func:`links_out_of`), nor the folder's record of the command that wrote it."""
     if not model_dir.is_dir():
         raise FileNotFoundError(f"Model folder not found: {model_dir}")
     outside = links_out_of(model_dir)
     relative = [path.relative_to(model_dir).as_posix() for path in sorted(model_dir.glob("**/*")) if path.is_file()]
     return [name for name in filter_repo_objects(relative, ignore_patterns=list(DEFAULT_IGNORE_PATTERNS))
-            if name not in outside]
+            if name not in outside and name != OUTPUT_RECORD]  # which command wrote the folder: this machine's
 
 
 def links_out_of(model_dir: str | Path) -> dict[str, str]:

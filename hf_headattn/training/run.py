@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import Seq2SeqTrainingArguments
 
-from ..output_files import replace_folder, sibling
+from ..output_files import replace_folder, sibling, with_default_permissions, write_record, written_by
 from ..runtime.configuration_headattn_rnn import HeadAttnRNNConfig
 from ..tokenization import load_tokenizer, tokenizer_fingerprint, train_tokenizer
 from .arguments import DataArguments, ModelArguments, RunArguments, build_config, parse_args
 from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint
 from .data import corpus_texts, load_data, scan_data_files, tokenize_parallel
-from .run_folder import TOKENIZER_SCRATCH, RunLock, RunRefused, carry_over, clean_leftovers
+from .run_folder import (TOKENIZER_SCRATCH, TRAIN_COMMAND, RunLock, RunRefused, carry_over, check_run_folder,
+                         clean_leftovers)
 from .run_manifest import build_manifest, check_resume
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ def run_training(model_args: ModelArguments, data_args: DataArguments, run_args:
         with training_args.main_process_first(desc="run folder"):
             if main_process:
                 clean_leftovers(output_dir)
+                check_run_folder(output_dir)
             try:  # settled under the lock: the folder may have changed since the flags were checked
                 training_args.resume_from_checkpoint = find_checkpoint(run_args, training_args)
             except ValueError as error:
@@ -157,6 +159,9 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
         lr_decay=(dict(factor=run_args.lr_decay_factor, start_decay_at=run_args.lr_decay_start_at)
                   if run_args.lr_decay == "opennmt" else None),
     )
+    if main_process and written_by(output_dir) is None:  # the folder is this run's from now on
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_record(output_dir, TRAIN_COMMAND)
     metrics = dict(trainer.train(resume_from_checkpoint=checkpoint).metrics)
     if training_args.eval_strategy != "no":
         metrics.update(_final_evaluation(trainer))
@@ -177,6 +182,8 @@ def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metri
     trainer.save_model(str(staging))  # by every process: a sharded model gathers its weights
     if trainer.is_world_process_zero():
         (staging / "train_results.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
+        write_record(staging, TRAIN_COMMAND)
+        with_default_permissions(staging)
         if carried := carry_over(output_dir, staging, keep_checkpoints):
             logger.info(f"kept from {output_dir} beside the new model: {', '.join(carried)}")
         replace_folder(output_dir, staging)

@@ -12,6 +12,7 @@ one whole.
   killed between the two renames of a system without an atomic exchange leaves the old folder at
   ``runs/.de-en.replaced``.
 * `clean_leftovers` — run under the lock before anything else: removes what an interrupted swap left behind.
+* `check_run_folder` — a folder another command wrote (its `output_files` record says which) is no run folder.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..output_files import sibling
+from ..output_files import recover_interrupted_swap, sibling, written_by
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ MODEL_FILE_PATTERNS = (
     "added_tokens.json", "vocab.json", "merges.txt", "*.spm", "*.model", "chat_template.*", "training_args.bin",
     "train_results.json", "run_manifest.json",
 )
-TOKENIZER_SCRATCH = ".tokenizer-in-training"  # the run's trained tokenizer until its first checkpoint holds it
+TOKENIZER_SCRATCH = ".tokenizer-in-training"
+TRAIN_COMMAND = "hf-headattn-train"  # in the folder's output record (`output_files.write_record`)  # the run's trained tokenizer until its first checkpoint holds it
 
 
 class RunRefused(RuntimeError):
@@ -86,20 +88,23 @@ class RunLock:
 
 def clean_leftovers(output_dir: str | Path) -> None:
     """Undo what a swap killed midway left (call it holding the lock): an old folder moved aside goes back if the
-    new one never took its place, and the staging folder, which then holds a model never swapped in or the old
-    folder swapped out, is deleted."""
+    new one never took its place (`output_files.recover_interrupted_swap`), and the staging folder, which then
+    holds a model never swapped in or the old folder swapped out, is deleted."""
     output_dir = Path(output_dir).resolve()
-    replaced, staging = sibling(output_dir, "replaced"), sibling(output_dir, "partial")
-    if replaced.exists():
-        if output_dir.exists():
-            shutil.rmtree(replaced)
-        else:
-            logger.warning(f"{output_dir}: a previous run was killed while replacing it; its previous contents are "
-                           f"restored from {replaced}")
-            os.rename(replaced, output_dir)
+    recover_interrupted_swap(output_dir)
+    staging = sibling(output_dir, "partial")
     if staging.exists():
         logger.info(f"removing {staging}, left by a run killed while saving its model")
         shutil.rmtree(staging)
+
+
+def check_run_folder(output_dir: str | Path) -> None:
+    """Refuse an --output_dir that another command wrote (an average, an export, a Space): a run would mix its
+    checkpoints and model into it."""
+    writer = written_by(output_dir)
+    if writer not in (None, TRAIN_COMMAND):
+        raise RunRefused(f"--output_dir {output_dir} was written by {writer}, not by a training run; choose another "
+                         "--output_dir")
 
 
 def is_model_file(name: str) -> bool:

@@ -18,6 +18,7 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import get_last_checkpoint, seed_worker
 
 from ..metrics import score_translations
+from ..output_files import with_default_permissions
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
 from .learning_rate_decay import OpenNMTDecay
 from .run_folder import RunRefused
@@ -197,6 +198,8 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
         super()._save(output_dir, state_dict)
         if self.run_manifest is not None and self.args.should_save:
             write_manifest(output_dir, self.run_manifest)
+        if self.args.should_save:  # safetensors writes weights as 0600: unreadable to whoever serves the folder
+            with_default_permissions(output_dir)
 
     def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
                              trial):
