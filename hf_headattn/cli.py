@@ -67,6 +67,28 @@ def configure_logging(verbose: bool) -> None:
         import transformers
 
         transformers.logging.set_verbosity_info()
+    quiet_libraries(verbose)
+
+
+def quiet_libraries(verbose: bool, *, datasets: bool = False) -> None:
+    """No progress bars of Transformers (loading weights, writing shards) and, with `datasets`, of datasets
+    (generating splits, filtering) unless `verbose`: seconds of work the user cannot act on, and escape codes in
+    log files. A command's own bar over a datasets map turns them on for its time
+    (`training.data.datasets_progress_bar`). `datasets` is opt-in: importing it costs commands that never use it
+    seconds of start-up."""
+    from transformers.utils import logging as transformers_logging
+
+    if verbose:
+        transformers_logging.enable_progress_bar()
+    else:
+        transformers_logging.disable_progress_bar()
+    if datasets:
+        import datasets as datasets_library
+
+        if verbose:
+            datasets_library.enable_progress_bars()
+        else:
+            datasets_library.disable_progress_bars()
 
 
 class UnderscoreArgumentParser(argparse.ArgumentParser):

@@ -262,7 +262,7 @@ def test_descriptions_name_the_variants_of_both_families():
 
 
 
-def test_the_page_translates_over_http(tokenizer, lines):
+def test_the_page_translates_over_http(tokenizer, lines, capfd):
     pytest.importorskip("gradio")
     from gradio_client import Client
 
@@ -272,13 +272,16 @@ def test_the_page_translates_over_http(tokenizer, lines):
                                                      "csparsemax": (csparsemax, tokenizer)}.__getitem__)
     demo = page.build_demo(models, time_limit=30)
     port = free_port()
-    page.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
+    page.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True)
+    printed = capfd.readouterr()
+    assert printed.out == f"page: http://127.0.0.1:{port}/ (Ctrl+C stops it)\n"  # not Gradio's share=True advice
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         text = "\n".join(source for _, source in lines)
         outputs = client.predict(text, 2, 1, 8, "softmax", "csparsemax", api_name="/translate")
     finally:
         demo.close()
+    assert "max_length" not in capfd.readouterr().err  # Transformers' max_new_tokens warning, once per request
     panels = [outputs[1:11], outputs[11:21]]
     for panel, model in zip(panels, (softmax, csparsemax)):
         expected = translate(model, tokenizer, [source for _, source in lines], num_beams=2, max_new_tokens=8)

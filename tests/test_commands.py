@@ -266,3 +266,29 @@ def test_bleu_of_tokenised_text_logs_no_detokenisation_warning(caught_warnings):
     bleu_by_length(sentences, sentences, sentences)
     assert scores["bleu"] == pytest.approx(100)
     assert not log_records and not messages(caught)
+
+
+def test_commands_are_quiet_by_default_and_say_more_with_verbose(tmp_path, capfd):
+    from hf_headattn.commands import train as train_command
+    from hf_headattn.commands import translate as translate_command
+
+    data = toy_data(tmp_path / "data")
+    flags = ["--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
+             "--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"]),
+             "--vocab_size", "200", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64",
+             "--max_steps", "2", "--logging_steps", "1", "--max_length", "12"]
+    train_command.main([*flags, "--output_dir", str(tmp_path / "run")])
+    out, err = capfd.readouterr()
+    result = out.splitlines()[-1]
+    assert re.fullmatch(rf"trained 2 steps \| .* \| written: {re.escape(str(tmp_path / 'run'))}", result), result
+    assert "train_runtime" not in out  # the result line says it
+    library_bars = ("Generating train split", "dropping empty lines", "Writing model shards", "Loading weights")
+    assert not [bar for bar in library_bars if bar in err], err
+    assert "tokenising" in err  # the command's own bar
+    translate_command.main(["--model", str(tmp_path / "run"), "--input", str(data["valid.src"]), "--output",
+                            str(tmp_path / "out.en"), "--max_new_tokens", "5"])
+    out, err = capfd.readouterr()
+    assert "Loading weights" not in err and "`max_new_tokens`" not in err and "max_length" not in err, err
+    assert re.match(r"\d+ lines translated", err.strip().splitlines()[-1])
+    train_command.main([*flags, "--output_dir", str(tmp_path / "verbose"), "--verbose"])
+    assert "Writing model shards" in capfd.readouterr().err

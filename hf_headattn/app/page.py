@@ -210,6 +210,15 @@ def update_views(result: PanelResult | None, show: str | None, layer: str | None
 def launch(demo, *, host: str | None = None, port: int | None = None, **launch_kwargs):
     """Serve `demo` with the page's theme and style; `host` / `port` default to Gradio's (GRADIO_SERVER_NAME,
     GRADIO_SERVER_PORT, else 127.0.0.1:7860), so a Space's settings apply. No stack trace reaches the page
-    (``show_error=False``; the handlers already turn errors into messages)."""
-    return demo.launch(server_name=host, server_port=port, theme=_offline_theme(), css=CSS, show_error=False,
-                       **launch_kwargs)
+    (``show_error=False``; the handlers already turn errors into messages). The terminal gets one line, the page's
+    address, instead of Gradio's advice (``share=True``) that a local page does not need; ``quiet=True`` drops that
+    line too."""
+    quiet = launch_kwargs.pop("quiet", False)
+    block = not launch_kwargs.pop("prevent_thread_lock", False)
+    launched = demo.launch(server_name=host, server_port=port, theme=_offline_theme(), css=CSS, show_error=False,
+                           quiet=True, prevent_thread_lock=True, **launch_kwargs)
+    if not quiet:
+        print(f"page: {demo.local_url} (Ctrl+C stops it)", flush=True)
+    if block:
+        demo.block_thread()
+    return launched

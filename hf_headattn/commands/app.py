@@ -87,10 +87,6 @@ def main(argv=None) -> None:
         import gradio  # noqa: F401
     except ImportError:
         parser.exit(1, f'{parser.prog}: error: the web page needs gradio: pip install "hf_headattn[app]"\n')
-    from transformers.utils import logging as transformers_logging
-
-    if not args.verbose:  # the weights' loading bar says nothing a visitor needs
-        transformers_logging.disable_progress_bar()
     try:
         device = resolve_device(args.device)
     except ValueError as error:

@@ -41,10 +41,6 @@ def main(argv=None) -> None:
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
-    if not args.verbose:  # loading and writing bars for a few seconds' work
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
     try:
         if args.last:
             count, run_dir = args.last

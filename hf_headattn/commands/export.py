@@ -60,12 +60,8 @@ def main(argv=None) -> None:
         import_ctranslate2()
     except ImportError as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
-    from transformers.utils import logging as transformers_logging
-
     from ..loading import load_model_and_tokenizer
 
-    if not args.verbose:
-        transformers_logging.disable_progress_bar()
     try:
         model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError) as error:

@@ -4,19 +4,22 @@
 
 The flags are the training library's argument groups (`training.arguments`) and Trainer's own; this module gives
 them their `--help`, runs the training and turns a refused run into a usage error. The run ends with its result
-line (`trained 100 steps | ... | written: DIR`), logged by the process that saved the model.
+line (`trained 100 steps | ... | written: DIR`), printed by the process that saved the model; the libraries'
+progress bars are off unless --verbose.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import HfArgumentParser
 
-from ..cli import HelpFormatter, add_version_argument
+from ..cli import HelpFormatter, add_version_argument, quiet_libraries
 from ..runtime.attention_base import SITES
 from ..runtime.attention_registry import ATTENTION_VARIANTS
 from ..training.arguments import argument_parser, parse_args
-from ..training.run import run_training
+from ..training.run import run_training, summary_line
 from ..training.run_folder import RunRefused
 
 EXAMPLES = """examples:
@@ -67,8 +70,13 @@ def make_parser() -> HfArgumentParser:
 
 
 def main(argv=None) -> None:
+    arguments = parse_args(argv, make_parser())
+    run_args, training_args = arguments[2], arguments[3]
+    quiet_libraries(run_args.verbose, datasets=True)
     try:
-        run_training(*parse_args(argv, make_parser()))
+        metrics = run_training(*arguments)
+        if training_args.process_index == 0:  # the process that saved the model
+            print(summary_line(metrics, Path(training_args.output_dir)), flush=True)
     except RunRefused as error:
         raise SystemExit(f"hf-headattn-train: error: {error}") from None
     finally:

@@ -181,12 +181,8 @@ def main(argv=None) -> None:
 
 def _load_and_translate(parser, args, sources, state):
     import torch
-    from transformers.utils import logging as transformers_logging
-
     from ..loading import load_model_and_tokenizer, resolve_device
 
-    if not args.verbose:  # the weights' loading bar says nothing a translator needs
-        transformers_logging.disable_progress_bar()
     try:
         device = state.device if state is not None and args.device == "auto" else resolve_device(args.device)
         dtype = {"auto": "auto", "float32": torch.float32, "float16": torch.float16,

@@ -230,6 +230,10 @@ class RunArguments:
     early_stopping_patience: int | None = field(default=None, metadata={
         "help": "stop after this many evaluations without improvement of --metric_for_best_model (needs "
                 "--load_best_model_at_end)"})
+    verbose: bool = field(default=False, metadata={
+        "help": "also show the libraries' progress bars (datasets' loading, Transformers' weight writing) and "
+                "INFO logs; by default the command shows its own bars (tokenising, training, evaluating), the "
+                "training logs and its result line"})
 
 
 ARGUMENT_GROUPS = (ModelArguments, DataArguments, RunArguments, Seq2SeqTrainingArguments)

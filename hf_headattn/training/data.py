@@ -6,6 +6,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -104,8 +105,9 @@ def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenize
             return encoded
 
         return dataset.map(encode_and_warn, batched=True, remove_columns=["source", "target"])
-    encoded = dataset.map(encode, batched=True, num_proc=num_proc, remove_columns=["source", "target"],
-                          desc="tokenising")
+    with datasets_progress_bar():  # the command's own step: minutes at millions of pairs
+        encoded = dataset.map(encode, batched=True, num_proc=num_proc, remove_columns=["source", "target"],
+                              desc="tokenising")
     for name, part in encoded.items() if isinstance(encoded, DatasetDict) else [(split, encoded)]:
         if truncated := sum(part["truncated"]):
             logger.warning(f"{truncated} of {len(part)} {name} pairs are longer than --max_length {max_length} "
@@ -181,3 +183,18 @@ def corpus_texts(dataset: Dataset):
     for column in ("source", "target"):
         for batch in dataset.iter(batch_size=10_000):
             yield from batch[column]
+
+
+@contextlib.contextmanager
+def datasets_progress_bar():
+    """datasets' progress bars on inside the block (a command's own step, such as tokenising, that takes long
+    enough to want one), as they were after it."""
+    import datasets
+
+    disabled = not datasets.is_progress_bar_enabled()
+    datasets.enable_progress_bars()
+    try:
+        yield
+    finally:
+        if disabled:
+            datasets.disable_progress_bars()

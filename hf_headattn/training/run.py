@@ -187,7 +187,6 @@ def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metri
         if carried := carry_over(output_dir, staging, keep_checkpoints):
             logger.info(f"kept from {output_dir} beside the new model: {', '.join(carried)}")
         replace_folder(output_dir, staging)
-        logger.info(summary_line(metrics, output_dir))
     trainer.accelerator.wait_for_everyone()
 
 

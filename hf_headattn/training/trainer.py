@@ -54,6 +54,8 @@ class NumericProgressCallback(ProgressCallback):
     formatted as quoted strings."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if "train_runtime" in logs:  # the end-of-training summary: the command's result line says it
+            return
         if state.is_world_process_zero and self.training_bar is not None:
             shown = [f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
                      for key, value in logs.items() if key != "total_flos"]

@@ -98,6 +98,10 @@ def translate(
     if nbest > num_beams:
         raise ValueError(f"nbest={nbest} is more than num_beams={num_beams}: beam search keeps num_beams "
                          "hypotheses, so ask for at most that many (or raise num_beams)")
+    if generate_kwargs.get("max_new_tokens") is not None and "max_length" not in generate_kwargs:
+        # the saved generation config's max_length yields to max_new_tokens; saying so, Transformers would warn on
+        # every call
+        generate_kwargs = {**generate_kwargs, "max_length": None}
     if alignment_heads not in ALIGNMENT_HEADS:
         raise ValueError(f"Unknown alignment_heads={alignment_heads!r}; accepted: {', '.join(ALIGNMENT_HEADS)}")
     if alignments or attention:
