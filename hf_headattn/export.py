@@ -35,7 +35,7 @@ FORMATS = ("ctranslate2",)
 # CTranslate2's weight types (`ct2-transformers-converter --quantization`); "float32" keeps the weights as they are
 CTRANSLATE2_QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
                              "bfloat16")
-DEPLOY_EXTRA = 'pip install "hf_headattn[deploy]"'
+DEPLOY_EXTRA = 'pip install "ctranslate2>=4.5" (the deploy extra)'
 EXPORT_COMMAND = "hf-headattn-export"
 EXPORT_RECORD = "hf_headattn_export.json"
 

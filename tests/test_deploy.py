@@ -107,7 +107,7 @@ def test_bad_settings_are_refused_before_anything_is_written(softmax_model, toke
     with pytest.raises(ValueError, match="existing is the input .*existing: writing there would delete it"):
         export_ctranslate2(softmax_model, tokenizer, existing, overwrite=True, source=str(existing))
     monkeypatch.setitem(__import__("sys").modules, "ctranslate2", None)  # as if not installed
-    with pytest.raises(ImportError, match=r'pip install "hf_headattn\[deploy\]"'):
+    with pytest.raises(ImportError, match=r'pip install "ctranslate2>=4.5" \(the deploy extra\)'):
         export_ctranslate2(softmax_model, tokenizer, tmp_path / "out")
 
 

@@ -2,7 +2,7 @@ r"""The web page: translate in a browser and see where each model's attention go
 
     hf-headattn-app --model runs/demo/model --model runs/demo-csparsemax/model [--port 7860]
 
-:mod:`.page` is the Gradio page (``pip install hf_headattn[app]``), :mod:`.panels` what each panel shows for a model
+:mod:`.page` is the Gradio page (the ``app`` extra: ``pip install "gradio>=6,<7"``), :mod:`.panels` what each panel shows for a model
 (translations with their attention, messages), :mod:`.views` the HTML and SVG views, and :mod:`.space` the Gradio
 Space that ``hf-headattn-hub space`` writes. The command is :mod:`hf_headattn.commands.app`.
 

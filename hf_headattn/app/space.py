@@ -234,7 +234,7 @@ def write_space(
     try:
         gradio_version = version("gradio")
     except PackageNotFoundError:
-        raise ValueError('Writing a Space needs gradio installed (pip install "hf_headattn[app]"): the Space pins the '
+        raise ValueError('Writing a Space needs gradio installed (the app extra: pip install "gradio>=6,<7"): the Space pins the '
                          "gradio version its page was made with") from None
     output_dir = Path(output_dir)
     entries, problems, taken = [], [], set()

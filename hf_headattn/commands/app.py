@@ -34,7 +34,7 @@ EXAMPLES = """examples:
 the page: a text box (one sentence a line), beams, n-best and max new tokens, and per model panel the translations
 with scores, the cross-attention as a heat map of source words x target words (per layer and head, their mean, or
 what the alignment reads), the word alignment as links, DHICM and multi-hop weights over heads as bars, and
-csoftmax / csparsemax cumulative attention against the fertility bounds. Needs gradio: pip install "hf_headattn[app]".
+csoftmax / csparsemax cumulative attention against the fertility bounds. Needs gradio (the app extra): pip install "gradio>=6,<7".
 """
 
 
@@ -86,7 +86,7 @@ def main(argv=None) -> None:
     try:
         import gradio  # noqa: F401
     except ImportError:
-        parser.exit(1, f'{parser.prog}: error: the web page needs gradio: pip install "hf_headattn[app]"\n')
+        parser.exit(1, f'{parser.prog}: error: the web page needs gradio (the app extra): pip install "gradio>=6,<7"\n')
     try:
         device = resolve_device(args.device)
     except ValueError as error:

@@ -33,7 +33,7 @@ def make_parser():
     parser = UnderscoreArgumentParser(
         prog="hf-headattn-export", formatter_class=HelpFormatter, epilog=EXAMPLES,
         description="Export a model folder (or Hub id) for deployment: CTranslate2, through to_marian and "
-                    "CTranslate2's own converter. Needs ctranslate2 (pip install \"hf_headattn[deploy]\").")
+                    "CTranslate2's own converter. Needs ctranslate2 (the deploy extra: pip install \"ctranslate2>=4.5\").")
     parser.add_argument("--format", required=True, choices=FORMATS, help="what to export to")
     parser.add_argument("--model", required=True, help="a saved model folder, or a Hugging Face Hub id")
     add_trust_remote_code_argument(parser, "--trust_remote_code")
