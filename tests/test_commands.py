@@ -2,6 +2,7 @@
 quiet output (no Python warnings) from training, the demo and evaluation."""
 
 import argparse
+import json
 import importlib
 import logging
 import re
@@ -238,11 +239,21 @@ def test_demo_emits_no_warnings_and_says_what_it_did_in_a_line(tmp_path, caught_
     assert not messages(caught)
     assert not log_records
     # short lines for people; the numbers are in demo_results.json and the model's train_results.json
-    assert re.fullmatch(r"BLEU [\d.]+ \| exact match \d+% \| 100 test sentences \| written: .*model",
-                        capsys.readouterr().out.splitlines()[-1])
-    trained = [record.getMessage() for record in caplog.records if record.name == "hf_headattn.training.run"][-1]
-    assert re.fullmatch(r"trained \d+ steps \| 3,000 pairs \| [\d.]+ min \| train_loss [\d.]+ \| eval_loss [\d.]+ "
-                        r"\| written: .*model", trained), trained
+    printed = capsys.readouterr().out.splitlines()
+    trained = [line for line in printed if line.startswith("trained ")]
+    assert len(trained) == 1 and re.fullmatch(r"trained \d+ steps \| 3,000 pairs \| [\d.]+ min \| train_loss [\d.]+ "
+                                              r"\| eval_loss [\d.]+ \| written: .*model", trained[0]), printed
+    runaway = json.loads((tmp_path / "demo_results.json").read_text())["runaway_lines"]
+    why = (rf" \| {len(runaway)} hypothes[ie]s loops? past the reference's end \(test line [\d, ]+\): BLEU counts "
+           "each repeated word" if runaway else "")
+    assert re.fullmatch(rf"BLEU [\d.]+ \| exact match \d+% \| 100 test sentences{why} \| written: .*model",
+                        printed[-1]), printed[-1]
+
+
+def test_runaway_lines_are_those_far_past_their_references_end():
+    references = ["a dog runs .", "two men .", "a cat"]
+    hypotheses = ["a dog runs .", "two men men men men men men men men men .", "a cat cat cat cat cat cat"]
+    assert demo.runaway_lines(hypotheses, references) == [2]  # 11 words > 2 * 3 + 3; 7 words are not > 2 * 2 + 3
 
 
 def test_evaluation_emits_no_warnings(tmp_path, caught_warnings):
