@@ -8,9 +8,10 @@ r"""Evaluate a saved translation model on a test set: hypotheses file + JSON of 
 Any saved folder of either model family works: it is loaded through its own code
 (``AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)``, via :mod:`hf_headattn.loading`: only
 local folders are accepted, so no Hub repository's code runs), exactly as a user of the
-uploaded model would load it. The metrics are those of :mod:`hf_headattn.metrics` (``all_metrics``): BLEU, chrF,
-TER, REP, DROP (only with the aligner's training corpus, ``--train_source/--train_target``) and BLEU by source
-length. The JSON also records what was evaluated and how (model type, parameters, decoding settings, test set,
+uploaded model would load it. A CTranslate2 export (``hf-headattn-export``) translates through
+:mod:`hf_headattn.translation.ctranslate2_backend` instead, into the same files. The metrics are those of
+:mod:`hf_headattn.metrics` (``all_metrics``): BLEU, chrF, TER, REP, DROP (only with the aligner's training corpus,
+``--train_source/--train_target``) and BLEU by source length. The JSON also records what was evaluated and how (model type, parameters, decoding settings, test set,
 sacrebleu signatures), so that :func:`hf_headattn.publish.write_model_card` and
 :func:`hf_headattn.plotting.plot_bleu_by_length` need nothing else.
 
@@ -43,7 +44,8 @@ def _check_model_dir(model_dir: Path) -> None:
     if not model_dir.is_dir():
         raise FileNotFoundError(f"Model folder not found: {model_dir}")
     if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{model_dir} is not a saved model folder: it has no config.json")
+        raise FileNotFoundError(f"{model_dir} is not a saved model folder: it has no config.json (a CTranslate2 "
+                                "export has one too, beside its model.bin)")
 
 
 def _check_positive_int(name: str, value) -> None:
@@ -133,7 +135,9 @@ def evaluate_model(
 
     Args:
         model_dir: A folder written by ``save_pretrained`` / the training command (weights, config with
-            ``auto_map``, code files, tokenizer). Loaded through its own code with ``trust_remote_code=True``.
+            ``auto_map``, code files, tokenizer), loaded through its own code with ``trust_remote_code=True``; or a
+            CTranslate2 export (``hf-headattn-export``), recognised by its files and translated with CTranslate2
+            (``device`` as for a model; ``coverage_penalty`` and ``tokenizer`` refused).
         source_path, reference_path: Line-aligned test files (one sentence a line).
         num_beams, batch_size: Beam size and sentences per ``generate`` call.
         device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
@@ -189,36 +193,31 @@ def evaluate_model(
     if (train_source is None) != (train_target is None):
         raise ValueError("Pass both train_source and train_target (the DROP aligner's training corpus), or neither")
     buckets = check_length_buckets(buckets)
+    from .translation.ctranslate2_backend import check_export_options, ctranslate2_device, find_export
+
+    export = find_export(model_dir)  # a CTranslate2 export, or None for a model folder
+    if export is not None:
+        check_export_options(export, coverage_penalty=coverage_penalty, tokenizer=tokenizer)
+        ctranslate2_device(device)  # ctranslate2 installed, the device one it sees
     test_name = test_name if test_name is not None else _test_set_name(source_path)
     decoding = decoding_name(num_beams, max_length, coverage_penalty)
     hypotheses_path, metrics_path = _output_paths(Path(output_dir), test_name, decoding, reference_path, overwrite)
-    from .loading import load_model_and_tokenizer
     from .metrics import all_metrics
     from .parallel_data import read_parallel_files
-    from .translation import translate_sentences
 
-    torch_device = resolve_device(device)
+    if export is None:
+        resolve_device(device)
     # Read (and check) every file before the model loads, so that a typo fails in a second, not after loading.
     test = read_parallel_files(source_path, reference_path)
     if len(test) == 0:
         raise ValueError(f"The test set is empty: {source_path} has no lines")
     train = read_parallel_files(train_source, train_target) if train_source is not None else None
 
-    # a local folder (checked above): its code may run
-    model, tokenizer = load_model_and_tokenizer(model_dir, tokenizer=tokenizer, force=force)
-    if coverage_penalty and "coverage_penalty" not in inspect.signature(model.generate).parameters:
-        raise ValueError(f"coverage_penalty={coverage_penalty}: {model_dir} is a {model.config.model_type} model, "
-                         "whose generate has no coverage penalty (the LSTM family's has)")
-    model.to(torch_device)
-    if max_length is not None:
-        model.generation_config.max_length = max_length
-
     sources, references = list(test["source"]), list(test["target"])
-    started = time.perf_counter()
-    hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size,
-                                     desc=f"translating {source_path.name}",
-                                     **({"coverage_penalty": coverage_penalty} if coverage_penalty else {}))
-    translation_seconds = time.perf_counter() - started
+    translate = _translate_with_model if export is None else _translate_with_export
+    hypotheses, model_record, decoding_record = translate(
+        model_dir, sources, num_beams=num_beams, batch_size=batch_size, device=device, max_length=max_length,
+        coverage_penalty=coverage_penalty, tokenizer=tokenizer, force=force, desc=f"translating {source_path.name}")
     # One hypothesis per line: a decoded newline would shift every later line of the file.
     hypotheses = [hypothesis.replace("\n", " ") for hypothesis in hypotheses]
 
@@ -240,13 +239,7 @@ def evaluate_model(
         "rep": metrics["rep"],
         "drop": metrics.get("drop"),
         "bleu_by_length": metrics["bleu_by_length"],
-        "model": {
-            "path": str(model_dir.resolve()),
-            "name": model_dir.resolve().name,
-            "model_type": model.config.model_type,
-            "architecture": type(model).__name__,
-            "parameters": sum(parameter.numel() for parameter in model.parameters()),
-        },
+        "model": model_record,
         "test_set": {
             "name": test_name,
             "source": str(source_path.resolve()),
@@ -258,9 +251,7 @@ def evaluate_model(
             "num_beams": num_beams,
             "coverage_penalty": coverage_penalty,
             "batch_size": batch_size,
-            "device": str(torch_device),
-            "max_length": model.generation_config.max_length,
-            "translation_seconds": translation_seconds,
+            **decoding_record,
         },
         "metric_settings": {
             **_sacrebleu_signatures(),
@@ -278,6 +269,48 @@ def evaluate_model(
     write_text(hypotheses_path, "".join(hypothesis + "\n" for hypothesis in hypotheses))
     write_text(metrics_path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     return results
+
+
+def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
+                          coverage_penalty, tokenizer, force, desc) -> tuple[list[str], dict, dict]:
+    """(hypotheses, the JSON's "model", the JSON's "decoding" device, max_length and time) of a saved model."""
+    from .loading import load_model_and_tokenizer
+    from .translation import translate_sentences
+
+    # a local folder (checked by evaluate_model): its code may run
+    model, tokenizer = load_model_and_tokenizer(model_dir, tokenizer=tokenizer, force=force)
+    if coverage_penalty and "coverage_penalty" not in inspect.signature(model.generate).parameters:
+        raise ValueError(f"coverage_penalty={coverage_penalty}: {model_dir} is a {model.config.model_type} model, "
+                         "whose generate has no coverage penalty (the LSTM family's has)")
+    torch_device = resolve_device(device)
+    model.to(torch_device)
+    if max_length is not None:
+        model.generation_config.max_length = max_length
+    started = time.perf_counter()
+    hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
+                                     **({"coverage_penalty": coverage_penalty} if coverage_penalty else {}))
+    seconds = time.perf_counter() - started
+    model_record = {"path": str(model_dir.resolve()), "name": model_dir.resolve().name,
+                    "model_type": model.config.model_type, "architecture": type(model).__name__,
+                    "parameters": sum(parameter.numel() for parameter in model.parameters())}
+    return hypotheses, model_record, {"device": str(torch_device), "max_length": model.generation_config.max_length,
+                                      "translation_seconds": seconds}
+
+
+def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length, desc,
+                           **_) -> tuple[list[str], dict, dict]:
+    """The same of a CTranslate2 export (its tokenizer and coverage penalty were refused by evaluate_model)."""
+    from .translation.ctranslate2_backend import load_export, translate_export
+
+    export = load_export(model_dir, device=device)
+    started = time.perf_counter()
+    translations = translate_export(export, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
+                                    max_new_tokens=None if max_length is None else max(max_length - 1, 1),
+                                    progress=True)
+    seconds = time.perf_counter() - started
+    return [translation.text for translation in translations], export.describe(), {
+        "device": export.device, "max_length": export.generation["max_length"] if max_length is None else max_length,
+        "translation_seconds": seconds, "backend": "ctranslate2", "compute_type": export.compute_type}
 
 
 def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,

@@ -10,9 +10,14 @@ trained embedding, so the export keeps every token and starts the decoder from `
 `decoder_start_token`): CTranslate2 then computes what the model computes, up to its kernels' rounding.
 
 The output folder holds CTranslate2's `model.bin`, `config.json` and vocabulary, plus the model's tokenizer (its
-files, so that text is split into the same pieces) and `hf_headattn_export.json` (what was exported from where). It is
-written as a transaction (`output_files.new_folder`): an interrupted export leaves no half-written folder, and
-``--overwrite`` replaces only an earlier export, never the model's folder or one that holds it.
+files, so that text is split into the same pieces), its `generation_config.json` (the decoding defaults) and
+`hf_headattn_export.json` (what was exported from where, the model's type, parameters and longest source, and the
+decoder layer whose attention CTranslate2 returns). CTranslate2's decoder returns the mean of that layer's heads
+(`alignment_heads`), as this package's alignments read it. The folder is written as a transaction
+(`output_files.new_folder`): an interrupted export leaves no half-written folder, and ``--overwrite`` replaces only
+an earlier export, never the model's folder or one that holds it. Translating with it:
+:mod:`hf_headattn.translation.ctranslate2_backend` (what `hf-headattn-translate` and `hf-headattn-evaluate` run when
+`--model` is an export).
 
 Variants CTranslate2 has no kernel for (sparsemax, csoftmax, csparsemax, MMA's masks, DHICM, multi-hop, the LSTM
 family) are refused naming the variant and the site; they run with `hf-headattn-translate` (its fast path and
@@ -27,6 +32,8 @@ import json
 from pathlib import Path
 
 from .output_files import check_output_folder, new_folder
+from .translation.ctranslate2_backend import EXPORT_RECORD, TOKENIZER_FOLDER, load_export, translate_export
+from .translation.ctranslate2_backend import import_ctranslate2 as _import_ctranslate2
 
 __all__ = ["CTRANSLATE2_QUANTIZATIONS", "FORMATS", "export_ctranslate2", "import_ctranslate2",
            "translate_with_ctranslate2"]
@@ -35,9 +42,7 @@ FORMATS = ("ctranslate2",)
 # CTranslate2's weight types (`ct2-transformers-converter --quantization`); "float32" keeps the weights as they are
 CTRANSLATE2_QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
                              "bfloat16")
-DEPLOY_EXTRA = 'pip install "ctranslate2>=4.5" (the deploy extra)'
 EXPORT_COMMAND = "hf-headattn-export"
-EXPORT_RECORD = "hf_headattn_export.json"
 
 
 def import_ctranslate2():
@@ -46,12 +51,9 @@ def import_ctranslate2():
     Raises:
         ImportError: ctranslate2 is not installed, naming the extra that installs it.
     """
-    try:
-        import ctranslate2
-        from ctranslate2.converters import transformers as converters
-    except ImportError:
-        raise ImportError(f"Exporting to CTranslate2 needs the ctranslate2 package: {DEPLOY_EXTRA} "
-                          "(or pip install ctranslate2)") from None
+    ctranslate2 = _import_ctranslate2("Exporting to CTranslate2")
+    from ctranslate2.converters import transformers as converters
+
     return ctranslate2, converters
 
 
@@ -63,7 +65,10 @@ def _marian_loader_class(converters):
         def get_model_spec(self, model):
             model.config.normalize_before = False
             model.config.normalize_embedding = False
-            return converters.BartLoader.get_model_spec(self, model)  # all rows kept: <pad> is a real id here
+            spec = converters.BartLoader.get_model_spec(self, model)  # all rows kept: <pad> is a real id here
+            # the attention CTranslate2 returns (return_attention): the mean of the last layer's heads, not the first
+            spec.decoder.alignment_heads = type(spec.decoder.alignment_heads)(model.config.decoder_attention_heads)
+            return spec
 
         def set_config(self, config, model, tokenizer):
             super().set_config(config, model, tokenizer)
@@ -110,11 +115,17 @@ def export_ctranslate2(model, tokenizer, output_dir: str | Path, *, quantization
     with new_folder(output_dir, command=EXPORT_COMMAND, overwrite=overwrite, inputs=inputs) as staging:
         InMemoryConverter().convert(str(staging), quantization=None if quantization == "float32" else quantization,
                                     force=True)
-        tokenizer.save_pretrained(staging / "tokenizer")
+        tokenizer.save_pretrained(staging / TOKENIZER_FOLDER)
+        model.generation_config.save_pretrained(staging)
         (staging / EXPORT_RECORD).write_text(json.dumps({
             "format": "ctranslate2", "source": source, "quantization": quantization,
             "architecture": "MarianMTModel (HeadAttnForConditionalGeneration.to_marian)",
+            "model_type": model.config.model_type,
+            "parameters": sum(parameter.numel() for parameter in model.parameters()),
+            "max_position_embeddings": marian.config.max_position_embeddings,
             "decoder_start_token": tokenizer.convert_ids_to_tokens(model.config.decoder_start_token_id),
+            "alignment": {"layer": marian.config.decoder_layers - 1, "layers": marian.config.decoder_layers,
+                          "heads": "mean"},
         }, indent=2) + "\n")
     return output_dir
 
@@ -123,24 +134,12 @@ def translate_with_ctranslate2(model_dir: str | Path, sources: list[str], *, bea
                                max_decoding_length: int = 256, batch_size: int = 32, device: str = "cpu",
                                compute_type: str = "default", inter_threads: int = 1, intra_threads: int = 0,
                                translator=None, **translate_options) -> list[str]:
-    """Translate `sources` with an exported CTranslate2 folder: its tokenizer splits them into pieces, CTranslate2
-    decodes (`max_batch_size` sentences sorted by length, as CTranslate2 batches), the tokenizer joins the pieces.
-    Blank lines translate to blank lines. `translate_options` go to `Translator.translate_batch` (e.g.
+    """Translate `sources` with an exported CTranslate2 folder, the best translation's text of each (blank lines
+    translate to blank lines): :func:`hf_headattn.translation.ctranslate2_backend.translate_export` in batches of
+    `batch_size` sentences sorted by length. `translate_options` go to `Translator.translate_batch` (e.g.
     ``length_penalty``, ``no_repeat_ngram_size``); `translator` reuses a loaded `ctranslate2.Translator`."""
-    ctranslate2, _ = import_ctranslate2()
-    from transformers import AutoTokenizer
-
-    model_dir = Path(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir / "tokenizer")
-    if translator is None:
-        translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
-                                            inter_threads=inter_threads, intra_threads=intra_threads)
-    kept = [index for index, source in enumerate(sources) if source.strip()]
-    pieces = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer([sources[index] for index in kept])["input_ids"]]
-    results = translator.translate_batch(pieces, beam_size=beam_size, max_decoding_length=max_decoding_length,
-                                         max_batch_size=batch_size, batch_type="examples", **translate_options)
-    translations = [""] * len(sources)
-    for index, result in zip(kept, results):
-        ids = tokenizer.convert_tokens_to_ids(result.hypotheses[0])
-        translations[index] = tokenizer.decode(ids, skip_special_tokens=True).replace("\n", " ").strip()
-    return translations
+    export = load_export(model_dir, device=device, compute_type=compute_type, threads=intra_threads,
+                         inter_threads=inter_threads, translator=translator)
+    translations = translate_export(export, sources, num_beams=beam_size, max_new_tokens=max_decoding_length,
+                                    batch_size=batch_size, max_tokens=None, ctranslate2_options=translate_options)
+    return [translation.text for translation in translations]

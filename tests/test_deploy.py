@@ -4,6 +4,7 @@ written; an export is never left half-written."""
 
 import copy
 import json
+import shutil
 
 import pytest
 import torch
@@ -66,7 +67,9 @@ def test_the_export_keeps_every_token_and_starts_the_decoder_from_pad(exported, 
         assert tokens == tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     record = json.loads((exported / "hf_headattn_export.json").read_text())
     assert record["format"] == "ctranslate2" and record["quantization"] == "float32"
-    assert (exported / "tokenizer" / "tokenizer.json").is_file()
+    assert record["alignment"] == {"layer": 1, "layers": 2, "heads": "mean"}  # what CTranslate2's attention averages
+    assert record["max_position_embeddings"] == 64 and record["model_type"] == "headattn"
+    assert (exported / "tokenizer" / "tokenizer.json").is_file() and (exported / "generation_config.json").is_file()
 
 
 def test_int8_export_translates(softmax_model, tokenizer, pairs, exported, tmp_path):
@@ -163,3 +166,201 @@ def test_command_exports_a_folder_and_refuses_what_it_cannot(folder, tmp_path, c
     with pytest.raises(SystemExit) as refused:
         main(["--format", "ctranslate2", "--model", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "x")])
     assert refused.value.code == 1 and "cannot load --model" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ the commands
+@pytest.fixture(scope="module")
+def folder_export(folder, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("folder-export") / "ct2"
+    main(["--format", "ctranslate2", "--model", str(folder), "--output_dir", str(output_dir)])
+    return output_dir
+
+
+@pytest.fixture(scope="module")
+def test_files(pairs, tmp_path_factory):
+    """40 toy sources (some longer than the folder's 12 tokens, cut with a warning by both paths), a blank line."""
+    directory = tmp_path_factory.mktemp("test-files")
+    sources = [source for source, _ in pairs[:40]]
+    sources.insert(5, "")
+    references = [target for _, target in pairs[:40]]
+    references.insert(5, "")
+    (directory / "test.src").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    (directory / "test.tgt").write_text("".join(line + "\n" for line in references), encoding="utf-8")
+    return directory / "test.src", directory / "test.tgt"
+
+
+def translate_command(argv, capsys):
+    from hf_headattn.commands.translate import main as translate_main
+
+    translate_main(argv)
+    return capsys.readouterr()
+
+
+def split_nbest(lines):
+    """n-best lines as (index, text, score, alignment...): the fields without the score, and the score."""
+    fields = [line.split(" ||| ") for line in lines]
+    return [[field for k, field in enumerate(row) if k != 2] for row in fields], [float(row[2]) for row in fields]
+
+
+@pytest.fixture(scope="module")
+def varied_folder(tokenizer, tmp_path_factory):
+    """A random model saved as a folder, whose translations vary in words and length (some empty), and its export."""
+    model = random_model(tiny_config(), std=0.5)
+    with torch.no_grad():
+        model.final_logits_bias[0, EOS] += 14.0
+    directory = tmp_path_factory.mktemp("varied")
+    model.save_pretrained(directory / "model")
+    tokenizer.save_pretrained(directory / "model")
+    main(["--format", "ctranslate2", "--model", str(directory / "model"), "--output_dir", str(directory / "ct2")])
+    return directory / "model", directory / "ct2"
+
+
+def jsonl_lines(output):
+    return [json.loads(line) for line in output.splitlines()]
+
+
+def without_scores(lines):
+    return [[{**hypothesis, "score": None} for hypothesis in line["translations"]] for line in lines]
+
+
+def scores_of(lines):
+    return [hypothesis["score"] for line in lines for hypothesis in line["translations"]]
+
+
+@pytest.mark.parametrize("flags", [[], ["--alignments", "--output_format", "jsonl", "--max_tokens", "60"]],
+                         ids=["text", "jsonl-alignments"])
+def test_translate_command_gives_an_exports_greedy_lines_as_the_model_s(flags, varied_folder, test_files, capsys):
+    """Greedy search (the folder's generation config): the same lines, alignments and summary through the export as
+    through the model, scores to the kernels' rounding."""
+    source = str(test_files[0])
+    ours, theirs = (translate_command(["--model", str(model), "--input", source, *flags], capsys)
+                    for model in varied_folder)
+    assert theirs.err.splitlines()[-1].split(" in ")[0] == ours.err.splitlines()[-1].split(" in ")[0] \
+        == "40 lines translated (1 blank)"
+    if flags:
+        ours, theirs = jsonl_lines(ours.out), jsonl_lines(theirs.out)
+        assert without_scores(theirs) == without_scores(ours)
+        assert scores_of(theirs) == pytest.approx(scores_of(ours), abs=2e-3)
+        ours = [line["translations"][0]["text"] if line["translations"] else "" for line in ours]
+    else:
+        assert theirs.out == ours.out and theirs.out.splitlines()[5] == ""  # the blank line
+        ours = ours.out.splitlines()
+    assert len(set(ours)) >= 10 and len({len(line.split()) for line in ours}) >= 4 and "" in ours[6:]
+
+
+def test_translate_command_gives_an_exports_beam_lines_and_nbest_lists(folder, folder_export, varied_folder,
+                                                                       test_files, capsys, caplog):
+    """Beam search: the trained folder's n-best lists with alignments through the export are the model's (the
+    sources longer than its 12 tokens cut alike); where the random model's differ, CTranslate2 ended the search
+    earlier (on the top beam's end of sentence) with a finished hypothesis the model's search outscored."""
+    source = str(test_files[0])
+    flags = ["--input", source, "--num_beams", "4", "--nbest", "2", "--alignments"]
+    ours, theirs = (translate_command(["--model", str(model), *flags], capsys) for model in (folder, folder_export))
+    assert caplog.text.count("12 line(s) longer than the model's 12 tokens are translated cut to 12") == 2
+    (our_fields, our_scores), (their_fields, their_scores) = (split_nbest(out.out.splitlines())
+                                                              for out in (ours, theirs))
+    assert their_fields == our_fields and len(their_fields) == 2 * 40
+    assert their_scores == pytest.approx(our_scores, abs=2e-3)
+    flags = ["--input", source, "--num_beams", "4", "--output_format", "jsonl"]
+    ours, theirs = (jsonl_lines(translate_command(["--model", str(model), *flags], capsys).out)
+                    for model in varied_folder)
+    same = [a == b for a, b in zip(without_scores(ours), without_scores(theirs))]
+    assert sum(same) >= 0.75 * len(same)
+    for a, b, equal in zip(ours, theirs, same):
+        a, b = scores_of([a]), scores_of([b])
+        assert b == pytest.approx(a, abs=2e-3) if equal else b[0] <= a[0] + 2e-3, (a, b)
+
+
+def test_evaluate_command_scores_an_export_as_the_model(folder, folder_export, test_files, tmp_path, capsys):
+    from hf_headattn.commands.evaluate import main as evaluate_main
+
+    source, reference = test_files
+    source.with_name("blankless.src").write_text(source.read_text().replace("\n\n", "\n"))
+    reference.with_name("blankless.tgt").write_text(reference.read_text().replace("\n\n", "\n"))
+    lines = []
+    for model in (folder, folder_export):
+        evaluate_main(["--model", str(model), "--source", str(source.with_name("blankless.src")), "--reference",
+                       str(reference.with_name("blankless.tgt")), "--output_dir", str(tmp_path / model.name),
+                       "--num_beams", "2"])
+        lines.append(capsys.readouterr().out.strip())
+    assert lines[1].split(" | written")[0] == lines[0].split(" | written")[0]  # BLEU ... | 40 sentences
+    hypotheses = [(tmp_path / model.name / "blankless.beam2.hyp.tgt").read_text() for model in (folder, folder_export)]
+    assert hypotheses[1] == hypotheses[0]
+    metrics = json.loads((tmp_path / folder_export.name / "blankless.beam2.metrics.json").read_text())
+    assert metrics["decoding"]["backend"] == "ctranslate2" and metrics["decoding"]["compute_type"] == "float32"
+    assert metrics["decoding"]["max_length"] == 12 and metrics["model"]["model_type"] == "headattn"
+    assert metrics["model"]["exported_from"] == str(folder)
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--decoding", "generate"], "--decoding generate (an export decodes with CTranslate2's own search)"),
+    (["--tokenizer", "other"], "--tokenizer other (an export splits text with its own tokenizer/"),
+    (["--alignments", "--alignment_heads", "hop"], "--alignment_heads hop (an export averages the heads"),
+    (["--alignments", "--alignment_layer", "0"], "--alignment_layer 0 (an export gives the attention of decoder "
+                                                 "layer 1, the last"),
+    (["--do_sample", "--num_beams", "2"], "--do_sample with 2 beams (CTranslate2 samples with beam 1"),
+])
+def test_translate_command_refuses_what_an_export_cannot_honour_before_reading(flags, named, folder_export, tmp_path,
+                                                                               capsys):
+    with pytest.raises(SystemExit) as refused:  # the input does not exist: the refusal comes first
+        translate_command(["--model", str(folder_export), "--input", str(tmp_path / "missing.de"), *flags], capsys)
+    error = capsys.readouterr().err
+    assert refused.value.code == 2 and f"{folder_export} is a CTranslate2 export, which cannot take" in error
+    assert named in error
+
+
+def test_evaluate_refuses_what_an_export_cannot_honour(folder_export, test_files, tmp_path):
+    from hf_headattn.evaluation import evaluate_model
+
+    source, reference = test_files
+    with pytest.raises(ValueError, match=r"cannot take --tokenizer other .*; --coverage_penalty 0.4 "):
+        evaluate_model(folder_export, source, reference, output_dir=tmp_path, coverage_penalty=0.4,
+                       tokenizer="other")
+    assert not list(tmp_path.iterdir())
+
+
+def test_folders_that_are_not_whole_exports_are_named(folder_export, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SystemExit) as refused:
+        translate_command(["--model", str(empty)], capsys)
+    assert refused.value.code == 2 and (f"{empty} is neither a saved model folder (config.json and weights, as "
+                                        "hf-headattn-train writes) nor a CTranslate2 export") in capsys.readouterr().err
+    bare = tmp_path / "bare"  # CTranslate2's files without the tokenizer hf-headattn-export writes beside them
+    shutil.copytree(folder_export, bare, ignore=shutil.ignore_patterns("tokenizer", "hf_headattn_export.json"))
+    (tmp_path / "in.de").write_text("ein hund .\n")
+    with pytest.raises(SystemExit) as refused:
+        translate_command(["--model", str(bare), "--input", str(tmp_path / "in.de")], capsys)
+    assert refused.value.code == 1 and "without the tokenizer/ folder hf-headattn-export writes" in \
+        capsys.readouterr().err
+    older = tmp_path / "older"  # written before exports averaged the heads of CTranslate2's attention
+    shutil.copytree(folder_export, older)
+    record = json.loads((older / "hf_headattn_export.json").read_text())
+    del record["alignment"]
+    (older / "hf_headattn_export.json").write_text(json.dumps(record))
+    with pytest.raises(SystemExit) as refused:
+        translate_command(["--model", str(older), "--alignments"], capsys)
+    assert "--alignments (this export's CTranslate2 attention is one head's" in capsys.readouterr().err
+
+
+def test_translate_command_maps_quantize_and_sampling_to_ctranslate2(folder_export, test_files, capsys, monkeypatch):
+    source = str(test_files[0])
+    int8 = translate_command(["--model", str(folder_export), "--input", source, "--quantize", "int8"], capsys)
+    assert len(int8.out.splitlines()) == 41
+    sampled = [translate_command(["--model", str(folder_export), "--input", source, "--do_sample", "--seed", "3",
+                                  "--top_k", "20", "--output_format", "jsonl"], capsys).out for _ in range(2)]
+    assert sampled[0] == sampled[1]  # the seed seeds CTranslate2's sampling
+    # sampled hypotheses are scored by the model (score_batch), not by the sampling distribution: sampling from the
+    # top 1 token is greedy search, whose scores CTranslate2's search gives
+    from hf_headattn.translation.ctranslate2_backend import load_export, translate_export
+
+    export, sources = load_export(folder_export, device="cpu"), test_files[0].read_text().splitlines()
+    greedy = translate_export(export, sources, scores=True)
+    top1 = translate_export(export, sources, scores=True, do_sample=True, top_k=1, temperature=0.5)
+    assert [translation.text for translation in top1] == [translation.text for translation in greedy]
+    assert [hypothesis.score for translation in top1 for hypothesis in translation.hypotheses] == pytest.approx(
+        [hypothesis.score for translation in greedy for hypothesis in translation.hypotheses], abs=1e-4)
+    monkeypatch.setitem(__import__("sys").modules, "ctranslate2", None)  # as if not installed
+    with pytest.raises(SystemExit) as refused:
+        translate_command(["--model", str(folder_export), "--input", source], capsys)
+    assert refused.value.code == 1 and 'pip install "ctranslate2>=4.5" (the deploy extra)' in capsys.readouterr().err

@@ -25,6 +25,8 @@ EXAMPLES = """examples:
   # greedy, no DROP, output capped at 64 tokens -> test_2016_flickr.greedy-maxlen64.*; --json prints the whole JSON
   hf-headattn-evaluate --model runs/de-en --source test.de --reference test.en --output_dir runs/de-en/eval \\
       --num_beams 1 --max_length 64 --json
+  # a CTranslate2 export of the model (hf-headattn-export): the same files, translated by CTranslate2
+  hf-headattn-evaluate --model runs/de-en-ct2 --source test.de --reference test.en --output_dir runs/de-en-ct2/eval
 """
 
 
@@ -34,7 +36,8 @@ def make_parser() -> argparse.ArgumentParser:
         description="Translate a test set with a saved model folder (either family, loaded through its own code;\n"
                     "local folders only) and write the hypotheses and a JSON of BLEU, chrF, TER, REP, DROP and\n"
                     "BLEU by source length. Flags use Transformers' underscore spelling; the dashed one works too.")
-    parser.add_argument("--model", required=True, help="saved model folder (either family)")
+    parser.add_argument("--model", required=True,
+                        help="saved model folder (either family), or a CTranslate2 export (hf-headattn-export)")
     parser.add_argument("--source", required=True, help="test source file, one sentence a line")
     parser.add_argument("--reference", required=True, help="test reference file, line-aligned with --source")
     parser.add_argument("--output_dir", required=True, help="where the hypotheses and the metrics JSON go")

@@ -17,7 +17,8 @@ EXAMPLES = """examples:
   # a float32 CTranslate2 model, and an int8 one
   hf-headattn-export --format ctranslate2 --model runs/de-en --output_dir runs/de-en-ct2
   hf-headattn-export --format ctranslate2 --model runs/de-en --output_dir runs/de-en-ct2-int8 --quantization int8
-  # then, in Python:
+  # then translate or evaluate with it as with the model (through CTranslate2), or in Python:
+  hf-headattn-translate --model runs/de-en-ct2 --input test.de --output test.en --num_beams 5
   #   from hf_headattn.export import translate_with_ctranslate2
   #   translate_with_ctranslate2("runs/de-en-ct2", ["Ein Mann fährt Fahrrad."], beam_size=5)
 

@@ -7,7 +7,10 @@ input with a saved model, one sentence a line, into text, n-best lists or JSON l
 The flags become a call of :func:`hf_headattn.translation.translate` (the library: batches, decoding, scores,
 alignments); this module loads the model as asked (device, dtype, int8), checks the files before the model loads,
 and writes the output into a temporary file renamed at the end, so that an interrupted run leaves no partial file.
-Under torchrun every process translates its share and the first writes the whole file.
+Under torchrun every process translates its share and the first writes the whole file. A CTranslate2 export
+(``hf-headattn-export``) as ``--model`` translates through
+:mod:`hf_headattn.translation.ctranslate2_backend` instead, the same output; the flags it cannot honour are refused
+before anything is read.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ EXAMPLES = """examples:
   # 3-best lists with scores and word alignments, one JSON object per input line
   hf-headattn-translate --model runs/de-en --input test.de --output test.jsonl --num_beams 5 --nbest 3 \\
       --alignments --output_format jsonl
+  # a CTranslate2 export (hf-headattn-export) translates alike, through CTranslate2
+  hf-headattn-translate --model runs/de-en-ct2 --input test.de --output test.en --num_beams 5
   # under several processes: each translates its share, the first writes the whole file in input order
   torchrun --nproc_per_node 2 -m hf_headattn.commands.translate --model runs/de-en --input test.de --output test.en
 
@@ -67,7 +72,8 @@ def make_parser() -> argparse.ArgumentParser:
         description="Translate a text file (one sentence a line) or standard input with a model folder or Hub id.\n"
                     "Flags use Transformers' underscore spelling; the dashed spelling (--num-beams) works too.")
     model = parser.add_argument_group("model")
-    model.add_argument("--model", required=True, help="a saved model folder, or a Hugging Face Hub id")
+    model.add_argument("--model", required=True, help="a saved model folder, a Hugging Face Hub id, or a CTranslate2 "
+                                                      "export (hf-headattn-export)")
     add_trust_remote_code_argument(model, "--trust_remote_code")
     model.add_argument("--tokenizer", default=None, help="another tokenizer than the model's own (refused unless the "
                                                          "model was trained with it)")
@@ -151,6 +157,7 @@ def main(argv=None) -> None:
     if args.num_beams is not None and args.nbest > args.num_beams:
         parser.error(f"--nbest {args.nbest} is more than --num_beams {args.num_beams}: ask for at most num_beams "
                      "hypotheses (or raise --num_beams)")
+    export = _ctranslate2_export(parser, args)  # None unless --model is a CTranslate2 export
     _check_paths(parser, args)
     try:
         sources = read_lines(args.input)  # a wrong encoding fails before the model loads
@@ -165,7 +172,8 @@ def main(argv=None) -> None:
                 handle = output.enter_context(new_file(args.output))  # whole or not at all
             except OSError as error:
                 parser.exit(1, f"{parser.prog}: error: cannot write --output {args.output}: {error.strerror}\n")
-        translations, seconds = _load_and_translate(parser, args, sources, state)
+        translations, seconds = (_translate_with_export(parser, args, sources, export) if export is not None
+                                 else _load_and_translate(parser, args, sources, state))
         if not writes:
             return
         handle.write("".join(format_translation(translation, index, output_format=args.output_format,
@@ -224,6 +232,43 @@ def _load_and_translate(parser, args, sources, state):
                                  desc=f"translating {Path(args.input).name if args.input != '-' else 'stdin'}",
                                  **generate_kwargs)
     except ValueError as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
+    return translations, time.perf_counter() - started
+
+
+def _ctranslate2_export(parser, args):
+    """--model as a CTranslate2 export folder (None for a model), its flags checked before anything is read."""
+    from ..translation.ctranslate2_backend import check_export_options, find_export, import_ctranslate2
+
+    try:
+        export = find_export(args.model)
+        if export is not None:
+            check_export_options(export, **vars(args), distributed=distributed_state() is not None)
+            import_ctranslate2()
+    except ValueError as error:
+        parser.error(str(error))
+    except ImportError as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
+    return export
+
+
+def _translate_with_export(parser, args, sources, export):
+    from ..translation.ctranslate2_backend import compute_type_of, load_export, translate_export
+
+    progress = not args.quiet and (args.progress or (args.input != "-" and sys.stderr.isatty()))
+    batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
+                              else (DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS))
+    try:
+        loaded = load_export(export, device=args.device, compute_type=compute_type_of(args.dtype, args.quantize))
+        started = time.perf_counter()
+        translations = translate_export(
+            loaded, sources, nbest=args.nbest, batch_size=batch_size, max_tokens=max_tokens,
+            scores=args.nbest > 1 or args.output_format == "jsonl", alignments=args.alignments,
+            alignment_layer=args.alignment_layer, alignment_heads=args.alignment_heads, strict=args.strict,
+            progress=progress, desc=f"translating {Path(args.input).name if args.input != '-' else 'stdin'}",
+            seed=args.seed, do_sample=args.do_sample or None,
+            **{name: getattr(args, name) for name in GENERATION_FLAGS})
+    except (ImportError, ValueError) as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
     return translations, time.perf_counter() - started
 

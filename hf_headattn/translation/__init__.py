@@ -15,7 +15,9 @@ nothing and writes nothing. The command around it is :mod:`hf_headattn.commands.
 * :mod:`.results` — what :func:`translate` returns: :class:`Translation`, :class:`Hypothesis`,
   :class:`HypothesisAttention`;
 * :mod:`.quantization` — :func:`quantize` (int8, CPU), and whether a CPU has native half precision;
-* :mod:`.text_files` — :func:`read_lines` (UTF-8 input) and :func:`format_translation` (text and jsonl output).
+* :mod:`.text_files` — :func:`read_lines` (UTF-8 input) and :func:`format_translation` (text and jsonl output);
+* :mod:`.ctranslate2_backend` — the same translations from a CTranslate2 export (``hf-headattn-export``), decoded by
+  CTranslate2 (imported on its own, not from this package's namespace: it needs the ``[deploy]`` extra).
 
 torch, Transformers and the models are imported where they are used, so that importing this package (and the
 command's ``--help``) is instant. Tooling, not model runtime: never copied into a checkpoint.

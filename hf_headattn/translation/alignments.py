@@ -77,7 +77,7 @@ def word_of_character(text: str) -> list[int]:
 
 def source_word_indices(tokenizer, texts: list[str], input_ids, limit: int | None = None) -> list[list[int]]:
     """For each text, the word index of each source token position (-1: special tokens, padding), the text cut
-    to `limit` tokens as the model read it."""
+    to `limit` tokens as the model read it (`input_ids`: a tensor or lists of ids, read by slow tokenizers only)."""
     if getattr(tokenizer, "is_fast", False):
         encoded = tokenizer(texts, return_offsets_mapping=True, return_special_tokens_mask=True,
                             return_token_type_ids=False, verbose=False, truncation=limit is not None,
@@ -91,7 +91,8 @@ def source_word_indices(tokenizer, texts: list[str], input_ids, limit: int | Non
                 words.append(inside[0] if inside and not is_special else -1)
             result.append(words)
         return result
-    return [decoded_word_indices(tokenizer, ids.tolist()) for ids in input_ids]
+    return [decoded_word_indices(tokenizer, ids.tolist() if hasattr(ids, "tolist") else list(ids))
+            for ids in input_ids]
 
 
 def decoded_word_indices(tokenizer, ids: list[int]) -> list[int]:

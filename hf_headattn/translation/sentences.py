@@ -32,7 +32,7 @@ from .teacher_forcing import teacher_forced
 
 # torch, Transformers and the models are imported where they are used, so that the command's `--help` is instant.
 
-__all__ = ["distributed_state", "translate", "translate_sentences"]
+__all__ = ["check_source_lengths", "distributed_state", "translate", "translate_sentences"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,14 +111,8 @@ def translate(
     lengths = [len(ids) for ids in tokenizer([sources[index] for index in kept], return_token_type_ids=False,
                                              verbose=False)["input_ids"]] if kept else []
     limit = source_token_limit(model, tokenizer)
-    too_long = [kept[k] + 1 for k, length in enumerate(lengths) if limit is not None and length > limit]
-    if too_long and strict:
-        raise ValueError(f"{len(too_long)} line(s) are longer than the model's {limit} tokens: line "
-                         f"{_line_numbers(too_long)}; shorten or split them (or translate them cut: leave out strict)")
     state = distributed_state()
-    if too_long and (state is None or state.is_main_process):
-        logger.warning(f"{len(too_long)} line(s) longer than the model's {limit} tokens are translated cut to "
-                       f"{limit}: line {_line_numbers(too_long)}")
+    check_source_lengths(kept, lengths, limit, strict=strict, warn=state is None or state.is_main_process)
     batches = [[kept[k] for k in batch] for batch in length_sorted_batches(
         [min(length, limit or length) for length in lengths], batch_size, max_tokens)]
 
@@ -140,6 +134,23 @@ def translate(
 
         results = dict(item for part in gather_object([list(results.items())]) for item in part)
     return [Translation(source, results.get(index, [])) for index, source in enumerate(sources)]
+
+
+def check_source_lengths(kept: list[int], lengths: list[int], limit: int | None, *, strict: bool,
+                         warn: bool = True) -> None:
+    """Refuse (`strict`) or warn about (`warn`) the sources longer than `limit` tokens, naming their line numbers:
+    `kept` are the positions of the non-blank sources in the input, `lengths` their token counts.
+
+    Raises:
+        ValueError: a too-long source with `strict`.
+    """
+    too_long = [kept[k] + 1 for k, length in enumerate(lengths) if limit is not None and length > limit]
+    if too_long and strict:
+        raise ValueError(f"{len(too_long)} line(s) are longer than the model's {limit} tokens: line "
+                         f"{_line_numbers(too_long)}; shorten or split them (or translate them cut: leave out strict)")
+    if too_long and warn:
+        logger.warning(f"{len(too_long)} line(s) longer than the model's {limit} tokens are translated cut to "
+                       f"{limit}: line {_line_numbers(too_long)}")
 
 
 def distributed_state():

@@ -1,0 +1,407 @@
+r"""Translating with a CTranslate2 export, the folder ``hf-headattn-export`` writes: what ``hf-headattn-translate``
+and ``hf-headattn-evaluate`` run when ``--model`` names one, and :func:`hf_headattn.export.translate_with_ctranslate2`.
+
+* :func:`find_export` recognises an export by its files (the export record, or CTranslate2's ``model.bin`` and
+  ``config.json``), so no flag says which kind of folder ``--model`` is; a local folder that is neither a saved model
+  nor an export is refused, naming it.
+* :func:`check_export_options` refuses, before anything is read or loaded, every option an export cannot honour,
+  naming each flag: ``--decoding generate`` (an export decodes with CTranslate2's search), ``--tokenizer`` (an export
+  splits text with its own ``tokenizer/``), ``--coverage_penalty`` (this package's Transformer decodes without one),
+  ``--alignment_layer`` other than the exported one and ``--alignment_heads hop``, ``--alignments`` with an export
+  written before exports kept their alignment heads, ``--do_sample`` with beams, and several processes (torchrun).
+* :func:`load_export` loads the tokenizer and a ``ctranslate2.Translator`` (``--device`` auto/cpu/cuda/cuda:N;
+  ``--dtype`` and ``--quantize`` become CTranslate2's compute type, :func:`compute_type_of`, by default the type the
+  export was written in; the CPU threads PyTorch would use).
+* :func:`translate_export` does what :func:`~hf_headattn.translation.translate` does, with CTranslate2 decoding:
+  blank lines stay blank, sources too long for the model are cut (or refused with ``strict``) with the same
+  warning, batches are the same length-sorted ``batch_size`` / ``max_tokens`` batches (queued to the translator, so
+  that ``inter_threads`` translators work in parallel), and each :class:`~.results.Hypothesis` has the same text,
+  score and alignment: ``num_beams`` -> ``beam_size``, ``nbest`` -> ``num_hypotheses``, ``max_new_tokens`` ->
+  ``max_decoding_length`` (and ``min_new_tokens`` -> ``min_decoding_length``, 0 unless the generation config sets
+  a minimum, so that a translation may be empty as with the model), ``length_penalty`` and
+  ``no_repeat_ngram_size`` as they are, ``do_sample`` / ``top_k`` / ``top_p`` / ``temperature`` / ``seed`` ->
+  CTranslate2's sampling; the defaults are the exported model's generation
+  config (``generation_config.json`` in the export). CTranslate2's scores are this package's (the log-probability of
+  the hypothesis, end of sentence included, divided by ``length ** length_penalty``); sampled hypotheses are scored
+  by ``score_batch``, whose log-probabilities are those of the model, not of the sampling distribution. Alignments
+  come from ``return_attention``: the export's CTranslate2 decoder averages every head of its last layer, as
+  ``--alignment_heads mean`` does; CTranslate2 4.x's beam search returns the first step's attention of padded
+  batches wrongly (other rows), so that step's attention comes from a one-step greedy pass, which computes the same.
+
+What differs: beam search can end differently on some lines (CTranslate2 decides differently when a sentence's
+search is over, and applies ``no_repeat_ngram_size`` differently within the beam); greedy search gives the same
+lines, up to the kernels' rounding.
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .alignments import decoded_word_indices, pharaoh, source_word_indices
+from .batches import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, length_sorted_batches
+from .results import Hypothesis, Translation
+from .sentences import check_source_lengths
+
+# ctranslate2, torch and Transformers are imported where they are used, so that the commands' `--help` is instant.
+
+__all__ = ["CTRANSLATE2_FILES", "DEPLOY_EXTRA", "EXPORT_RECORD", "GENERATION_CONFIG", "GENERATION_OPTIONS",
+           "TOKENIZER_FOLDER", "CTranslate2Export", "check_export_options", "compute_type_of", "ctranslate2_device",
+           "find_export",
+           "generation_defaults", "import_ctranslate2", "load_export", "translate_export"]
+
+logger = logging.getLogger(__name__)
+
+DEPLOY_EXTRA = 'pip install "ctranslate2>=4.5" (the deploy extra)'
+EXPORT_RECORD = "hf_headattn_export.json"  # what was exported from where, written by hf-headattn-export
+CTRANSLATE2_FILES = ("model.bin", "config.json")  # a CTranslate2 model folder's own files
+TOKENIZER_FOLDER = "tokenizer"  # the model's tokenizer, beside CTranslate2's files
+GENERATION_CONFIG = "generation_config.json"  # the exported model's decoding defaults
+
+# The generation options translate_export maps to CTranslate2's (the commands' decoding flags of the same names).
+GENERATION_OPTIONS = ("num_beams", "max_new_tokens", "min_new_tokens", "length_penalty", "no_repeat_ngram_size",
+                      "do_sample", "top_k", "top_p", "temperature")
+# Transformers' defaults of those options (what a generation_config.json leaves out; without max_length, generate
+# makes 20 new tokens, fewer where the position table ends sooner)
+_DEFAULT_NEW_TOKENS = 20
+_TRANSFORMERS_DEFAULTS = {"num_beams": 1, "max_length": None, "max_new_tokens": None, "min_length": 0,
+                          "min_new_tokens": None, "length_penalty": 1.0, "no_repeat_ngram_size": 0,
+                          "do_sample": False, "top_k": 50, "top_p": 1.0, "temperature": 1.0}
+# exports written before they kept generation_config.json: CTranslate2's own defaults
+_EXPORT_WITHOUT_GENERATION_CONFIG = {**_TRANSFORMERS_DEFAULTS, "max_new_tokens": 256}
+
+# (--dtype, --quantize) -> CTranslate2's compute type; "default": the type the export was written in
+_COMPUTE_TYPES = {
+    "none": {"auto": "default", "float32": "float32", "float16": "float16", "bfloat16": "bfloat16"},
+    "int8": {"auto": "int8", "float32": "int8_float32", "float16": "int8_float16", "bfloat16": "int8_bfloat16"},
+}
+
+
+def import_ctranslate2(purpose: str = "Translating with a CTranslate2 export"):
+    """The ctranslate2 module.
+
+    Raises:
+        ImportError: ctranslate2 is not installed, naming the extra that installs it.
+    """
+    try:
+        import ctranslate2
+    except ImportError:
+        raise ImportError(f"{purpose} needs the ctranslate2 package: {DEPLOY_EXTRA}"
+                          ) from None
+    return ctranslate2
+
+
+def find_export(model: str | Path) -> Path | None:
+    """`model` as a CTranslate2 export folder, recognised by its files (the export record, or CTranslate2's
+    ``model.bin`` and ``config.json``); None for anything else a command loads (a saved model folder, a Hub id).
+
+    Raises:
+        ValueError: a local folder that is neither a saved model folder nor an export, naming it.
+    """
+    path = Path(model)
+    if not path.is_dir():
+        return None
+    if (path / EXPORT_RECORD).is_file() or all((path / name).is_file() for name in CTRANSLATE2_FILES):
+        return path
+    if (path / "config.json").is_file():
+        return None
+    raise ValueError(f"{model} is neither a saved model folder (config.json and weights, as hf-headattn-train "
+                     f"writes) nor a CTranslate2 export ({', '.join(CTRANSLATE2_FILES)} and {EXPORT_RECORD}, as "
+                     "hf-headattn-export writes)")
+
+
+def _read_record(folder: Path) -> dict:
+    path = folder / EXPORT_RECORD
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def generation_defaults(folder: str | Path) -> dict:
+    """The decoding defaults of an export (:data:`GENERATION_OPTIONS`, ``max_new_tokens`` and ``min_new_tokens``
+    from ``max_length`` and ``min_length`` as Transformers' generate derives them, and ``max_length`` as written):
+    its model's ``generation_config.json``, or Transformers' defaults with CTranslate2's 256 tokens for exports
+    written before they kept one."""
+    path = Path(folder) / GENERATION_CONFIG
+    if not path.is_file():
+        settings = dict(_EXPORT_WITHOUT_GENERATION_CONFIG)
+    else:
+        written = json.loads(path.read_text(encoding="utf-8"))
+        settings = {name: written.get(name, default) if written.get(name) is not None else default
+                    for name, default in _TRANSFORMERS_DEFAULTS.items()}
+    if settings["max_new_tokens"] is None:  # max_length and min_length count the decoder's start token
+        positions = _read_record(Path(folder)).get("max_position_embeddings")
+        settings["max_new_tokens"] = (max(settings["max_length"] - 1, 1) if settings["max_length"] is not None
+                                      else min(_DEFAULT_NEW_TOKENS, (positions or 10**9) - 1))
+    if settings["min_new_tokens"] is None:
+        settings["min_new_tokens"] = max(settings["min_length"] - 1, 0)
+    return {name: settings[name] for name in (*GENERATION_OPTIONS, "max_length")}
+
+
+def check_export_options(folder: str | Path, **options) -> None:
+    """Refuse the options an export cannot honour, before anything is read or loaded. `options` are the commands'
+    flags by their names (``decoding``, ``tokenizer``, ``coverage_penalty``, ``alignments``, ``alignment_layer``,
+    ``alignment_heads``, ``do_sample``, ``num_beams``, ``distributed``: True under several processes) as given;
+    options not named here are honoured by :func:`translate_export` or mean nothing for an export
+    (``trust_remote_code``, ``force``).
+
+    Raises:
+        ValueError: naming the export and every flag it cannot honour, with the reason.
+    """
+    folder = Path(folder)
+    refused = []
+    if options.get("decoding", "fast") != "fast":
+        refused.append(f"--decoding {options['decoding']} (an export decodes with CTranslate2's own search)")
+    if options.get("tokenizer") is not None:
+        refused.append(f"--tokenizer {options['tokenizer']} (an export splits text with its own {TOKENIZER_FOLDER}/, "
+                       "the one it was exported with)")
+    if options.get("coverage_penalty"):
+        refused.append(f"--coverage_penalty {options['coverage_penalty']} (an export is a Transformer, which decodes "
+                       "without a coverage penalty in this package; the LSTM family has one)")
+    if options.get("distributed"):
+        refused.append("several processes (torchrun: an export translates in one process, with CTranslate2's "
+                       "threads)")
+    if options.get("alignments"):
+        alignment = _read_record(folder).get("alignment")
+        layer = options.get("alignment_layer")
+        if alignment is None:
+            refused.append("--alignments (this export's CTranslate2 attention is one head's, not the heads' mean: it "
+                           "was written before exports averaged them; export the model again with "
+                           "hf-headattn-export)")
+        elif layer is not None and not (-alignment["layers"] <= layer < alignment["layers"]
+                                        and layer % alignment["layers"] == alignment["layer"]):
+            refused.append(f"--alignment_layer {layer} (an export gives the attention of decoder layer "
+                           f"{alignment['layer']}, the last, chosen when it was exported; leave the flag out)")
+        if options.get("alignment_heads", "mean") != "mean":
+            refused.append(f"--alignment_heads {options['alignment_heads']} (an export averages the heads: a softmax "
+                           "model has no weights over heads)")
+    defaults = generation_defaults(folder) if options.get("do_sample") or options.get("num_beams") is None else {}
+    do_sample = options.get("do_sample") or defaults.get("do_sample", False)
+    num_beams = options.get("num_beams") or defaults.get("num_beams", 1)
+    if do_sample and num_beams > 1:
+        refused.append(f"--do_sample with {num_beams} beams (CTranslate2 samples with beam 1: pass --num_beams 1)")
+    if refused:
+        raise ValueError(f"{folder} is a CTranslate2 export, which cannot take " + "; ".join(refused))
+
+
+def compute_type_of(dtype: str = "auto", quantize: str = "none") -> str:
+    """CTranslate2's compute type for the commands' ``--dtype`` and ``--quantize`` (``auto`` / ``none``:
+    ``"default"``, the type the export was written in).
+
+    Raises:
+        ValueError: an unknown dtype or quantization, naming what is accepted.
+    """
+    if quantize not in _COMPUTE_TYPES:
+        raise ValueError(f"Unknown quantize={quantize!r}; accepted: {', '.join(_COMPUTE_TYPES)}")
+    if dtype not in _COMPUTE_TYPES[quantize]:
+        raise ValueError(f"Unknown dtype={dtype!r}; accepted: {', '.join(_COMPUTE_TYPES[quantize])}")
+    return _COMPUTE_TYPES[quantize][dtype]
+
+
+def ctranslate2_device(device: str) -> tuple[str, int]:
+    """``auto`` / ``cpu`` / ``cuda`` / ``cuda:N`` -> CTranslate2's (device, device_index).
+
+    Raises:
+        ImportError: ctranslate2 is not installed, naming the extra that installs it.
+        ValueError: an unknown device, or a CUDA device CTranslate2 does not see.
+    """
+    ctranslate2 = import_ctranslate2()
+    if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
+        raise ValueError(f"Unknown device {device!r}; accepted: auto, cpu, cuda, cuda:N")
+    count = ctranslate2.get_cuda_device_count()
+    if device == "auto":
+        return ("cuda", 0) if count else ("cpu", 0)
+    if device == "cpu":
+        return "cpu", 0
+    index = int(device.partition(":")[2] or 0)
+    if count == 0:
+        raise ValueError(f"device={device!r} was asked for, but ctranslate2 {ctranslate2.__version__} sees no CUDA "
+                         "device (a CPU-only build, or no CUDA driver); use cpu or auto")
+    if index >= count:
+        raise ValueError(f"device={device!r}: ctranslate2 sees only {count} CUDA device(s)")
+    return "cuda", index
+
+
+@dataclass
+class CTranslate2Export:
+    """A loaded export: its folder, ``ctranslate2.Translator``, tokenizer, export record, decoding defaults
+    (:func:`generation_defaults`), and where and in what type it computes."""
+
+    folder: Path
+    translator: object
+    tokenizer: object
+    record: dict
+    generation: dict
+    device: str
+    compute_type: str
+
+    def describe(self) -> dict:
+        """What an evaluation records of the model: its path and name, the exported model's type and parameters
+        (None for exports that did not record them), where it was exported from and its weights' type."""
+        return {"path": str(self.folder.resolve()), "name": self.folder.resolve().name,
+                "model_type": self.record.get("model_type"), "architecture": "CTranslate2 export",
+                "parameters": self.record.get("parameters"), "exported_from": self.record.get("source"),
+                "quantization": self.record.get("quantization")}
+
+    def source_token_limit(self) -> int | None:
+        """The longest source the model takes, in tokens (as :func:`~.batches.source_token_limit` for the model)."""
+        limits = [self.tokenizer.model_max_length] if self.tokenizer.model_max_length < 10**9 else []
+        if self.record.get("max_position_embeddings"):
+            limits.append(self.record["max_position_embeddings"])
+        return min(limits) if limits else None
+
+
+def load_export(folder: str | Path, *, device: str = "auto", compute_type: str = "default", threads: int | None = None,
+                inter_threads: int = 1, translator=None) -> CTranslate2Export:
+    """Load an export: its tokenizer and a ``ctranslate2.Translator`` on `device` (``auto``, ``cpu``, ``cuda``,
+    ``cuda:N``) computing in `compute_type` (:func:`compute_type_of`), with `inter_threads` translators of
+    `threads` CPU threads each (None: as many as PyTorch uses, which follows ``OMP_NUM_THREADS``; 0: CTranslate2's
+    default); `translator` reuses a loaded one.
+
+    Raises:
+        ImportError: ctranslate2 is not installed, naming the extra that installs it.
+        ValueError: a folder without CTranslate2's files or the tokenizer, a device CTranslate2 does not see, a
+            compute type it does not run there.
+    """
+    ctranslate2 = import_ctranslate2()
+    folder = Path(folder)
+    missing = [name for name in CTRANSLATE2_FILES if not (folder / name).is_file()]
+    if missing:
+        raise ValueError(f"{folder} is not a whole CTranslate2 export: it has no {' and no '.join(missing)}; export "
+                         "the model again with hf-headattn-export")
+    if not (folder / TOKENIZER_FOLDER).is_dir():
+        raise ValueError(f"{folder} is a CTranslate2 model without the {TOKENIZER_FOLDER}/ folder hf-headattn-export "
+                         "writes beside it, so its text cannot be split into the model's pieces; export the model "
+                         "with hf-headattn-export")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder / TOKENIZER_FOLDER)
+    if translator is None:
+        name, index = ctranslate2_device(device)
+        supported = ctranslate2.get_supported_compute_types(name, index)
+        if compute_type not in ("default", "auto") and compute_type not in supported:
+            raise ValueError(f"compute type {compute_type} (--dtype / --quantize) is not one CTranslate2 runs on "
+                             f"{name}; there: {', '.join(sorted(supported))}")
+        if threads is None:
+            import torch
+
+            threads = torch.get_num_threads()
+        translator = ctranslate2.Translator(str(folder), device=name, device_index=index, compute_type=compute_type,
+                                            inter_threads=inter_threads, intra_threads=threads)
+    where = translator.device + (f":{translator.device_index[0]}" if translator.device == "cuda" else "")
+    return CTranslate2Export(folder, translator, tokenizer, _read_record(folder), generation_defaults(folder), where,
+                             translator.compute_type)
+
+
+def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[str], *, nbest: int = 1,
+                     batch_size: int | None = DEFAULT_BATCH_SIZE, max_tokens: int | None = DEFAULT_MAX_TOKENS,
+                     scores: bool = False, alignments: bool = False, alignment_layer: int | None = None,
+                     alignment_heads: str = "mean", strict: bool = False, progress: bool = False,
+                     desc: str = "translating", seed: int | None = None, ctranslate2_options: dict | None = None,
+                     **generate_kwargs) -> list[Translation]:
+    """Translate `sources` with an export (loaded, or its folder): one :class:`~.results.Translation` per source, in
+    input order, as :func:`~hf_headattn.translation.translate` gives them (same arguments; `generate_kwargs` are
+    :data:`GENERATION_OPTIONS`, None leaving the export's default; `seed` seeds CTranslate2's sampling;
+    `ctranslate2_options` go to ``Translator.translate_batch`` as they are).
+
+    Raises:
+        ValueError: an option CTranslate2 has no counterpart of, ``nbest`` above the beams, an option the export
+            cannot honour (:func:`check_export_options`), a too-long source with ``strict``.
+    """
+    from tqdm.auto import tqdm
+
+    if not isinstance(export, CTranslate2Export):
+        export = load_export(export)
+    unknown = sorted(set(generate_kwargs) - set(GENERATION_OPTIONS))
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: no CTranslate2 counterpart; accepted: {', '.join(GENERATION_OPTIONS)}")
+    settings = {**export.generation, **{name: value for name, value in generate_kwargs.items() if value is not None}}
+    num_beams = settings["num_beams"]
+    if isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1:
+        raise ValueError(f"nbest must be a positive int, got {nbest!r}")
+    if nbest > num_beams:
+        raise ValueError(f"nbest={nbest} is more than num_beams={num_beams}: beam search keeps num_beams "
+                         "hypotheses, so ask for at most that many (or raise num_beams)")
+    check_export_options(export.folder, alignments=alignments, alignment_layer=alignment_layer,
+                         alignment_heads=alignment_heads, do_sample=settings["do_sample"], num_beams=num_beams)
+    ctranslate2 = import_ctranslate2()
+    options = {"beam_size": num_beams, "num_hypotheses": nbest, "max_decoding_length": settings["max_new_tokens"],
+               "min_decoding_length": settings["min_new_tokens"],  # CTranslate2's default, 1, forbids an empty one
+               "length_penalty": settings["length_penalty"], "no_repeat_ngram_size": settings["no_repeat_ngram_size"],
+               "max_input_length": 0, "return_end_token": True, "return_scores": True,
+               "return_attention": alignments}
+    if settings["do_sample"]:
+        options.update(sampling_topk=settings["top_k"] or 0, sampling_topp=settings["top_p"],
+                       sampling_temperature=settings["temperature"])
+        if seed is not None:
+            ctranslate2.set_random_seed(seed)
+    options.update(ctranslate2_options or {})
+
+    tokenizer, translator = export.tokenizer, export.translator
+    sources = list(sources)
+    kept = [index for index, source in enumerate(sources) if source.strip()]
+    texts = [sources[index] for index in kept]
+    encoded = tokenizer(texts, return_token_type_ids=False, verbose=False)["input_ids"] if kept else []
+    lengths = [len(ids) for ids in encoded]
+    limit = export.source_token_limit()
+    check_source_lengths(kept, lengths, limit, strict=strict)
+    if limit is not None and any(length > limit for length in lengths):  # cut as the tokenizer cuts (keeping </s>)
+        encoded = tokenizer(texts, return_token_type_ids=False, verbose=False, truncation=True,
+                            max_length=limit)["input_ids"]
+    pieces = dict(zip(kept, (tokenizer.convert_ids_to_tokens(ids) for ids in encoded)))
+    source_words = dict(zip(kept, source_word_indices(tokenizer, texts, encoded, limit))) if alignments else {}
+    batches = [[kept[k] for k in batch] for batch in length_sorted_batches(
+        [min(length, limit or length) for length in lengths], batch_size, max_tokens)] if kept else []
+
+    # every batch queued at once, so that inter_threads translators take them in parallel; read back in order
+    queued = [(batch, translator.translate_batch([pieces[index] for index in batch], asynchronous=True, **options),
+               translator.translate_batch([pieces[index] for index in batch], asynchronous=True, beam_size=1,
+                                          max_decoding_length=1, max_input_length=0, return_attention=True)
+               if alignments else None)
+              for batch in batches]
+    results: dict[int, list[Hypothesis]] = {}
+    bar = tqdm(total=len(kept), desc=desc, unit="sentence", disable=not progress)
+    for batch, pending, first_steps in queued:
+        outputs = [item.result() for item in pending]
+        first_rows = [item.result().attention[0][0] for item in first_steps] if alignments else None
+        hypotheses = _hypotheses(export, batch, outputs, first_rows, pieces, source_words, settings,
+                                 scores=scores or nbest > 1)
+        if scores or nbest > 1:
+            hypotheses = [sorted(group, key=lambda hypothesis: -hypothesis.score) for group in hypotheses]
+        results.update(zip(batch, hypotheses))
+        bar.update(len(batch))
+    bar.close()
+    return [Translation(source, results.get(index, [])) for index, source in enumerate(sources)]
+
+
+def _hypotheses(export, batch, outputs, first_rows, pieces, source_words, settings, *, scores):
+    """Each sentence's hypotheses: text, score and (with `first_rows`, the first step's attention) alignment."""
+    tokenizer = export.tokenizer
+    eos = tokenizer.eos_token
+    grouped, targets = [], []
+    for position, (index, output) in enumerate(zip(batch, outputs)):
+        group = []
+        for k, tokens in enumerate(output.hypotheses):
+            ended = bool(tokens) and tokens[-1] == eos
+            ids = tokenizer.convert_tokens_to_ids(tokens)  # through the end of sentence, as the model produced them
+            text = tokenizer.decode(ids, skip_special_tokens=True).replace("\n", " ").strip()
+            hypothesis = Hypothesis(text, score=output.scores[k] if scores else None)
+            if first_rows is not None:
+                import torch
+
+                rows = output.attention[k]  # [target tokens, source tokens], the end of sentence's included
+                hypothesis.alignment = pharaoh(torch.tensor([first_rows[position], *rows[1:]]), source_words[index],
+                                               decoded_word_indices(tokenizer, ids)) if rows else ""
+            group.append(hypothesis)
+            targets.append((index, tokens[:-1] if ended else tokens, ended, hypothesis))
+        grouped.append(group)
+    if scores and settings["do_sample"]:  # the model's log-probabilities, not the sampling distribution's
+        sampled = export.translator.score_batch([pieces[index] for index, *_ in targets],
+                                                [tokens for _, tokens, *_ in targets], max_input_length=0)
+        for (_, tokens, ended, hypothesis), result in zip(targets, sampled):
+            log_probs = result.log_probs if ended else result.log_probs[:-1]  # score_batch adds the end of sentence
+            hypothesis.score = sum(log_probs) / max(len(log_probs), 1) ** settings["length_penalty"]
+    return grouped
