@@ -12,8 +12,12 @@ A saved model of this package runs the Python files saved next to its weights (T
 
 A folder's model and tokenizer belong together: a folder written by the training command records its tokenizer's
 fingerprint in ``run_manifest.json``, and loading it with another tokenizer (``tokenizer=``, or tokenizer files
-replaced in the folder) is refused, or only warned about with ``force``. Loading also says when the folder's own
-model code differs from the installed package's runtime (it runs its own copy).
+replaced in the folder) is refused, or only warned about with ``force``.
+
+Which code runs: this package registers its model types with the Auto classes (`auto_classes`), and Transformers
+then builds them from the installed package's runtime, not from the copy saved in the folder; a folder of another
+model type runs its own code. Loading warns when the code that runs is the folder's copy and it differs from the
+installed runtime.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -69,8 +73,8 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, trust_remote_code: boo
     tokenizer_allowed = allowed if tokenizer is None else remote_code_allowed(tokenizer, trust_remote_code)
     loaded_tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=tokenizer_allowed)
     check_tokenizer(name_or_path, loaded_tokenizer, tokenizer_source, force=force)
-    report_code_differences(name_or_path)
     model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, trust_remote_code=allowed, **model_kwargs).eval()
+    report_code_differences(name_or_path, model)
     return model, loaded_tokenizer
 
 
@@ -97,14 +101,16 @@ def check_tokenizer(model_dir: str | Path, tokenizer, tokenizer_source: str | Pa
     logger.warning(f"{message}; going on (--force)")
 
 
-def report_code_differences(model_dir: str | Path) -> None:
-    """Warn, naming the files, when a local folder's model code (the runtime modules saved with it, which it runs)
-    is not the installed package's runtime code."""
+def report_code_differences(model_dir: str | Path, model) -> None:
+    """Warn, naming the files, when the loaded `model` runs its folder's own code (the runtime modules saved with it)
+    and that code is not the installed package's runtime. A model of this package's types runs the installed
+    runtime instead (`auto_classes` registers them), whatever its folder holds: nothing to warn about."""
+    import inspect
     from importlib.metadata import version
 
     runtime = Path(__file__).resolve().parent / "runtime"
     model_dir = Path(model_dir)
-    if not model_dir.is_dir():
+    if not model_dir.is_dir() or Path(inspect.getfile(type(model))).resolve().parent == runtime:
         return
     differing = [path.name for path in sorted(model_dir.glob("*.py"))
                  if not (runtime / path.name).is_file() or (runtime / path.name).read_bytes() != path.read_bytes()]
