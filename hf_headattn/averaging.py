@@ -23,11 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .output_files import staging_folder
+from .saved_files import JSON, SAFETENSORS, check_file, refuse_non_finite_weights
 
 __all__ = ["average_checkpoints", "average_state_dicts", "last_checkpoints"]
 
 # config.json entries that say where or with what a checkpoint was written, not what the model is
 CONFIG_BOOKKEEPING = ("_name_or_path", "transformers_version", "auto_map", "custom_pipelines")
+LEAVE_OUT = "leave this checkpoint out of the average"  # what to do about a damaged one
 
 
 def last_checkpoints(run_dir: str | Path, count: int) -> list[Path]:
@@ -49,6 +51,7 @@ def _config_of(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} is not a saved model folder: it has no config.json")
+    check_file(path, JSON, LEAVE_OUT)
     config = json.loads(path.read_text(encoding="utf-8"))
     return {key: value for key, value in config.items() if key not in CONFIG_BOOKKEEPING}
 
@@ -61,7 +64,8 @@ def _first_difference(first: dict, other: dict) -> str | None:
 
 
 def _load_weights(folder: Path) -> dict:
-    """A checkpoint folder's weights (one safetensors file or a sharded set), by parameter name."""
+    """A checkpoint folder's weights (one safetensors file or a sharded set), by parameter name; a file that is
+    empty or cut short, or weights that are not finite, are refused (`saved_files.DamagedFile`) naming them."""
     from safetensors.torch import load_file
 
     files = sorted(folder.glob("*.safetensors"))
@@ -69,7 +73,9 @@ def _load_weights(folder: Path) -> dict:
         raise FileNotFoundError(f"{folder} holds no *.safetensors weights")
     state = {}
     for file in files:
+        check_file(file, SAFETENSORS, LEAVE_OUT)
         state.update(load_file(file))
+    refuse_non_finite_weights(state, files[0] if len(files) == 1 else folder, LEAVE_OUT)
     return state
 
 

@@ -187,7 +187,7 @@ def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metri
 def _load_tokenizer(name_or_path: str):
     try:
         return load_tokenizer(name_or_path)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: saved_files.DamagedFile, a tokenizer.json Transformers refuses
         raise SystemExit(f"hf-headattn-train: error: cannot load the tokenizer {name_or_path}: {error}") from None
 
 
