@@ -8,17 +8,24 @@ metadata, file not fully covered"; a missing tokenizer.json: advice to install s
 truncated generation_config.json: the model decodes with its config's defaults), and a model whose weights are NaN
 translates every sentence as nothing.
 
+`write_failure` says what a failed save was: a full disk (`errno` ENOSPC or EDQUOT, which safetensors' writer
+reports as "os error 28") or PyTorch's zip writer stopping, which reports no cause ("inline_container.cc ...
+unexpected pos") and is a full disk in practice.
+
 Tooling, not model runtime: never copied into a checkpoint.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import shutil
 import zipfile
 from pathlib import Path
 
 __all__ = ["DamagedFile", "check_file", "check_model_folder", "check_tokenizer_folder", "check_weights",
-           "refuse_non_finite_weights", "weights_files"]
+           "refuse_non_finite_weights", "weights_files", "write_failure"]
 
 JSON, SAFETENSORS, TORCH = "JSON", "safetensors", "a PyTorch archive"  # what `file_problem` reads a file as
 
@@ -133,3 +140,31 @@ def refuse_non_finite_weights(state, where: str | Path, remedy: str = DIVERGED) 
     raise DamagedFile(where, f"holds NaN or infinite values in {len(bad)} of its {len(tensors)} tensors "
                              f"({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}): the model would translate "
                              "nothing", remedy)
+
+
+def write_failure(error: BaseException, folder: str | Path) -> str | None:
+    """What a failed write into `folder` was, for a message that says what to do: a full disk or quota (an OSError of
+    ENOSPC or EDQUOT, safetensors' "os error 28/122"), or PyTorch's zip writer stopping (its "inline_container" or
+    "PytorchStreamWriter" errors, which give no cause); None for any other error."""
+    folder = Path(folder)
+    free = _free_space(folder)
+    full_errors = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    text = str(error)
+    if isinstance(error, OSError) and error.errno in full_errors or any(
+            f"os error {number}" in text for number in full_errors):
+        return f"the disk holding {folder} is full ({free} free; {text})"
+    if "inline_container" in text or "PytorchStreamWriter" in text:
+        return (f"PyTorch could not write into {folder} ({text}): its writer stops like this when the disk is full "
+                f"({free} free there now)")
+    return None
+
+
+def _free_space(folder: Path) -> str:
+    """The free space on the disk of `folder` (or of its nearest existing parent), as "12.5 MiB"."""
+    existing = next((path for path in (folder, *folder.parents) if path.exists()), Path(os.sep))
+    free = float(shutil.disk_usage(existing).free)
+    for unit in ("bytes", "KiB", "MiB"):
+        if free < 1024:
+            return f"{free:,.0f} bytes" if unit == "bytes" else f"{free:,.1f} {unit}"
+        free /= 1024
+    return f"{free:,.1f} GiB"

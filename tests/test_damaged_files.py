@@ -3,14 +3,18 @@
 The files of a trained folder and of its checkpoints are cut short, emptied or deleted, as a full disk or an
 interrupted copy leaves them, and the tools that read them must refuse naming the file: loading
 (`loading.load_model_and_tokenizer`, which every command loads through), the translation and evaluation commands, a
-resumed training run, averaging. Weights that hold NaN are refused naming the tensors.
+resumed training run, averaging. Weights that hold NaN are refused naming the tensors. A save that finds the disk
+full says so, naming the folder, and the same command resumes once there is room.
 """
 
+import errno
 import logging
+import os
 import shutil
 
 import pytest
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from hf_headattn.averaging import average_checkpoints
@@ -18,7 +22,7 @@ from hf_headattn.commands import evaluate as evaluate_command
 from hf_headattn.commands import train as train_command
 from hf_headattn.commands import translate as translate_command
 from hf_headattn.loading import load_model_and_tokenizer
-from hf_headattn.saved_files import DamagedFile
+from hf_headattn.saved_files import DamagedFile, write_failure
 from hf_headattn.training import train
 
 from helpers import FAMILIES, toy_data
@@ -174,3 +178,56 @@ def test_averaging_refuses_a_damaged_or_nan_checkpoint_naming_it(run, tmp_path):
     cut_short(output_dir / "checkpoint-2" / "model.safetensors")
     with pytest.raises(DamagedFile, match=r"checkpoint-2/model\.safetensors is cut short or overwritten"):
         average_checkpoints([output_dir / "checkpoint-2", output_dir / "checkpoint-4"], tmp_path / "average")
+
+
+# ------------------------------------------------------------------------------------------------ a full disk
+def test_a_full_disk_while_saving_is_named_and_the_same_command_resumes_once_there_is_room(data, run, tmp_path,
+                                                                                         monkeypatch):
+    from transformers import modeling_utils
+
+    output_dir, checkpoint = tmp_path / "run", tmp_path / "run" / "checkpoint-4"
+    argv = command(data, output_dir)
+    save, save_weights = torch.save, modeling_utils.safe_save_file
+
+    def disk_full_in(folder_name, original):
+        def writing(obj, path, *args, **kwargs):
+            if folder_name in str(path):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return original(obj, path, *args, **kwargs)
+        return writing
+
+    monkeypatch.setattr(torch, "save", disk_full_in("checkpoint-4", save))  # the optimizer's state, after the weights
+    with pytest.raises(SystemExit) as stopped:
+        train_command.main(argv)
+    assert str(stopped.value.code).startswith(
+        f"hf-headattn-train: error: {checkpoint} could not be written and is removed: the disk holding {output_dir} "
+        "is full (")
+    assert str(stopped.value.code).endswith(
+        f"run the same command again: it resumes from {output_dir / 'checkpoint-2'}")
+    assert sorted(path.name for path in output_dir.iterdir()) == ["checkpoint-2"]
+
+    monkeypatch.setattr(torch, "save", save)  # room for the checkpoint, not for the finished model
+    monkeypatch.setattr(modeling_utils, "safe_save_file", disk_full_in(".partial", save_weights))
+    with pytest.raises(SystemExit) as stopped:
+        train_command.main(argv)
+    assert str(stopped.value.code).startswith(
+        f"hf-headattn-train: error: the finished model could not be written: the disk holding {output_dir} is full (")
+    assert str(stopped.value.code).endswith(f"run the same command again: it resumes from {checkpoint}")
+    assert sorted(path.name for path in output_dir.iterdir()) == ["checkpoint-2", "checkpoint-4"]
+
+    monkeypatch.setattr(modeling_utils, "safe_save_file", save_weights)
+    train_command.main(argv)
+    assert same_weights(output_dir, run)  # as the uninterrupted run
+    load_model_and_tokenizer(output_dir)
+
+
+@pytest.mark.parametrize("error", [
+    # what PyTorch's and safetensors' writers raised on a full 2 MiB tmpfs (torch 2.13, safetensors 0.8)
+    RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
+    SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+])
+def test_the_writers_full_disk_errors_are_recognised(error, tmp_path):
+    described = write_failure(error, tmp_path / "checkpoint-4")
+    assert described is not None and f"{tmp_path / 'checkpoint-4'}" in described
+    assert "disk is full" in described or "is full (" in described
+    assert write_failure(RuntimeError("CUDA out of memory"), tmp_path) is None
