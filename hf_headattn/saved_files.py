@@ -67,7 +67,10 @@ def file_problem(path: str | Path, kind: str) -> str | None:
             with safe_open(path, framework="pt"):  # reads the header, which maps every tensor inside the file
                 pass
         else:
-            zipfile.ZipFile(path).close()  # torch.save's archive: its directory is written last
+            with open(path, "rb") as handle:
+                legacy = handle.read(2) == b"\x80\x02"  # a pickle (torch.save before PyTorch 1.6): nothing to check
+            if not legacy:
+                zipfile.ZipFile(path).close()  # torch.save's archive: its directory is written last
     except Exception as error:  # JSONDecodeError, BadZipFile, safetensors' SafetensorError (no subclass of either)
         return f"is cut short or overwritten: it does not parse as {kind} ({error})"
     return None
