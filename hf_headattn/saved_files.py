@@ -24,8 +24,8 @@ import shutil
 import zipfile
 from pathlib import Path
 
-__all__ = ["DamagedFile", "check_file", "check_model_folder", "check_tokenizer_folder", "check_weights",
-           "refuse_non_finite_weights", "weights_files", "write_failure"]
+__all__ = ["DamagedFile", "JSON", "SAFETENSORS", "TORCH", "check_file", "check_model_folder", "check_tokenizer_folder",
+           "check_weights", "file_problem", "refuse_non_finite_weights", "weights_files", "write_failure"]
 
 JSON, SAFETENSORS, TORCH = "JSON", "safetensors", "a PyTorch archive"  # what `file_problem` reads a file as
 
@@ -82,13 +82,13 @@ def check_file(path: str | Path, kind: str, remedy: str = COPY_AGAIN) -> None:
         raise DamagedFile(path, problem, remedy)
 
 
-def weights_files(folder: str | Path) -> list[Path]:
-    """The weights files a saved folder holds: model.safetensors, or the shards its index lists, or a
-    pytorch_model.bin; none when it holds none of them."""
+def weights_files(folder: str | Path, remedy: str = COPY_AGAIN) -> list[Path]:
+    """The weights files a saved folder holds: model.safetensors, or the shards its index lists (`DamagedFile` for an
+    index that does not parse), or a pytorch_model.bin; none when it holds none of them."""
     folder = Path(folder)
     index = folder / "model.safetensors.index.json"
     if index.exists():
-        check_file(index, JSON)
+        check_file(index, JSON, remedy)
         shards = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values()
         return [folder / name for name in sorted(set(shards))]
     for name in ("model.safetensors", "pytorch_model.bin"):
@@ -99,7 +99,7 @@ def weights_files(folder: str | Path) -> list[Path]:
 
 def check_weights(folder: str | Path, remedy: str = COPY_AGAIN) -> None:
     """Raise `DamagedFile` for a folder without weights, or with a weights file that is empty or cut short."""
-    files = weights_files(folder)
+    files = weights_files(folder, remedy)
     if not files:
         raise DamagedFile(Path(folder) / "model.safetensors", "is missing (the folder holds no weights)", remedy)
     for path in files:
