@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .output_files import check_output_folder, new_folder
+from .saved_files import JSON, SAFETENSORS, check_file, refuse_non_finite_weights
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ WIDE_LOSS_SPREAD = 0.10
 
 # config.json entries that say where or with what a checkpoint was written, not what the model is
 CONFIG_BOOKKEEPING = ("_name_or_path", "transformers_version", "auto_map", "custom_pipelines")
+LEAVE_OUT = "leave this checkpoint out of the average"  # what to do about a damaged one
 
 
 def last_checkpoints(run_dir: str | Path, count: int) -> list[Path]:
@@ -63,6 +65,7 @@ def _config_of(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} is not a saved model folder: it has no config.json")
+    check_file(path, JSON, LEAVE_OUT)
     config = json.loads(path.read_text(encoding="utf-8"))
     return {key: value for key, value in config.items() if key not in CONFIG_BOOKKEEPING}
 
@@ -75,7 +78,8 @@ def _first_difference(first: dict, other: dict) -> str | None:
 
 
 def _load_weights(folder: Path) -> dict:
-    """A checkpoint folder's weights (one safetensors file or a sharded set), by parameter name."""
+    """A checkpoint folder's weights (one safetensors file or a sharded set), by parameter name; a file that is
+    empty or cut short, or weights that are not finite, are refused (`saved_files.DamagedFile`) naming them."""
     from safetensors.torch import load_file
 
     files = sorted(folder.glob("*.safetensors"))
@@ -83,7 +87,9 @@ def _load_weights(folder: Path) -> dict:
         raise FileNotFoundError(f"{folder} holds no *.safetensors weights")
     state = {}
     for file in files:
+        check_file(file, SAFETENSORS, LEAVE_OUT)
         state.update(load_file(file))
+    refuse_non_finite_weights(state, files[0] if len(files) == 1 else folder, LEAVE_OUT)
     return state
 
 

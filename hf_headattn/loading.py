@@ -12,8 +12,15 @@ A saved model of this package runs the Python files saved next to its weights (T
 
 A folder's model and tokenizer belong together: a folder written by the training command records its tokenizer's
 fingerprint in ``run_manifest.json``, and loading it with another tokenizer (``tokenizer=``, or tokenizer files
-replaced in the folder) is refused, or only warned about with ``force``. Loading also says when the folder's own
-model code differs from the installed package's runtime (it runs its own copy).
+replaced in the folder) is refused, or only warned about with ``force``.
+
+A local folder's files are checked before they are read (`saved_files`): a missing, empty or cut-short file is
+refused naming it, and so are weights that hold NaN or infinite values, naming the tensors.
+
+Which code runs: this package registers its model types with the Auto classes (`auto_classes`), and Transformers
+then builds them from the installed package's runtime, not from the copy saved in the folder; a folder of another
+model type runs its own code. Loading warns when the code that runs is the folder's copy and it differs from the
+installed runtime.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -23,6 +30,9 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+
+from .saved_files import (DIVERGED, check_model_folder, check_tokenizer_folder, refuse_non_finite_weights,
+                          weights_files)
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +69,12 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, trust_remote_code: boo
     with :func:`remote_code_allowed` before anything is downloaded or run. `tokenizer` names another tokenizer
     (folder or Hub id) than the model's own; one that is not the tokenizer the folder was trained with
     (:func:`check_tokenizer`) is refused, or with `force` warned about. `model_kwargs` go to the model's
-    ``from_pretrained`` (e.g. ``dtype``)."""
+    ``from_pretrained`` (e.g. ``dtype``).
+
+    Raises:
+        saved_files.DamagedFile (a ValueError): a local folder's file that is missing, empty or cut short, or
+            weights that hold NaN or infinite values, named with what to do.
+    """
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from . import auto_classes  # noqa: F401  (a folder's model type resolves as after `import hf_headattn` used to)
@@ -67,11 +82,28 @@ def load_model_and_tokenizer(name_or_path: str | Path, *, trust_remote_code: boo
     allowed = remote_code_allowed(name_or_path, trust_remote_code)
     tokenizer_source = name_or_path if tokenizer is None else tokenizer
     tokenizer_allowed = allowed if tokenizer is None else remote_code_allowed(tokenizer, trust_remote_code)
+    if Path(name_or_path).is_dir():
+        check_model_folder(name_or_path)
+    if Path(tokenizer_source).is_dir():
+        check_tokenizer_folder(tokenizer_source)
     loaded_tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=tokenizer_allowed)
     check_tokenizer(name_or_path, loaded_tokenizer, tokenizer_source, force=force)
-    report_code_differences(name_or_path)
     model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, trust_remote_code=allowed, **model_kwargs).eval()
+    _refuse_non_finite_weights(model, name_or_path, model_kwargs.get("dtype"))
+    report_code_differences(name_or_path, model)
     return model, loaded_tokenizer
+
+
+def _refuse_non_finite_weights(model, name_or_path: str | Path, dtype) -> None:
+    """`saved_files.refuse_non_finite_weights` on the loaded model, naming its weights file."""
+    import torch
+
+    files = weights_files(name_or_path) if Path(name_or_path).is_dir() else []
+    remedy = DIVERGED
+    if dtype not in (None, "auto", torch.float32):  # a weight beyond float16's range becomes infinite when cast
+        remedy = (f"loaded as {str(dtype).removeprefix('torch.')}, which may not hold them: load it in float32, "
+                  f"or {remedy}")
+    refuse_non_finite_weights(model.state_dict(), files[0] if len(files) == 1 else name_or_path, remedy)
 
 
 def check_tokenizer(model_dir: str | Path, tokenizer, tokenizer_source: str | Path, force: bool = False) -> None:
@@ -97,14 +129,16 @@ def check_tokenizer(model_dir: str | Path, tokenizer, tokenizer_source: str | Pa
     logger.warning(f"{message}; going on (--force)")
 
 
-def report_code_differences(model_dir: str | Path) -> None:
-    """Warn, naming the files, when a local folder's model code (the runtime modules saved with it, which it runs)
-    is not the installed package's runtime code."""
+def report_code_differences(model_dir: str | Path, model) -> None:
+    """Warn, naming the files, when the loaded `model` runs its folder's own code (the runtime modules saved with it)
+    and that code is not the installed package's runtime. A model of this package's types runs the installed
+    runtime instead (`auto_classes` registers them), whatever its folder holds: nothing to warn about."""
+    import inspect
     from importlib.metadata import version
 
     runtime = Path(__file__).resolve().parent / "runtime"
     model_dir = Path(model_dir)
-    if not model_dir.is_dir():
+    if not model_dir.is_dir() or Path(inspect.getfile(type(model))).resolve().parent == runtime:
         return
     differing = [path.name for path in sorted(model_dir.glob("*.py"))
                  if not (runtime / path.name).is_file() or (runtime / path.name).read_bytes() != path.read_bytes()]

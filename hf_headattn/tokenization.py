@@ -37,11 +37,15 @@ class PreTrainedTokenizerFast(transformers.PreTrainedTokenizerFast):
 def load_tokenizer(name_or_path: PathLike, **kwargs):
     """`AutoTokenizer.from_pretrained`, except that a tokenizer.json-only tokenizer comes back as the portable
     `PreTrainedTokenizerFast` above, so that saving it again (the training command's checkpoints and output)
-    keeps it loadable on Transformers 4.x."""
+    keeps it loadable on Transformers 4.x; a local folder's tokenizer files are checked first
+    (`saved_files.check_tokenizer_folder`: `DamagedFile` naming a missing, empty or cut-short file)."""
     # AutoTokenizer reads the folder's config.json too; registering this package's model types lets it read a
     # trained model's folder (or checkpoint) without asking whether to run the folder's code
     from . import auto_classes  # noqa: F401
+    from .saved_files import check_tokenizer_folder
 
+    if Path(name_or_path).is_dir():
+        check_tokenizer_folder(name_or_path)
     tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, **kwargs)
     if type(tokenizer) is transformers.PreTrainedTokenizerFast:
         return PreTrainedTokenizerFast.from_pretrained(name_or_path, **kwargs)

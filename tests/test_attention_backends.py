@@ -5,6 +5,7 @@ variants with their own kernels say so; what a backend cannot run is refused nam
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -116,11 +117,19 @@ def test_every_softmax_site_calls_the_chosen_function_and_the_others_keep_their_
         assert not any(call.startswith("cross_attention") for call in calls) and len(calls) == 4
 
 
-def test_unknown_implementation_names_the_accepted_ones():
-    with pytest.raises(ValueError, match=r"'no_such_attention'.*accepted: eager, .*flex_attention.*sdpa"):
+def test_unknown_implementation_says_it_in_transformers_words_and_names_the_accepted_ones():
+    from transformers import MarianConfig, MarianMTModel
+
+    with pytest.raises(ValueError) as marians:
+        MarianMTModel(MarianConfig(vocab_size=8, d_model=8, attn_implementation="no_such_attention"))
+    transformers_words = str(marians.value).split(". ")[0] + "."
+    assert transformers_words == 'Specified `attn_implementation="no_such_attention"` is not supported.'
+    with pytest.raises(ValueError) as ours:
         HeadAttnForConditionalGeneration(tiny_config(attn_implementation="no_such_attention"))
+    assert str(ours.value).startswith(f"{transformers_words} Accepted: eager, ")
+    assert re.search(r"Accepted: eager, .*flex_attention.*sdpa", str(ours.value))
     model = random_model(tiny_config())
-    with pytest.raises(ValueError, match=r"accepted: eager"):
+    with pytest.raises(ValueError, match=re.escape(f"{transformers_words} Accepted: eager")):
         model.set_attn_implementation("no_such_attention")
     assert model.config._attn_implementation == "sdpa"
 

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import MarianConfig, MarianMTModel
 
-from hf_headattn import HeadAttnForConditionalGeneration
+from hf_headattn import HeadAttnForConditionalGeneration, HeadAttnRNNConfig
 from hf_headattn.runtime.attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION
 from hf_headattn.runtime.transformers_compat import CACHE_NAME
 
@@ -62,6 +62,42 @@ def test_tied_and_untied_embeddings_save_reload_and_report_missing(share, tie, t
     assert {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"} <= set(info["missing_keys"])
     assert not any(parameter.is_meta for parameter in loaded.parameters())
     assert torch.isfinite(loaded.model.encoder.embed_tokens.weight).all()
+
+
+def _every_model_class_untied():
+    """(class, config) for every model class of both families, built with tie_word_embeddings=False; the Transformer
+    with source and target embeddings shared and separate."""
+    from hf_headattn.auto_classes import FAMILIES
+
+    for config_class, model_classes in FAMILIES.items():
+        for model_class in model_classes:
+            if config_class is HeadAttnRNNConfig:
+                yield pytest.param(model_class, rnn_config(tie_word_embeddings=False), id=model_class.__name__)
+                continue
+            for share in (True, False):
+                separate_vocabulary = {} if share else {"decoder_vocab_size": 50}
+                yield pytest.param(model_class, tiny_config(tie_word_embeddings=False,
+                                                            share_encoder_decoder_embeddings=share,
+                                                            **separate_vocabulary),
+                                   id=f"{model_class.__name__}-{'shared' if share else 'separate'}")
+
+
+@pytest.mark.parametrize("model_class, config", list(_every_model_class_untied()))
+def test_every_model_class_untied_saves_and_reloads_the_same_weights(model_class, config, tmp_path):
+    torch.manual_seed(0)
+    model = model_class(config).eval()
+    model.save_pretrained(tmp_path)
+    loaded, info = model_class.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    saved, reloaded = model.state_dict(), loaded.state_dict()
+    assert set(reloaded) == set(saved)
+    for key, value in saved.items():
+        assert torch.equal(reloaded[key], value), f"{model_class.__name__}: {key} differs after reloading"
+    shares = getattr(config, "share_encoder_decoder_embeddings", False)
+    encoder, decoder = loaded.get_encoder().embed_tokens.weight, loaded.get_decoder().embed_tokens.weight
+    assert (encoder is decoder) == shares  # one embedding for source and target, as saved
+    if loaded.get_output_embeddings() is not None:
+        assert loaded.get_output_embeddings().weight is not decoder  # untied: its own output projection
 
 
 # ------------------------------------------------------------------------------------------------ generate

@@ -653,14 +653,21 @@ def test_loading_a_folder_of_one_family_with_the_other_familys_class_names_both(
         HeadAttnRNNForConditionalGeneration.from_pretrained(tmp_path / "transformer")
 
 
-def test_loading_says_when_the_folders_code_is_not_the_installed_packages(old_model, tmp_path, caplog):
+def test_loading_warns_of_other_code_only_when_the_folders_own_copy_runs(old_model, tmp_path, caplog):
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    from hf_headattn.loading import report_code_differences
+
     folder = copy_of(old_model, tmp_path)
+    with open(folder / "modeling_headattn.py", "a") as code:
+        code.write("\n# saved by another version\n")
     with caplog.at_level(logging.WARNING, logger="hf_headattn.loading"):
-        load_model_and_tokenizer(folder)
+        model, _ = load_model_and_tokenizer(folder)  # this package's model type: the installed runtime runs it
+        assert type(model) is HeadAttnForConditionalGeneration
         assert "model code differs" not in caplog.text
-        with open(folder / "modeling_headattn.py", "a") as code:
-            code.write("\n# saved by another version\n")
-        load_model_and_tokenizer(folder)
+        own_code = get_class_from_dynamic_module("modeling_headattn.HeadAttnForConditionalGeneration", folder)
+        assert own_code is not HeadAttnForConditionalGeneration
+        report_code_differences(folder, own_code.from_pretrained(folder))  # the folder's copy runs
     assert f"{folder}'s model code differs from the installed hf_headattn" in caplog.text
     assert "runtime in modeling_headattn.py: the model runs its own copy" in caplog.text
 

@@ -12,6 +12,7 @@ from hf_headattn import HeadAttnForConditionalGeneration, publish
 from hf_headattn.commands import plot
 from hf_headattn.publish import upload
 from hf_headattn.loading import load_model_and_tokenizer, remote_code_allowed
+from hf_headattn.tokenization import train_tokenizer
 
 from helpers import load_example, tiny_config
 
@@ -53,6 +54,8 @@ def test_load_model_and_tokenizer_checks_before_downloading(loads, tmp_path):
     assert loads == []  # nothing was fetched
     with pytest.raises(Loaded):
         load_model_and_tokenizer(HUB_ID, trust_remote_code=True)
+    HeadAttnForConditionalGeneration(tiny_config()).save_pretrained(tmp_path)  # a whole folder: its files pass
+    train_tokenizer(texts=["ein hund läuft ."], vocab_size=64, save_directory=tmp_path)  # the checks before loading
     with pytest.raises(Loaded):
         load_model_and_tokenizer(tmp_path)
     assert [call["trust_remote_code"] for call in loads] == [True, True]

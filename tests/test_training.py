@@ -247,11 +247,15 @@ def test_ambiguous_data_arguments_and_a_finished_output_dir_are_refused(toy_file
 
 
 def test_resume_picks_the_last_complete_checkpoint_of_the_same_model(toy_files, tmp_path):
+    import torch
+
     model_args, data_args, _, _ = parse_args([*file_flags(toy_files), "--output_dir", str(tmp_path), *TINY_MODEL])
-    for step in (3, 6, 9):
-        arguments.build_config(model_args, data_args).save_pretrained(tmp_path / f"checkpoint-{step}")
+    tokenizer = train_tokenizer(texts=["ein hund läuft .", "a dog runs ."], vocab_size=64)
+    for step in (3, 6, 9):  # checkpoints whose files are whole (the resume checks them), if not what Trainer saves
+        run.build_model(arguments.build_config(model_args, data_args)).save_pretrained(tmp_path / f"checkpoint-{step}")
+        tokenizer.save_pretrained(tmp_path / f"checkpoint-{step}")
         for name in ("optimizer.pt", "scheduler.pt"):
-            (tmp_path / f"checkpoint-{step}" / name).write_bytes(b"")
+            torch.save({}, tmp_path / f"checkpoint-{step}" / name)
         if step < 9:  # checkpoint-9 was being written when the run was killed: no trainer_state.json yet
             (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
     assert checkpoints.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")

@@ -453,6 +453,17 @@ class HeadAttnPreTrainedModel(PreTrainedModel):
         elif isinstance(module, HeadAttnForConditionalGeneration):
             init.zeros_(module.final_logits_bias)
 
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """Transformers 5's tied pairs, and with `share_encoder_decoder_embeddings` the embeddings it shares also under
+        tie_word_embeddings=False, where Transformers ties no pair at all: that flag unties only the output
+        projection (`lm_head`) from them, as in Marian."""
+        tied = super().get_expanded_tied_weights_keys(all_submodels=all_submodels)
+        if all_submodels or not self.config.share_encoder_decoder_embeddings:
+            return tied  # all_submodels: gathered from each submodel's answer to this method
+        shared = {target: source for target, source in (getattr(self, "_tied_weights_keys", None) or {}).items()
+                  if target != "lm_head.weight"}
+        return {**shared, **tied}
+
     def _tie_weights(self) -> None:
         """Transformers 4.x ties only the output projection to the input embeddings and then calls this hook, so it
         ties every pair of `_tied_weights_keys` (5.x does that itself and never calls it)."""
@@ -708,18 +719,17 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
         if not config.share_encoder_decoder_embeddings:
             encoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
             decoder_embeddings = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
-        elif config.tie_word_embeddings:
-            # Tied by parameter (`_tied_weights_keys`), as in Marian, not by using one module three times: with one
-            # module, loading marks the shared weight initialised through its tied names, and a checkpoint without
-            # it would load with missing_keys=[] and the weight left on the meta device.
+        else:
+            # Tied by parameter (`_tied_weights_keys`, whatever tie_word_embeddings says: see
+            # `get_expanded_tied_weights_keys`), as in Marian, not by using one module three times: with one module,
+            # loading marks the shared weight initialised through its tied names, and a checkpoint without it would
+            # load with missing_keys=[] and the weight left on the meta device (Transformers 5.0 re-initialises it).
             self._tied_weights_keys = {
                 "encoder.embed_tokens.weight": "shared.weight",
                 "decoder.embed_tokens.weight": "shared.weight",
             }
             encoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
             decoder_embeddings = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        else:  # Transformers ties no weight at all then, so both stacks use the shared module itself
-            encoder_embeddings = decoder_embeddings = self.shared
         self.encoder = HeadAttnEncoder(config, encoder_embeddings)
         self.decoder = HeadAttnDecoder(config, decoder_embeddings)
         self.post_init()

@@ -29,8 +29,10 @@ def _layers_by_variant(config: HeadAttnConfig, selected) -> str:
 
 
 def unknown_attention_implementation(name: str) -> str:
-    """The error message for an `attn_implementation` that no attention function is registered under."""
-    message = (f"attn_implementation={name!r} is not an attention implementation Transformers knows; accepted: "
+    """The error message for an `attn_implementation` that no attention function is registered under: Transformers'
+    own first sentence (every release from 4.57 on), then every name this model accepts (Transformers' own list
+    names only its built-in implementations)."""
+    message = (f'Specified `attn_implementation="{name}"` is not supported. Accepted: '
                f"{', '.join(registered_implementations())} (or a `kernels` hub kernel such as "
                "'kernels-community/flash-attn' on a GPU)")
     variant = name.removeprefix(PREFIX) if name.startswith(PREFIX) else None

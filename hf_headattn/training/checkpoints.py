@@ -1,5 +1,6 @@
 """A run's checkpoints: the ``checkpoint-N`` folders Trainer writes into --output_dir, which one a run resumes from
-(`find_checkpoint`), and the refusal to resume a checkpoint of another model (`check_checkpoint_config`).
+(`find_checkpoint`), whether its files are whole (`check_checkpoint_files`), and the refusal to resume a checkpoint
+of another model (`check_checkpoint_config`).
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -11,6 +12,12 @@ import re
 from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import CONFIG_NAME
+
+from ..saved_files import JSON, TORCH, check_file, check_tokenizer_folder, check_weights, file_problem
+
+# the names Trainer gives a checkpoint's files (constants of transformers.trainer, which would import Trainer)
+TRAINER_STATE_NAME, OPTIMIZER_NAME, SCHEDULER_NAME = "trainer_state.json", "optimizer.pt", "scheduler.pt"
 
 logger = logging.getLogger(__name__)
 
@@ -19,13 +26,14 @@ def find_checkpoint(run_args, training_args) -> str | None:
     """The checkpoint the run of these RunArguments and Seq2SeqTrainingArguments resumes from:
     --resume_from_checkpoint, else the last complete checkpoint in --output_dir (none with --overwrite_output_dir).
     Refuses an --output_dir that already holds a finished model, --overwrite_output_dir with a checkpoint of the
-    --output_dir it would delete, and a checkpoint without optimizer state unless --reset_optimizer."""
+    --output_dir it would delete, a checkpoint with a damaged or missing file (`check_checkpoint_files`) and one
+    without optimizer state unless --reset_optimizer."""
     output_dir = Path(training_args.output_dir)
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint is not None:
-        if not (Path(checkpoint) / "trainer_state.json").is_file():
+        if not (Path(checkpoint) / TRAINER_STATE_NAME).is_file():
             raise ValueError(f"--resume_from_checkpoint {checkpoint}: not a checkpoint folder (it has no "
-                             "trainer_state.json)")
+                             f"{TRAINER_STATE_NAME})")
         if run_args.overwrite_output_dir and output_dir.resolve() in Path(checkpoint).resolve().parents:
             raise ValueError(f"--overwrite_output_dir would delete --resume_from_checkpoint {checkpoint} with the other "
                              f"checkpoints of --output_dir {output_dir}; resume without --overwrite_output_dir, or copy "
@@ -37,7 +45,9 @@ def find_checkpoint(run_args, training_args) -> str | None:
         if checkpoint is None and any((output_dir / name).exists() for name in ("config.json", "train_results.json")):
             raise ValueError(f"--output_dir {output_dir} already holds a trained model and no checkpoint to resume "
                              "from; add --overwrite_output_dir to train again there, or choose another --output_dir")
-    missing = [name for name in ("optimizer.pt", "scheduler.pt")
+    if checkpoint is not None:
+        check_checkpoint_files(checkpoint, reset_optimizer=run_args.reset_optimizer)
+    missing = [name for name in (OPTIMIZER_NAME, SCHEDULER_NAME)
                if checkpoint is not None and not (Path(checkpoint) / name).is_file()]
     if missing and not run_args.reset_optimizer:
         raise ValueError(f"{checkpoint} has no {' or '.join(missing)} (saved with --save_only_model, or deleted): "
@@ -46,15 +56,46 @@ def find_checkpoint(run_args, training_args) -> str | None:
     return checkpoint
 
 
-def last_complete_checkpoint(output_dir: str | Path) -> str | None:
-    """The highest-numbered checkpoint-N folder that was written to the end (Trainer writes trainer_state.json
-    last, so a run killed while saving leaves a folder without it)."""
-    checkpoints = sorted(checkpoint_folders(output_dir), key=lambda path: int(path.name.split("-")[-1]), reverse=True)
+def last_complete_checkpoint(output_dir: str | Path, before_step: int | None = None) -> str | None:
+    """The highest-numbered checkpoint-N folder (below `before_step`, if given) that was written to the end:
+    Trainer writes trainer_state.json last, so a run killed or out of disk space while saving leaves a folder
+    without it, or with one cut short."""
+    checkpoints = sorted(checkpoint_folders(output_dir), key=_step, reverse=True)
     for checkpoint in checkpoints:
-        if (checkpoint / "trainer_state.json").is_file():
+        if before_step is not None and _step(checkpoint) >= before_step:
+            continue
+        problem = file_problem(checkpoint / TRAINER_STATE_NAME, JSON)
+        if problem is None:
             return str(checkpoint)
-        logger.warning(f"{checkpoint} is incomplete (killed while saving?); not resuming from it")
+        if before_step is None:
+            logger.warning(f"{checkpoint} is incomplete (killed while saving?): its {TRAINER_STATE_NAME}, which "
+                           f"Trainer writes last, {problem}; not resuming from it")
     return None
+
+
+def check_checkpoint_files(checkpoint: str | Path, reset_optimizer: bool = False) -> None:
+    """Refuse (`saved_files.DamagedFile`, a ValueError) a checkpoint with a file a resume reads that is missing, empty
+    or cut short: trainer_state.json, the weights, config.json and the tokenizer's files, optimizer.pt and
+    scheduler.pt where there (unless `reset_optimizer`, which reads neither) and the RNG states; the message says which
+    checkpoint to resume from instead."""
+    checkpoint = Path(checkpoint)
+    earlier = last_complete_checkpoint(checkpoint.parent, before_step=_step(checkpoint))
+    remedy = (f"resume from {earlier} instead (delete {checkpoint.name}, or pass --resume_from_checkpoint {earlier}), "
+              "or start over with --overwrite_output_dir" if earlier is not None else
+              f"start over with --overwrite_output_dir (no checkpoint before {checkpoint.name} is whole)")
+    check_file(checkpoint / TRAINER_STATE_NAME, JSON, remedy)
+    check_weights(checkpoint, remedy)
+    check_file(checkpoint / CONFIG_NAME, JSON, remedy)
+    check_tokenizer_folder(checkpoint, remedy)
+    optimizer_files = () if reset_optimizer else (OPTIMIZER_NAME, SCHEDULER_NAME)
+    for path in [checkpoint / name for name in optimizer_files] + sorted(checkpoint.glob("rng_state*.pth")):
+        if path.exists():  # a missing optimizer is find_checkpoint's to explain (--save_only_model)
+            check_file(path, TORCH, remedy)
+
+
+def _step(checkpoint: Path) -> int:
+    match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", checkpoint.name)
+    return int(match.group(1)) if match else -1
 
 
 def checkpoint_folders(output_dir: str | Path) -> list[Path]:

@@ -22,9 +22,10 @@ from transformers import Seq2SeqTrainingArguments
 
 from ..output_files import replace_folder, sibling, with_default_permissions, write_record, written_by
 from ..runtime.configuration_headattn_rnn import HeadAttnRNNConfig
+from ..saved_files import write_failure
 from ..tokenization import load_tokenizer, tokenizer_fingerprint, train_tokenizer
 from .arguments import DataArguments, ModelArguments, RunArguments, build_config, parse_args
-from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint
+from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint, last_complete_checkpoint
 from .data import corpus_texts, load_data, scan_data_files, tokenize_parallel
 from .run_folder import (TOKENIZER_SCRATCH, TRAIN_COMMAND, RunLock, RunRefused, carry_over, check_run_folder,
                          clean_leftovers)
@@ -177,9 +178,19 @@ def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metri
     """Save the model, config, generation config, tokenizer, code, run manifest and train_results.json into a
     staging sibling of `output_dir`, carry over what else the folder holds (its checkpoints only with
     `keep_checkpoints`), and swap the staging folder in (`output_files.replace_folder`): killed at any moment, the
-    folder holds the previous complete model or this one."""
+    folder holds the previous complete model or this one. A full disk stops the run (`RunRefused`, naming it) with
+    the staging folder removed; the same command resumes from the run's last checkpoint."""
     staging = sibling(output_dir, "partial")
-    trainer.save_model(str(staging))  # by every process: a sharded model gathers its weights
+    try:
+        trainer.save_model(str(staging))  # by every process: a sharded model gathers its weights
+    except Exception as error:  # OSError, safetensors' SafetensorError, PyTorch's RuntimeError
+        if (failure := write_failure(error, output_dir)) is None:
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+        last = last_complete_checkpoint(output_dir)
+        raise RunRefused(f"the finished model could not be written: {failure}. Free space on that disk, then run the "
+                         "same command again: it resumes "
+                         f"{f'from {last}' if last else 'from the start (the run saved no checkpoint)'}") from error
     if trainer.is_world_process_zero():
         (staging / "train_results.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
         write_record(staging, TRAIN_COMMAND)
@@ -193,7 +204,7 @@ def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metri
 def _load_tokenizer(name_or_path: str):
     try:
         return load_tokenizer(name_or_path)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: saved_files.DamagedFile, a tokenizer.json Transformers refuses
         raise SystemExit(f"hf-headattn-train: error: cannot load the tokenizer {name_or_path}: {error}") from None
 
 

@@ -7,19 +7,23 @@ Tooling, not model runtime: never copied into a checkpoint.
 
 import logging
 import os
+import shutil
 import time
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import ProgressCallback, Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
-from transformers.trainer_utils import get_last_checkpoint, seed_worker
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
 
 from ..metrics import score_translations
 from ..output_files import with_default_permissions
+from ..saved_files import write_failure
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
+from .checkpoints import last_complete_checkpoint
 from .learning_rate_decay import OpenNMTDecay
 from .run_folder import RunRefused
 from .run_manifest import write_manifest
@@ -32,6 +36,11 @@ LOSS_GROWTH_WARNING = 2.0  # a logged training loss this many times the run's fi
 class TrainingDiverged(RunRefused):
     """A non-finite loss, gradient norm or weight: training stops before the optimizer step that would use it, and
     nothing non-finite is saved."""
+
+
+class CheckpointNotWritten(RunRefused):
+    """A checkpoint that could not be written (a full disk): the run stops, the incomplete checkpoint is removed, and
+    the same command resumes from the checkpoint before it once there is room."""
 
 
 def translation_metrics(tokenizer):
@@ -202,6 +211,24 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
             write_manifest(output_dir, self.run_manifest)
         if self.args.should_save:  # safetensors writes weights as 0600: unreadable to whoever serves the folder
             with_default_permissions(output_dir)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        try:
+            super()._save_checkpoint(model, trial)
+        except RunRefused:  # TrainingDiverged: nothing was written
+            raise
+        except Exception as error:  # OSError, safetensors' SafetensorError, PyTorch's RuntimeError
+            checkpoint = Path(self._get_output_dir(trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            failure = write_failure(error, checkpoint.parent)
+            if failure is None:
+                raise
+            if self.args.should_save:  # half a checkpoint: room for nothing, and no state to resume from
+                shutil.rmtree(checkpoint, ignore_errors=True)
+            last = last_complete_checkpoint(checkpoint.parent)
+            raise CheckpointNotWritten(
+                f"{checkpoint} could not be written and is removed: {failure}. Free space on that disk (or keep fewer "
+                f"checkpoints with --save_total_limit), then run the same command again: it resumes "
+                f"{f'from {last}' if last else 'from the start (no checkpoint was written before)'}") from error
 
     def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
                              trial):

@@ -1,0 +1,233 @@
+"""Every loader names the damaged or missing file, and what to do about it (issue 44, item 4).
+
+The files of a trained folder and of its checkpoints are cut short, emptied or deleted, as a full disk or an
+interrupted copy leaves them, and the tools that read them must refuse naming the file: loading
+(`loading.load_model_and_tokenizer`, which every command loads through), the translation and evaluation commands, a
+resumed training run, averaging. Weights that hold NaN are refused naming the tensors. A save that finds the disk
+full says so, naming the folder, and the same command resumes once there is room.
+"""
+
+import errno
+import logging
+import os
+import shutil
+
+import pytest
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from hf_headattn.averaging import average_checkpoints
+from hf_headattn.commands import evaluate as evaluate_command
+from hf_headattn.commands import train as train_command
+from hf_headattn.commands import translate as translate_command
+from hf_headattn.loading import load_model_and_tokenizer
+from hf_headattn.saved_files import DamagedFile, write_failure
+from hf_headattn.training import train
+
+from helpers import FAMILIES, toy_data
+
+STEPS, SAVE_STEPS = 4, 2
+
+
+def command(data, output_dir, *extra) -> list[str]:
+    """A tiny run of `STEPS` steps that keeps its checkpoints (every `SAVE_STEPS`)."""
+    return [*FAMILIES["transformer"],
+            "--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
+            "--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"]),
+            "--output_dir", str(output_dir), "--max_steps", str(STEPS), "--save_steps", str(SAVE_STEPS),
+            "--keep_checkpoints", "--vocab_size", "200", "--max_length", "24", "--per_device_train_batch_size", "16",
+            "--warmup_steps", "1", "--eval_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true",
+            "--seed", "1", *extra]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return toy_data(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def run(data, tmp_path_factory):
+    """A finished run with its checkpoints, checkpoint-2 and checkpoint-4."""
+    output_dir = tmp_path_factory.mktemp("run") / "run"
+    train(command(data, output_dir))
+    return output_dir
+
+
+def copy_of(folder, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(folder, copy)
+    return copy
+
+
+def cut_short(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+FAULTS = {"cut short": cut_short, "emptied": lambda path: path.write_bytes(b""), "deleted": lambda path: path.unlink()}
+SAID = {"cut short": "is cut short or overwritten: it does not parse as", "emptied": "is empty (0 bytes)",
+        "deleted": "is missing"}
+
+
+def same_weights(folder, reference) -> bool:
+    first, second = load_file(folder / "model.safetensors"), load_file(reference / "model.safetensors")
+    return first.keys() == second.keys() and all(torch.equal(first[key], second[key]) for key in first)
+
+
+# ------------------------------------------------------------------------------------------------ a model folder
+MODEL_FILE_FAULTS = [("model.safetensors", "cut short"), ("model.safetensors", "emptied"),
+                     ("model.safetensors", "deleted"), ("tokenizer.json", "cut short"), ("tokenizer.json", "deleted"),
+                     ("generation_config.json", "cut short"), ("config.json", "cut short")]
+
+
+@pytest.mark.parametrize("name, fault", MODEL_FILE_FAULTS)
+def test_loading_a_model_folder_names_its_damaged_file(name, fault, run, tmp_path):
+    folder = copy_of(run, tmp_path)
+    FAULTS[fault](folder / name)
+    with pytest.raises(DamagedFile) as refused:
+        load_model_and_tokenizer(folder)
+    assert refused.value.path == folder / name
+    assert str(refused.value).startswith(f"{folder / name} {SAID[fault]}")
+    assert str(refused.value).endswith("; copy the folder again from where it came from, or write it again with the "
+                                       "command that wrote it")
+
+
+def test_the_translation_command_names_the_damaged_file(data, run, tmp_path, capsys):
+    folder = copy_of(run, tmp_path)
+    cut_short(folder / "model.safetensors")
+    with pytest.raises(SystemExit) as refused:
+        translate_command.main(["--model", str(folder), "--input", str(data["test.src"]), "--output",
+                                str(tmp_path / "out.en"), "--device", "cpu"])
+    assert refused.value.code == 1
+    assert (f"cannot load --model {folder}: {folder / 'model.safetensors'} is cut short or overwritten: it does not "
+            "parse as safetensors") in capsys.readouterr().err
+    assert not (tmp_path / "out.en").exists()
+
+
+def with_non_finite_weights(folder):
+    """Two weights of the folder's model made NaN and infinite, as a diverged run would have saved them."""
+    weights = load_file(folder / "model.safetensors")
+    nan, inf = "model.encoder.layers.0.ffn.fc1.weight", "model.decoder.layers.1.ffn.fc2.bias"
+    weights[nan] = torch.full_like(weights[nan], float("nan"))
+    weights[inf][3] = float("inf")
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return nan, inf
+
+
+def test_a_model_with_nan_weights_is_refused_naming_them_before_it_is_evaluated(data, run, tmp_path, monkeypatch):
+    import hf_headattn.translation
+
+    folder = copy_of(run, tmp_path)
+    nan, inf = with_non_finite_weights(folder)
+    monkeypatch.setattr(hf_headattn.translation, "translate_sentences",
+                        lambda *args, **kwargs: pytest.fail("translated with NaN weights"))
+    with pytest.raises(DamagedFile) as refused:
+        evaluate_command.main(["--model", str(folder), "--source", str(data["test.src"]), "--reference",
+                               str(data["test.tgt"]), "--output_dir", str(tmp_path / "eval"), "--device", "cpu"])
+    message = str(refused.value)
+    assert message.startswith(f"{folder / 'model.safetensors'} holds NaN or infinite values in 2 of its ")
+    assert f"tensors ({nan}, {inf}): the model would translate nothing; use an earlier checkpoint" in message
+    assert not (tmp_path / "eval").exists()
+
+
+# ------------------------------------------------------------------------------------------------ resuming a run
+CHECKPOINT_FILE_FAULTS = [("model.safetensors", "cut short"), ("model.safetensors", "emptied"),
+                          ("model.safetensors", "deleted"), ("tokenizer.json", "cut short"),
+                          ("config.json", "cut short"), ("optimizer.pt", "cut short"), ("scheduler.pt", "emptied"),
+                          ("rng_state.pth", "cut short")]
+
+
+@pytest.mark.parametrize("name, fault", CHECKPOINT_FILE_FAULTS)
+def test_resuming_from_a_damaged_checkpoint_names_the_file_and_the_checkpoint_before_it(name, fault, data, run,
+                                                                                       tmp_path, capsys):
+    output_dir = copy_of(run, tmp_path)
+    FAULTS[fault](output_dir / "checkpoint-4" / name)
+    with pytest.raises(SystemExit) as refused:
+        train_command.main(command(data, output_dir, "--max_steps", "6"))
+    assert refused.value.code == 2
+    error = capsys.readouterr().err
+    assert f"error: {output_dir / 'checkpoint-4' / name} {SAID[fault]}" in error
+    assert (f"resume from {output_dir / 'checkpoint-2'} instead (delete checkpoint-4, or pass --resume_from_checkpoint "
+            f"{output_dir / 'checkpoint-2'}), or start over with --overwrite_output_dir") in error
+    if name == "model.safetensors":
+        assert "optimizer" not in error  # a checkpoint that lost its weights is not about its optimizer
+
+
+def test_a_checkpoint_whose_trainer_state_is_cut_short_is_refused_by_name_or_passed_over(data, run, tmp_path,
+                                                                                         capsys, caplog):
+    output_dir = copy_of(run, tmp_path)
+    state = output_dir / "checkpoint-4" / "trainer_state.json"
+    cut_short(state)
+    with pytest.raises(SystemExit):
+        train_command.main(command(data, output_dir, "--resume_from_checkpoint", str(output_dir / "checkpoint-4")))
+    assert f"error: {state} is cut short or overwritten: it does not parse as JSON" in capsys.readouterr().err
+    with caplog.at_level(logging.INFO, logger="hf_headattn"):
+        train(command(data, output_dir))  # Trainer writes trainer_state.json last: the save was interrupted
+    assert (f"{output_dir / 'checkpoint-4'} is incomplete (killed while saving?): its trainer_state.json, which "
+            "Trainer writes last, is cut short or overwritten") in caplog.text
+    assert f"resuming from {output_dir / 'checkpoint-2'}" in caplog.text
+    assert same_weights(output_dir, run)
+
+
+def test_averaging_refuses_a_damaged_or_nan_checkpoint_naming_it(run, tmp_path):
+    output_dir = copy_of(run, tmp_path)
+    nan, _ = with_non_finite_weights(output_dir / "checkpoint-4")
+    with pytest.raises(DamagedFile, match=rf"checkpoint-4/model\.safetensors holds NaN or infinite values in 2 .*"
+                                          rf"{nan}.*; leave this checkpoint out of the average"):
+        average_checkpoints([output_dir / "checkpoint-2", output_dir / "checkpoint-4"], tmp_path / "average")
+    cut_short(output_dir / "checkpoint-2" / "model.safetensors")
+    with pytest.raises(DamagedFile, match=r"checkpoint-2/model\.safetensors is cut short or overwritten"):
+        average_checkpoints([output_dir / "checkpoint-2", output_dir / "checkpoint-4"], tmp_path / "average")
+
+
+# ------------------------------------------------------------------------------------------------ a full disk
+def test_a_full_disk_while_saving_is_named_and_the_same_command_resumes_once_there_is_room(data, run, tmp_path,
+                                                                                         monkeypatch):
+    from transformers import modeling_utils
+
+    output_dir, checkpoint = tmp_path / "run", tmp_path / "run" / "checkpoint-4"
+    argv = command(data, output_dir)
+    save, save_weights = torch.save, modeling_utils.safe_save_file
+
+    def disk_full_in(folder_name, original):
+        def writing(obj, path, *args, **kwargs):
+            if folder_name in str(path):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return original(obj, path, *args, **kwargs)
+        return writing
+
+    monkeypatch.setattr(torch, "save", disk_full_in("checkpoint-4", save))  # the optimizer's state, after the weights
+    with pytest.raises(SystemExit) as stopped:
+        train_command.main(argv)
+    assert str(stopped.value.code).startswith(
+        f"hf-headattn-train: error: {checkpoint} could not be written and is removed: the disk holding {output_dir} "
+        "is full (")
+    assert str(stopped.value.code).endswith(
+        f"run the same command again: it resumes from {output_dir / 'checkpoint-2'}")
+    assert sorted(path.name for path in output_dir.iterdir()) == [".hf_headattn_output.json", "checkpoint-2"]
+
+    monkeypatch.setattr(torch, "save", save)  # room for the checkpoint, not for the finished model
+    monkeypatch.setattr(modeling_utils, "safe_save_file", disk_full_in(".partial", save_weights))
+    with pytest.raises(SystemExit) as stopped:
+        train_command.main(argv)
+    assert str(stopped.value.code).startswith(
+        f"hf-headattn-train: error: the finished model could not be written: the disk holding {output_dir} is full (")
+    assert str(stopped.value.code).endswith(f"run the same command again: it resumes from {checkpoint}")
+    assert sorted(path.name for path in output_dir.iterdir()) == [".hf_headattn_output.json", "checkpoint-2", "checkpoint-4"]
+
+    monkeypatch.setattr(modeling_utils, "safe_save_file", save_weights)
+    train_command.main(argv)
+    assert same_weights(output_dir, run)  # as the uninterrupted run
+    load_model_and_tokenizer(output_dir)
+
+
+@pytest.mark.parametrize("error", [
+    # what PyTorch's and safetensors' writers raised on a full 2 MiB tmpfs (torch 2.13, safetensors 0.8)
+    RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
+    SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+])
+def test_the_writers_full_disk_errors_are_recognised(error, tmp_path):
+    described = write_failure(error, tmp_path / "checkpoint-4")
+    assert described is not None and f"{tmp_path / 'checkpoint-4'}" in described
+    assert "disk is full" in described or "is full (" in described
+    assert write_failure(RuntimeError("CUDA out of memory"), tmp_path) is None
