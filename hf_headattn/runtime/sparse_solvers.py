@@ -545,8 +545,10 @@ def _csparsemax_adaptive_passes(z: torch.Tensor, us: torch.Tensor):
 
 def fill_nonfinite(nonfinite: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
     """Set the rows of the [rows, keys] `tensors` that `nonfinite` ([rows, 1] bool) marks to NaN, as torch.softmax's
-    output and gradients are on a row with a NaN or +inf score (a fill for every row: choosing the rows would read
-    the mask). Returns nonfinite."""
+    output and gradients are on a row with a NaN or +inf score. A fill over every row, except on the host, where
+    reading whether any row is marked is free and usually spares the fills. Returns nonfinite."""
+    if reads_values(nonfinite) and not bool(nonfinite.any()):
+        return nonfinite
     for tensor in tensors:
         tensor.masked_fill_(nonfinite, float("nan"))
     return nonfinite
