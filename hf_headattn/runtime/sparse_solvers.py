@@ -23,11 +23,12 @@ the partition, by a threshold in closed form. Exact solvers find the partition:
   per pass instead of a dozen eager operations); rows they have not settled go on with the eager solvers.
 
 Host synchronisation. The active-set passes decide on the data (which rows settled, which rows the sort must
-finish), and so does the choice of csoftmax's tail sums (`_csoftmax_tails`): they read tensor values, which is free
-only where the tensors live in host memory (`HOST_DEVICES`: the CPU). On any other device each read would stall the
-host until the device has caught up, at every layer and decoding step, so there every input goes to the sort-based
-solvers, which run branch-free: masks, `torch.where` and row-wise arithmetic, no value read by Python
-(`tests/test_host_sync.py`). So does torch.export (`solve_for_export`), whose graphs cannot branch on the data.
+finish), and so do the choice of csoftmax's tail sums (`_csoftmax_tails`) and whether any row needs the NaN fills
+(`fill_nonfinite`): they read tensor values, which is free only where the tensors live in host memory
+(`HOST_DEVICES`: the CPU). On any other device each read would stall the host until the device has caught up, at
+every layer and decoding step, so there every input goes to the sort-based solvers, which run branch-free: masks,
+`torch.where` and row-wise arithmetic, no value read by Python (`tests/test_host_sync.py`). So does torch.export
+(`solve_for_export`), whose graphs cannot branch on the data.
 
 Rows that come out NaN (a NaN or +inf score, or a NaN bound, on an allowed key; `nonfinite_rows`) go through the
 solvers as they are, which makes junk in those rows alone (every step is row-wise), and are filled with NaN after
