@@ -25,6 +25,10 @@ Sampling, and logits processors whose state spans the batch (classifier-free gui
 watermarking, ...), are not on the fast path: :func:`fast_path_refusal` names why, and the translation module then
 calls `generate`.
 
+The model's input checks run once per call: on the caller's source and mask, before they go to the device (the
+encoder is called bare, so nothing else checks the source ids), and on the first step's inputs; later steps continue
+the cache, which makes the model skip them, so no step reads a value on the host for them.
+
 Tooling, not model runtime: never copied into a checkpoint.
 """
 
@@ -110,6 +114,7 @@ def fast_generate(model, input_ids: torch.LongTensor, attention_mask: torch.Tens
     has_default_min_length = (generate_kwargs.get("min_length") is None
                               and model.generation_config.min_length is None)
     device = model.device
+    model.check_inputs(input_ids=input_ids, attention_mask=attention_mask)  # as generate does, on the host's tensors
     input_ids = input_ids.to(device)
     attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
     model._prepare_special_tokens(generation_config, True, device=device, batch_size=input_ids.shape[0])

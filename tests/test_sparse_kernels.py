@@ -7,7 +7,8 @@ Every test runs once per solver (see `solver`): the sort-based breakpoint search
 (with settled rows dropped from the passes even in small inputs), and the passes cut short after one pass, so
 that most rows are finished by the sort-based search (the two mixed in one batch). csparsemax also runs through
 the fixed passes of `compiled=True`, here without compiling them (tests/test_compile.py compiles them), in full
-and cut short after one pass.
+and cut short after one pass. "branch-free" runs what runs off the CPU: every input sorted, no value read
+(tests/test_host_sync.py counts the reads).
 """
 
 
@@ -40,6 +41,7 @@ SOLVERS = {
                  (sparse_solvers, "_MAX_PASSES"): 1},
     "fixed": _FIXED_PASSES,
     "fixed-one-pass": {**_FIXED_PASSES, (sparse_solvers, "_COMPILED_PASSES"): 1},
+    "branch-free": {(sparse_solvers, "_SORT_BELOW"): 0, (sparse_solvers, "HOST_DEVICES"): ()},
 }
 
 
@@ -659,7 +661,9 @@ def test_csoftmax_wide_score_range(dtype, gap):
     assert torch.isfinite(alpha).all() and (alpha >= 0).all() and (alpha <= u).all()
 
 
-def test_compiled_csparsemax_explains_a_failed_compile(monkeypatch):
+def test_compiled_csparsemax_explains_a_failed_compile(solver, monkeypatch):
+    if solver == "branch-free":
+        pytest.skip("off the CPU compiled=True sorts too: nothing is compiled")
     def failing_compile(function):
         def run(*args):
             raise torch._dynamo.exc.BackendCompilerFailed(function, RuntimeError("No working C++ compiler"), None)

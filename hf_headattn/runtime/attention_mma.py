@@ -3,6 +3,8 @@ global (Eq. 8), local |i - j| <= w (Eq. 9), forward j >= i (Eq. 10) or backward 
 parameters: the per-head masks join the padding/causal mask in the form the attention backend takes (an additive
 mask for eager and sdpa, a BlockMask for flex attention; see `attention_backends`)."""
 
+import itertools
+
 import torch
 
 from .attention_base import (
@@ -34,7 +36,14 @@ class HeadKindMask:
         self.window = window
         self.num_queries, self.num_keys = num_queries, num_keys
         self.device = device
-        self.kinds = torch.tensor([HEAD_KINDS.index(kind) for kind in head_kinds], device=device)
+        # Filled run by run on the device rather than copied from a Python list: a copy from host memory waits for
+        # the device to catch up, at every forward (and every decoding step).
+        self.kinds = torch.empty(len(head_kinds), dtype=torch.long, device=device)
+        start = 0
+        for kind, run in itertools.groupby(head_kinds):
+            stop = start + len(list(run))
+            self.kinds[start:stop] = HEAD_KINDS.index(kind)
+            start = stop
 
     def allows(self, head, query_position, key_position):
         """True where `head` may attend from `query_position` to `key_position` (tensors that broadcast together)."""

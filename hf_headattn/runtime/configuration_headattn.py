@@ -20,6 +20,7 @@ from .attention_running_sum import RunningSumAttention  # noqa: F401
 from .attention_softmax import SoftmaxAttention  # noqa: F401
 from .attention_sparse import SparsemaxAttention  # noqa: F401
 from .rnn_packing import run_packed_lstm  # noqa: F401
+from .seq2seq_common import inputs_checked_elsewhere  # noqa: F401
 from .sparse_attention import sparsemax  # noqa: F401
 from .sparse_solvers import solve_sparsemax  # noqa: F401
 

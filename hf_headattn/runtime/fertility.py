@@ -13,7 +13,7 @@ all decoding steps by its *fertility* ``f_j`` (Eq. 5: ``u_t = f - beta_{t-1}``).
   under the tagger is the bound.
 
 Source positions are the model's subword tokens (the final ``</s>`` included). This file is runtime code:
-``save_pretrained`` copies it next to the checkpoint, so it imports only torch and the standard library.
+``save_pretrained`` copies it next to the checkpoint, so it imports only torch and the runtime's own modules.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from .rnn_packing import run_packed_lstm
+from .seq2seq_common import inputs_checked_elsewhere
 
 
 __all__ = ["FERTILITY_STRATEGIES", "FertilityPredictor", "SourceFertility", "check_fertility_config", "source_fertility"]
@@ -127,6 +128,7 @@ def source_fertility(
     constant: float = 2.0,
     guided_table: torch.Tensor | None = None,
     predictor: FertilityPredictor | None = None,
+    check_ids: bool = True,
 ) -> torch.Tensor:
     """Fertility upper bound of every source token, following one of the strategies of Section 4.
 
@@ -141,6 +143,9 @@ def source_fertility(
             ``hf_headattn.alignment.guided_fertility_table``.
         predictor: The trained :class:`FertilityPredictor` for ``"predicted"``. It is run without gradients:
             as in the paper, the tagger is trained separately and its output is a fixed input of the NMT model.
+        check_ids: For ``"guided"``, check that the real tokens' ids index ``guided_table`` (ValueError if not),
+            which reads them (a host sync on a GPU); the encoder skips it when the model's input checks covered the
+            ids (`SourceFertility.forward`).
 
     Returns:
         ``[batch, src_len]`` float32 fertilities, 0 at padding positions.
@@ -164,7 +169,7 @@ def source_fertility(
             raise ValueError(f"guided_table must be a 1-D [vocab_size] tensor, got shape {tuple(guided_table.shape)}")
         if guided_table.numel() == 0:
             raise ValueError("guided_table is empty; it needs one fertility per token id")
-        if input_ids.numel() > 0 and not torch.compiler.is_exporting():  # (data-dependent: not in an exported graph)
+        if check_ids and input_ids.numel() > 0 and not torch.compiler.is_exporting():  # (data-dependent: not exported)
             real_ids = input_ids[mask]
             if real_ids.numel() > 0 and (int(real_ids.min()) < 0 or int(real_ids.max()) >= guided_table.numel()):
                 raise ValueError(
@@ -246,6 +251,9 @@ class SourceFertility(nn.Module):
             constant=self.constant,
             guided_table=getattr(self, "guided_fertility", None),
             predictor=self.fertility_predictor,
+            # Inside a model's checked forward (or generate) the ids were checked against the source vocabulary, the
+            # table's size: checking them again would read them at every forward.
+            check_ids=not inputs_checked_elsewhere(),
         )
 
 

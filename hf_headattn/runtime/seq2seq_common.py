@@ -52,7 +52,7 @@ ID_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding indexes with; labels
 IGNORED_LABEL = -100
 
 
-def _inputs_checked_elsewhere() -> bool:
+def inputs_checked_elsewhere() -> bool:
     """True inside a call whose inputs an outer call checked, and while compiling, exporting or tracing: the checks
     read tensor values, which would put data-dependent branches into a graph."""
     return (torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
@@ -76,7 +76,7 @@ def checks_inputs(forward):
 
     @functools.wraps(forward)
     def checked_forward(self, *args, **kwargs):
-        if _inputs_checked_elsewhere():
+        if inputs_checked_elsewhere():
             return forward(self, *args, **kwargs)
         arguments = signature.bind(self, *args, **kwargs).arguments
         arguments.pop("self")
@@ -92,7 +92,7 @@ def check_generate_inputs(model, inputs, kwargs: dict) -> None:
     """`model.check_inputs` on what `generate(inputs, **kwargs)` was given (its first argument is the source ids).
     Without any source, `generate` is left to answer as it answers MarianMTModel: a source of one BOS token when
     `bos_token_id` is set, else its error asking for it."""
-    if _inputs_checked_elsewhere():
+    if inputs_checked_elsewhere():
         return
     if inputs is None and all(kwargs.get(name) is None for name in ("input_ids", "inputs_embeds", "encoder_outputs")):
         return
@@ -168,7 +168,8 @@ def check_seq2seq_inputs(
     -100), masks of 0/1 (bool, integer, or float 0.0/1.0) with the shape of what they mask, decoder inputs and labels
     of one shape and the source's batch, non-empty sources, embeddings 3-D with the model `width` (None: the model
     takes no embeddings). Shape and dtype checks are free; the value checks cost one reduction per tensor and a
-    single host sync for all of them together. Both model families call it, through `checks_inputs`."""
+    single host sync for all of them together, and a decoding step that continues a `cache` holding positions skips
+    them (see below). Both model families call it, through `checks_inputs`."""
     source_batch = None
     if encoder_outputs is not None:
         encoder_states = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else encoder_outputs.last_hidden_state
@@ -207,14 +208,19 @@ def check_seq2seq_inputs(
     if target_shape is not None and target_shape[0] != source_batch:
         raise ValueError(f"{target_of} has batch size {target_shape[0]} but the source has {source_batch} "
                          f"({source_of} {source_shape}): one target per source sentence")
+    past_length = cache.get_seq_length() if isinstance(cache, Cache) else 0  # (a Python int: no sync)
     if decoder_attention_mask is not None and target_shape is not None:
-        past_length = cache.get_seq_length() if isinstance(cache, Cache) else 0
         expected = (target_shape[0], past_length + target_shape[1])
         cached = f" after {past_length} cached positions" if past_length else ""
         _check_mask_structure("decoder_attention_mask", decoder_attention_mask, expected,
                               f"{target_of}{cached}, [batch, cached + new positions] =")
 
-    # Values: one reduction each, then one host sync for all of them.
+    # Values: one reduction each, then one host sync for all of them; not in a decoding step that continues a cache.
+    # A decoding loop's first step (no cache yet) checks the source and mask that the later steps pass again, and the
+    # later steps' ids are the loop's own predictions; on a GPU, reading values at every step would stall the host at
+    # every token (tests/test_host_sync.py).
+    if past_length:
+        return
     id_checks = [(name, ids, vocab) for name, ids, vocab in (
         ("input_ids", input_ids if encoder_outputs is None else None, source_vocab_size),
         ("decoder_input_ids", decoder_input_ids, target_vocab_size),

@@ -15,7 +15,8 @@ ones, upper bounds ``u``) to a probability distribution ``alpha``:
 
 The forward passes are exact (no iteration to a tolerance): their solvers (active-set passes with a sort-based
 fallback, and csparsemax's compiled passes) are in `sparse_solvers`. Every backward pass is written out here (no
-autograd through a sort or an iteration), from the partition the solver settles on.
+autograd through a sort or an iteration), from the partition the solver settles on. Off the CPU, forward and backward
+read no tensor value on the host (no synchronisation with the device; `sparse_solvers`, "Host synchronisation").
 
 Shared conventions:
 
@@ -62,7 +63,6 @@ from .sparse_solvers import (
     as_rows,
     clamped_bounds,
     fill_nonfinite,
-    finite_rows_for_solver,
     nonfinite_rows,
     row_sum,
     solve_csoftmax,
@@ -91,9 +91,8 @@ class SparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: torch.Tensor) -> torch.Tensor:
         row_max = as_rows(z).amax(dim=-1, keepdim=True)
-        zs = as_rows(z) - torch.nan_to_num(row_max, neginf=0.0)
-        if (nonfinite := nonfinite_rows(row_max)) is not None:
-            zs.index_fill_(0, nonfinite, 0.0)  # any finite row for the solver; the answer is NaN
+        zs = as_rows(z) - torch.nan_to_num(row_max, neginf=0.0)  # NaN rows: junk for the solver, NaN below
+        nonfinite = nonfinite_rows(row_max)
         alpha, support_size = solve_sparsemax(zs)
         ctx.nonfinite = fill_nonfinite(nonfinite, alpha)
         ctx.save_for_backward(alpha, support_size)
@@ -114,7 +113,7 @@ class SparsemaxFunction(torch.autograd.Function):
 class ConstrainedSoftmaxFunction(torch.autograd.Function):
     """Constrained softmax over the last dim (Eq. 4): alpha_j = min(u_j, g exp(z_j)) with sum_j alpha_j = 1.
 
-    Inputs: scores with -inf on masked keys, bounds, None or a 0/1 tensor of allowed keys. Forward: the capping
+    Inputs: scores with -inf on masked keys, bounds. Forward: the capping
     iteration of the authors' implementation from no key capped (`sparse_solvers._csoftmax_pass`), or sorting
     (`sparse_solvers._csoftmax_sort`); infeasible rows (sum u < 1): alpha = u.
     Backward (A = allowed keys below their bound, R = capped keys):
@@ -123,8 +122,9 @@ class ConstrainedSoftmaxFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-        zs, us, nonfinite = finite_rows_for_solver(as_rows(z), clamped_bounds(u, keep))
+    def forward(ctx, z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        zs, us = as_rows(z), clamped_bounds(u, z)
+        nonfinite = nonfinite_rows(zs.amax(dim=-1, keepdim=True), us)  # junk for the solver, NaN below
         alpha, alpha_free, capped, free_mass = solve_csoftmax(zs, us)
         ctx.nonfinite = fill_nonfinite(nonfinite, alpha)
         ctx.save_for_backward(alpha_free, capped, free_mass)
@@ -140,7 +140,7 @@ class ConstrainedSoftmaxFunction(torch.autograd.Function):
         grad_z = weighted.addcmul_(alpha_free, m, value=-1)  # dz_j = 1[j in A] alpha_j (dalpha_j - m)
         grad_u = torch.sub(grad, m).mul_(capped)  # du_j = 1[j in R] (dalpha_j - m)
         fill_nonfinite(ctx.nonfinite, grad_z, grad_u)
-        return grad_z.view(grad_alpha.shape), grad_u.view(grad_alpha.shape), None
+        return grad_z.view(grad_alpha.shape), grad_u.view(grad_alpha.shape)
 
 
 def _csparsemax_backward(grad: torch.Tensor, active: torch.Tensor, capped: torch.Tensor, n_active: torch.Tensor):
@@ -156,8 +156,7 @@ def _csparsemax_backward(grad: torch.Tensor, active: torch.Tensor, capped: torch
 class ConstrainedSparsemaxFunction(torch.autograd.Function):
     """Constrained sparsemax over the last dim (Eq. 6, Proposition 1): alpha_j = max(0, min(u_j, z_j - tau)).
 
-    Inputs: scores with -inf on masked keys, bounds, None or a 0/1 tensor of allowed keys, whether to use the
-    compiled solver. Forward: Newton's method over the partitions from tau = max(z) - 1
+    Inputs: scores with -inf on masked keys, bounds, whether to use the compiled solver. Forward: Newton's method over the partitions from tau = max(z) - 1
     (`sparse_solvers._csparsemax_pass`; as fixed passes compiled by torch.compile,
     `sparse_solvers._csparsemax_fixed_passes`, if asked), or sorting (`sparse_solvers._csparsemax_sort`); infeasible
     rows (sum u < 1): alpha = u.
@@ -165,8 +164,8 @@ class ConstrainedSparsemaxFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, u: torch.Tensor, keep: torch.Tensor | None, compiled: bool) -> torch.Tensor:
-        alpha, active, capped, n_active, ctx.nonfinite = solve_csparsemax(as_rows(z), clamped_bounds(u, keep), compiled)
+    def forward(ctx, z: torch.Tensor, u: torch.Tensor, compiled: bool) -> torch.Tensor:
+        alpha, active, capped, n_active, ctx.nonfinite = solve_csparsemax(as_rows(z), clamped_bounds(u, z), compiled)
         ctx.save_for_backward(active, capped, n_active)
         ctx.compiled = compiled
         return alpha.view(z.shape)
@@ -177,7 +176,7 @@ class ConstrainedSparsemaxFunction(torch.autograd.Function):
         backward = torch_compiled(_csparsemax_backward) if ctx.compiled else _csparsemax_backward
         grad_z, grad_u = backward(as_rows(grad_alpha), *ctx.saved_tensors)
         fill_nonfinite(ctx.nonfinite, grad_z, grad_u)
-        return grad_z.view(grad_alpha.shape), grad_u.view(grad_alpha.shape), None, None
+        return grad_z.view(grad_alpha.shape), grad_u.view(grad_alpha.shape), None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -185,9 +184,9 @@ class ConstrainedSparsemaxFunction(torch.autograd.Function):
 
 
 def _prepare(z: torch.Tensor, u, dim: int, mask):
-    """Broadcast, promote to the compute dtype and move `dim` last. Returns (z, u, keep, dim): z contiguous with -inf
-    on masked keys, u as given (broadcast), keep None or a 0/1 tensor of the allowed keys for the bounds (at the
-    mask's shape, broadcast, where no score is -inf)."""
+    """Broadcast, promote to the compute dtype and move `dim` last. Returns (z, u, dim): z contiguous with -inf on
+    masked keys, u as given (broadcast). (Nothing here reads a value: the kernels run without host syncs off the
+    CPU, see `sparse_solvers`.)"""
     if not torch.is_tensor(z) or not z.is_floating_point():
         raise TypeError(f"z must be a floating-point tensor, got {type(z).__name__} {getattr(z, 'dtype', '')}")
     if u is not None and not torch.is_tensor(u):
@@ -213,19 +212,11 @@ def _prepare(z: torch.Tensor, u, dim: int, mask):
                          f"{len(shape) - 1}")
     dim = dim % len(shape)
     z = _last(z.to(compute_dtype).expand(shape), dim)
-    keep = None
     if u is not None:
         u = _last(u.to(compute_dtype).expand(shape), dim)
-        # keys masked by their score (amin is -inf), or a NaN somewhere (amin is NaN): build keep (always when
-        # exporting: torch.export cannot branch on the data)
-        if z.numel() and (torch.compiler.is_exporting() or not bool(z.amin() > float("-inf"))):
-            keep = (z != float("-inf")).to(compute_dtype)
     if mask is not None:
-        mask_keep = mask.to(compute_dtype)  # at the mask's own shape, broadcast below
         z = z.masked_fill(_last((~mask).expand(shape), dim), float("-inf"))  # whatever the score, even NaN
-        mask_keep = _last(mask_keep.expand(shape), dim)
-        keep = mask_keep if keep is None else keep * mask_keep
-    return z.contiguous(), u, keep, dim
+    return z.contiguous(), u, dim
 
 
 def _last(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -246,11 +237,11 @@ def sparsemax(z: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None) 
     computed in float32. Returns z's dtype.
     """
     out_dtype = z.dtype if torch.is_tensor(z) else None
-    zc, _, _, dim = _prepare(z, None, dim, mask)
+    zc, _, dim = _prepare(z, None, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0, dim).to(out_dtype)
     if torch.compiler.is_exporting():
-        return _back(solve_for_export("sparsemax", zc, None, None), dim).to(out_dtype)
+        return _back(solve_for_export("sparsemax", zc, None), dim).to(out_dtype)
     return _back(SparsemaxFunction.apply(zc), dim).to(out_dtype)
 
 
@@ -269,12 +260,12 @@ def csoftmax(z: torch.Tensor, u, dim: int = -1, mask: torch.Tensor | None = None
     if u is None:
         raise TypeError("u (the upper bounds, e.g. fertility - cumulative attention) is required; u = inf everywhere "
                         "gives the unconstrained transform")
-    zc, uc, keep, dim = _prepare(z, u, dim, mask)
+    zc, uc, dim = _prepare(z, u, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0 + uc * 0, dim).to(out_dtype)
     if torch.compiler.is_exporting():
-        return _back(solve_for_export("csoftmax", zc, uc, keep), dim).to(out_dtype)
-    return _back(ConstrainedSoftmaxFunction.apply(zc, uc, keep), dim).to(out_dtype)
+        return _back(solve_for_export("csoftmax", zc, uc), dim).to(out_dtype)
+    return _back(ConstrainedSoftmaxFunction.apply(zc, uc), dim).to(out_dtype)
 
 
 def csparsemax(
@@ -295,15 +286,16 @@ def csparsemax(
     `torch.compile` into fused loops (rows that have not settled go on with the eager solvers, so the result is
     the same exact solution): about 2x faster on large CPU inputs, e.g. [1024, 512]. The first call compiles
     (seconds; on CPU it needs a C++ compiler), later calls of any shape reuse it. Inputs below
-    `sparse_solvers._SORT_BELOW` entries are sorted either way.
+    `sparse_solvers._SORT_BELOW` entries, and off the CPU every input, are sorted either way (the backward is
+    compiled all the same).
     """
     out_dtype = z.dtype if torch.is_tensor(z) else None
     if u is None:
         raise TypeError("u (the upper bounds, e.g. fertility - cumulative attention) is required; u = inf everywhere "
                         "gives the unconstrained transform")
-    zc, uc, keep, dim = _prepare(z, u, dim, mask)
+    zc, uc, dim = _prepare(z, u, dim, mask)
     if zc.shape[-1] == 0:
         return _back(zc * 0 + uc * 0, dim).to(out_dtype)
     if torch.compiler.is_exporting():
-        return _back(solve_for_export("csparsemax", zc, uc, keep), dim).to(out_dtype)
-    return _back(ConstrainedSparsemaxFunction.apply(zc, uc, keep, compiled), dim).to(out_dtype)
+        return _back(solve_for_export("csparsemax", zc, uc), dim).to(out_dtype)
+    return _back(ConstrainedSparsemaxFunction.apply(zc, uc, compiled), dim).to(out_dtype)

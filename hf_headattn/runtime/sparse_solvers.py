@@ -6,7 +6,7 @@ Algorithms. Every forward pass is exact (no iteration to a tolerance) and vector
 dimensions. Each map is fixed by a partition of the keys (zero / strictly inside the bounds / capped) and, given
 the partition, by a threshold in closed form. Exact solvers find the partition:
 
-* Active-set passes, for inputs of `_SORT_BELOW` entries or more: finite methods whose passes are O(n)
+* Active-set passes, for inputs of `_SORT_BELOW` entries or more on the CPU: finite methods whose passes are O(n)
   elementwise operations over the batch (no sort), and which for attention scores settle within a few passes:
   Michelot's (1986) algorithm for ``sparsemax``; the capping iteration of the authors' implementation
   (Martins & Kreutzer, 2017) for ``csoftmax``; Newton's method over the partitions, safeguarded by bisection,
@@ -14,17 +14,25 @@ the partition, by a threshold in closed form. Exact solvers find the partition:
   the partition then defines that same partition, which is the optimality (KKT) condition, so the result is
   the exact solution. Rows that have not settled after `_MAX_PASSES` passes (adversarial inputs), infeasible
   rows and degenerate rows go to the sort-based solvers.
-* Sort-based breakpoint searches (O(n log n)), for small inputs (where they cost fewer tensor operations) and
-  for the rows the passes leave: sort the breakpoints of a monotone piecewise-linear function along ``dim``,
+* Sort-based breakpoint searches (O(n log n)), for small inputs (where they cost fewer tensor operations), for
+  every input off the CPU (see below) and for the rows the passes leave: sort the breakpoints of a monotone piecewise-linear function along ``dim``,
   locate the segment that holds the solution, solve in closed form on it (Martins & Astudillo, 2016, Alg. 1;
   Martins & Kreutzer, 2017; Pardalos & Kovoor, 1990, as in the paper's Alg. 1).
 * For ``csparsemax(..., compiled=True)``: the same safeguarded Newton passes, but a fixed number of them over every
   row, branch-free and without host syncs, compiled by ``torch.compile`` into fused loops (one read of the keys
   per pass instead of a dozen eager operations); rows they have not settled go on with the eager solvers.
 
-Rows that come out NaN (a NaN or +inf score, or a NaN bound, on an allowed key) are replaced by a finite row before
-the solvers (`finite_rows_for_solver`) and filled with NaN after (`fill_nonfinite`); under torch.export every input
-is sorted, branch-free (`solve_for_export`).
+Host synchronisation. The active-set passes decide on the data (which rows settled, which rows the sort must
+finish), and so do the choice of csoftmax's tail sums (`_csoftmax_tails`) and whether any row needs the NaN fills
+(`fill_nonfinite`): they read tensor values, which is free only where the tensors live in host memory
+(`HOST_DEVICES`: the CPU). On any other device each read would stall the host until the device has caught up, at
+every layer and decoding step, so there every input goes to the sort-based solvers, which run branch-free: masks,
+`torch.where` and row-wise arithmetic, no value read by Python (`tests/test_host_sync.py`). So does torch.export
+(`solve_for_export`), whose graphs cannot branch on the data.
+
+Rows that come out NaN (a NaN or +inf score, or a NaN bound, on an allowed key; `nonfinite_rows`) go through the
+solvers as they are, which makes junk in those rows alone (every step is row-wise), and are filled with NaN after
+(`fill_nonfinite`).
 """
 
 import functools
@@ -54,10 +62,25 @@ _COMPILED_PASSES = 6
 # `_csparsemax_fixed_passes`): with them in every pass, a pass costs about 1.5x as much and settles no more rows.
 _JUMP_PASSES = 3
 
+# Devices whose tensors live in host memory, where the solvers may read values to skip work (see the module docstring).
+HOST_DEVICES = ("cpu",)
+
 # Implementation notes (CPU): 0/1 indicators are float tensors written by comparisons with `out=` and used in
 # multiplications and sums (bool tensors, their conversion and torch.where are several times slower); the
 # passes write into a few preallocated buffers, which also become the outputs, since every fresh full-size
 # allocation costs page faults.
+
+
+def reads_values(x: torch.Tensor) -> bool:
+    """Whether the solvers may branch on x's values: x lives in host memory (`HOST_DEVICES`), and no graph is being
+    exported (an exported graph cannot branch on the data)."""
+    return x.device.type in HOST_DEVICES and not torch.compiler.is_exporting()
+
+
+def _passes_pay_off(x: torch.Tensor) -> bool:
+    """Whether the active-set passes solve x ([rows, keys]): large inputs whose values the solvers may read; the
+    others are sorted."""
+    return x.numel() >= _SORT_BELOW and reads_values(x)
 
 
 def _row_max(z: torch.Tensor) -> torch.Tensor:
@@ -83,21 +106,22 @@ def _true_rows(mask: torch.Tensor, all_none: bool = False) -> torch.Tensor | Non
     return rows if rows.numel() else None
 
 
-def clamped_bounds(u: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """u clamped to [0, 2] and 0 on masked keys (keep: None or 0/1, broadcastable), as [rows, keys]. (A fill, not a
-    multiplication by keep, so that a NaN bound on a masked key is ignored like the key.)"""
+def clamped_bounds(u: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
+    """u clamped to [0, 2] and 0 on the keys masked in z (scores, -inf on masked keys, u's shape; None: no key
+    masked), as [rows, keys]. (A fill, not a multiplication, so that a NaN bound on a masked key is ignored like the
+    key.)"""
     us = u.clamp(min=0, max=_NON_BINDING_BOUND)
-    return as_rows(us if keep is None else us.masked_fill_(keep == 0, 0.0))
+    return as_rows(us if z is None else us.masked_fill_(z == float("-inf"), 0.0))
 
 
-def nonfinite_rows(row_max: torch.Tensor, us: torch.Tensor | None = None) -> torch.Tensor | None:
-    """Indices of the rows that come out NaN (see the module docstring): row_max, the [rows, 1] max of scores that
-    are -inf on masked keys, is NaN or +inf (amax propagates NaN), or bounds `us` (0 on masked keys) hold a NaN;
-    None if there are none (one sync)."""
+def nonfinite_rows(row_max: torch.Tensor, us: torch.Tensor | None = None) -> torch.Tensor:
+    """The [rows, 1] bool mask of the rows that come out NaN (see the module docstring): row_max, the [rows, 1] max
+    of scores that are -inf on masked keys, is NaN or +inf (amax propagates NaN), or bounds `us` (0 on masked keys)
+    hold a NaN."""
     nonfinite = ~(row_max < float("inf"))  # NaN or +inf; -inf (every key masked) is a finite row
     if us is not None:
         nonfinite |= row_sum(us).isnan()
-    return _true_rows(nonfinite) if bool(nonfinite.any()) else None  # any(): cheaper than nonzero() when none
+    return nonfinite
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -121,31 +145,20 @@ def _shifted_scores(z: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return (torch.nan_to_num(z, neginf=0.0) - _row_max(z)) * keep
 
 
-def _csoftmax_sort(z: torch.Tensor, us: torch.Tensor, log_domain: bool | None = None):
+def _csoftmax_sort(z: torch.Tensor, us: torch.Tensor):
     """Constrained softmax by sorting (Martins & Kreutzer, 2017): the solution is alpha_j = min(u_j, g exp(z_j))
     for the g > 0 with F(g) = sum_j min(u_j, g exp(z_j)) = 1. F is increasing and piecewise linear in g with
     breakpoints at the ratios rho_j = u_j / exp(z_j); key j is capped iff rho_j < g. Sort the ratios (in log space)
     ascending, evaluate F at every breakpoint with a cumulative sum of the bounds and a reverse cumulative sum of
     exp(z), take the first breakpoint with F >= 1: the keys before it are capped, and g = (1 - sum_capped u) /
-    sum_free exp(z). Infeasible rows (sum u < 1): alpha = u. `log_domain` (None: decided from the scores) picks
-    how the tail sums of exp(z) are taken, see below. Returns (alpha, capped)."""
+    sum_free exp(z). Infeasible rows (sum u < 1): alpha = u. Returns (alpha, capped)."""
     n = z.shape[-1]
     keep = (z != float("-inf")).to(z.dtype)
     zs = _shifted_scores(z, keep)
     log_ratio = torch.log(us) - zs  # log rho_j; -inf for zero bounds and masked keys
     ratio_sorted, order = torch.sort(log_ratio, dim=-1)
     u_cumsum = us.gather(-1, order).cumsum(dim=-1)
-    z_sorted = zs.gather(-1, order)
-    # log sum_{i > k} exp(z_(i)): in the linear domain (no cancellation: a reverse cumulative sum) unless some
-    # allowed key's exp(z - max) would underflow, then with logcumsumexp.
-    if log_domain is None:
-        log_domain = not bool((zs >= (-80.0 if z.dtype != torch.float64 else -700.0)).all())
-    if not log_domain:
-        e_sorted = torch.exp(z_sorted) * keep.gather(-1, order)
-        log_tail = torch.log(e_sorted.flip(-1).cumsum(dim=-1).flip(-1))
-    else:
-        z_sorted = z_sorted + torch.log(keep.gather(-1, order))
-        log_tail = torch.logcumsumexp(z_sorted.flip(-1), dim=-1).flip(-1)
+    log_tail = _csoftmax_tails(zs, zs.gather(-1, order), keep.gather(-1, order))
     log_tail = torch.nn.functional.pad(log_tail[..., 1:], (0, 1), value=float("-inf"))
     f_at_breakpoint = u_cumsum + torch.exp(ratio_sorted + log_tail)  # F(rho) = sum_j min(u_j, rho e^z_j)
     # First breakpoint with F >= 1 (n: none, infeasible). F is non-decreasing; where rounding makes it wobble,
@@ -161,6 +174,26 @@ def _csoftmax_sort(z: torch.Tensor, us: torch.Tensor, log_domain: bool | None = 
     softmax_free = torch.exp((zs - log_free_norm) * free)  # meaningful (and kept finite) only on free keys
     alpha_free = torch.minimum(free_mass * softmax_free, us)  # alpha_j = g exp(z_j) below the bound
     return capped * us + free * alpha_free, capped
+
+
+def _csoftmax_tails(zs: torch.Tensor, z_sorted: torch.Tensor, keep_sorted: torch.Tensor) -> torch.Tensor:
+    """log sum_{i >= k} exp(z_(i)) for every position k of the keys in `_csoftmax_sort`'s order (z_sorted: the
+    shifted scores zs in that order, keep_sorted: 1 on allowed keys). In the linear domain (no cancellation: a
+    reverse cumulative sum; logcumsumexp costs 10x as much on the CPU) except in the rows where some allowed key's
+    exp(z - max) would underflow, which take logcumsumexp: on the host only those rows (their indices read), elsewhere
+    every row, chosen by `torch.where` (same numbers, no read)."""
+    log_domain = row_sum(zs < (-80.0 if zs.dtype != torch.float64 else -700.0)) > 0  # zs is 0 on masked keys
+    log_tail = torch.log((torch.exp(z_sorted) * keep_sorted).flip(-1).cumsum(dim=-1).flip(-1))
+
+    def log_domain_tails(z_sorted, keep_sorted):
+        return torch.logcumsumexp((z_sorted + torch.log(keep_sorted)).flip(-1), dim=-1).flip(-1)
+
+    if not reads_values(zs):
+        return torch.where(log_domain, log_domain_tails(z_sorted, keep_sorted), log_tail)
+    if (rows := _true_rows(log_domain)) is not None:
+        rows_tails = log_domain_tails(z_sorted.index_select(0, rows), keep_sorted.index_select(0, rows))
+        log_tail.index_copy_(0, rows, rows_tails)
+    return log_tail
 
 
 def _csparsemax_sort(z: torch.Tensor, us: torch.Tensor):
@@ -410,7 +443,7 @@ def torch_compiled(function):
 def solve_sparsemax(zs: torch.Tensor):
     """zs: scores minus the row max (-inf on masked keys; overwritten). Returns (alpha, support size)."""
     work = torch.empty_like(zs)
-    if zs.numel() < _SORT_BELOW:
+    if not _passes_pay_off(zs):
         tau = _sparsemax_sort(zs)
     else:
         t = zs.new_full((zs.shape[0], 1), -1.0)  # tau >= max(z) - 1 = -1: no alpha_j exceeds 1
@@ -423,7 +456,7 @@ def solve_sparsemax(zs: torch.Tensor):
 
 def solve_csoftmax(z: torch.Tensor, us: torch.Tensor):
     """z: scores (-inf on masked keys), us: bounds. Returns (alpha, alpha on the free keys, capped, free mass)."""
-    if z.numel() < _SORT_BELOW:
+    if not _passes_pay_off(z):
         alpha, capped = _csoftmax_sort(z, us)
         alpha_free = alpha * (1 - capped)
         return alpha, alpha_free, capped, row_sum(alpha_free)
@@ -452,9 +485,10 @@ def solve_csoftmax(z: torch.Tensor, us: torch.Tensor):
 
 def solve_csparsemax(z: torch.Tensor, us: torch.Tensor, compiled: bool = False):
     """z: scores (-inf on masked keys), us: bounds (the caller's, may be overwritten). Returns (alpha, active, capped,
-    |active|, the rows that come out NaN as `nonfinite_rows` finds them); alpha is NaN on those rows."""
-    if not compiled or z.numel() < _SORT_BELOW:
-        z, us, nonfinite = finite_rows_for_solver(z, us)
+    |active|, the mask of the rows that come out NaN, `nonfinite_rows`); alpha is NaN on those rows. The compiled
+    passes run where the eager ones would (`_passes_pay_off`)."""
+    if not compiled or not _passes_pay_off(z):
+        nonfinite = nonfinite_rows(z.amax(dim=-1, keepdim=True), us)
         alpha, active, capped, n_active = _csparsemax_eager_solve(z, us)
         return alpha, active, capped, n_active, fill_nonfinite(nonfinite, alpha)
     try:
@@ -469,13 +503,13 @@ def solve_csparsemax(z: torch.Tensor, us: torch.Tensor, compiled: bool = False):
     # Rows the fixed passes leave (e.g. flat scores, where many keys share the support) go on with the eager
     # solver: sorted if few, else more passes. NaN rows count as settled.
     solution = _solve_unsettled(_csparsemax_eager_solve, z, us, settled, (alpha, active, capped, n_active))
-    return (*solution, _true_rows(nonfinite) if bool(nonfinite.any()) else None)
+    return (*solution, nonfinite)
 
 
 def _csparsemax_eager_solve(z: torch.Tensor, us: torch.Tensor):
-    """`solve_csparsemax` without compiling: sorting for small inputs, else the adaptive passes, then sorting for the
-    rows they leave."""
-    if z.numel() < _SORT_BELOW:
+    """`solve_csparsemax` without compiling: sorting for small inputs and off the host, else the adaptive passes, then
+    sorting for the rows they leave."""
+    if not _passes_pay_off(z):
         return _csparsemax_sort(z, us)
     *solution, settled = _csparsemax_adaptive_passes(z, us)
     return _solve_unsettled(_csparsemax_sort, z, us, settled, solution)
@@ -510,23 +544,15 @@ def _csparsemax_adaptive_passes(z: torch.Tensor, us: torch.Tensor):
     return alpha, active, capped, n_active, settled & feasible & (n_active > 0)
 
 
-def finite_rows_for_solver(z: torch.Tensor, us: torch.Tensor):
-    """(z, us, rows): the [rows, keys] scores and bounds with the rows that come out NaN (`nonfinite_rows`; None if
-    there are none) replaced by a finite row (scores 0, bounds 1), so that the solvers only see finite rows. z is
-    copied only then; us (from `clamped_bounds`) is the caller's to overwrite."""
-    nonfinite = nonfinite_rows(z.amax(dim=-1, keepdim=True), us)
-    if nonfinite is None:
-        return z, us, None
-    return z.index_fill(0, nonfinite, 0.0), us.index_fill_(0, nonfinite, 1.0), nonfinite
-
-
-def fill_nonfinite(rows: torch.Tensor | None, *tensors: torch.Tensor) -> torch.Tensor | None:
-    """Set `rows` (None: no row) of the [rows, keys] `tensors` to NaN, as torch.softmax's output and gradients are on
-    a row with a NaN or +inf score. Returns rows."""
-    if rows is not None:
-        for tensor in tensors:
-            tensor.index_fill_(0, rows, float("nan"))
-    return rows
+def fill_nonfinite(nonfinite: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+    """Set the rows of the [rows, keys] `tensors` that `nonfinite` ([rows, 1] bool) marks to NaN, as torch.softmax's
+    output and gradients are on a row with a NaN or +inf score. A fill over every row, except on the host, where
+    reading whether any row is marked is free and usually spares the fills. Returns nonfinite."""
+    if reads_values(nonfinite) and not bool(nonfinite.any()):
+        return nonfinite
+    for tensor in tensors:
+        tensor.masked_fill_(nonfinite, float("nan"))
+    return nonfinite
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -534,7 +560,7 @@ def fill_nonfinite(rows: torch.Tensor | None, *tensors: torch.Tensor) -> torch.T
 # size calls for), which an exported graph cannot hold. Exported, every input is sorted, branch-free.
 
 
-def solve_for_export(transform: str, z: torch.Tensor, u: torch.Tensor | None, keep: torch.Tensor | None):
+def solve_for_export(transform: str, z: torch.Tensor, u: torch.Tensor | None):
     """The forward pass of `transform` ("sparsemax", "csoftmax", "csparsemax") as the sort-based solvers alone, for
     every input size: no host sync, no shape that depends on the data, and rows that come out NaN (see the module
     docstring) chosen by `torch.where` rather than by row indices. Same solution as eager, up to rounding. Inputs as
@@ -546,13 +572,11 @@ def solve_for_export(transform: str, z: torch.Tensor, u: torch.Tensor | None, ke
         zs = z.masked_fill(nonfinite, 0.0)
         zs = zs - _row_max(zs)
         return (zs - _sparsemax_sort(zs)).clamp(min=0).masked_fill(nonfinite, float("nan"))  # Eq. 3
-    us = u.clamp(min=0, max=_NON_BINDING_BOUND)  # as `clamped_bounds`
-    if keep is not None:
-        us = us.masked_fill(keep == 0, 0.0)
+    us = u.clamp(min=0, max=_NON_BINDING_BOUND).masked_fill(z == float("-inf"), 0.0)  # as `clamped_bounds`
     nonfinite = nonfinite | row_sum(us).isnan()
     zs, us = z.masked_fill(nonfinite, 0.0), us.masked_fill(nonfinite, 1.0)
     if transform == "csoftmax":
-        alpha = _csoftmax_sort(zs, us, log_domain=True)[0]  # Eq. 4; logcumsumexp is exact in either case
+        alpha = _csoftmax_sort(zs, us)[0]  # Eq. 4
     else:
         alpha = _csparsemax_sort(zs, us)[0]  # Eq. 6
     return alpha.masked_fill(nonfinite, float("nan"))
