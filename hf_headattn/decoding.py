@@ -42,8 +42,8 @@ from torch import nn
 from transformers import GenerationConfig
 from transformers.generation import logits_process
 
-__all__ = ["FastPathUnsupported", "fast_generate", "fast_path_refusal", "generate_sequences",
-           "resolve_generation_config"]
+__all__ = ["FastPathUnsupported", "fast_generate", "fast_path_refusal", "fast_search", "generate_sequences",
+           "resolve_generation_config", "search_sequences"]
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +104,13 @@ def fast_generate(model, input_ids: torch.LongTensor, attention_mask: torch.Tens
         FastPathUnsupported: options the fast path does not decode (:func:`fast_path_refusal`, logits processors
             whose state spans the batch); `generate` decodes them (:func:`generate_sequences` falls back to it).
     """
+    return fast_search(model, input_ids, attention_mask, **generate_kwargs)[0]
+
+
+def fast_search(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+                **generate_kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
+    """(:func:`fast_generate`'s sequences, and for beam search their scores: `generate`'s ``sequences_scores``,
+    the length-penalised log-probabilities the search ranked them by; None for greedy search)."""
     started = time.time()  # max_time counts from here, as generate's MaxTimeCriteria does from its creation
     generation_config, model_kwargs = resolve_generation_config(model, **generate_kwargs)
     refusal = fast_path_refusal(model, generation_config, model_kwargs)
@@ -133,7 +140,7 @@ def fast_generate(model, input_ids: torch.LongTensor, attention_mask: torch.Tens
         encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
         search = _BatchDecoder(model, encoder_outputs, attention_mask, generation_config, processors, started)
         if generation_config.num_beams == 1:
-            return search.greedy()
+            return search.greedy(), None
         return search.beam_search()
 
 
@@ -211,7 +218,7 @@ class _BatchDecoder:
                 running, sentence_of_row = running[rows], [sentence_of_row[row] for row in rows.tolist()]
 
     # ------------------------------------------------------------------ beam search (generate's _beam_search)
-    def beam_search(self) -> torch.LongTensor:
+    def beam_search(self) -> tuple[torch.LongTensor, torch.Tensor]:
         model, config = self.model, self.config
         num_beams, early_stopping, length_penalty = config.num_beams, config.early_stopping, config.length_penalty
         returned = config.num_return_sequences or 1
@@ -234,6 +241,7 @@ class _BatchDecoder:
         finished_indices = running_indices.clone()
         sentence_of_row = list(range(batch))
         results: list[list[torch.Tensor]] = [[] for _ in range(batch)]
+        result_scores: list[torch.Tensor | None] = [None] * batch  # each sentence's returned hypotheses' scores
         length = 1
         while True:
             if length == running.shape[-1]:  # this step writes column `length`: make room, up to max_length
@@ -283,8 +291,10 @@ class _BatchDecoder:
                 lengths = 1 + (finished_indices[sentence, :returned] >= 0).sum(dim=-1)
                 results[sentence_of_row[sentence]] = [hypothesis[:length] for hypothesis, length in
                                                       zip(finished[sentence, :returned], lengths.tolist())]
+                result_scores[sentence_of_row[sentence]] = finished_scores[sentence, :returned]
             if last_step or done.all():
-                return self.output([sequence for sentence in results for sequence in sentence])
+                return (self.output([sequence for sentence in results for sequence in sentence]),
+                        torch.cat(result_scores))
             if done.any():
                 kept = (~done).nonzero().flatten()
                 rows = (kept[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1)
@@ -301,10 +311,24 @@ def generate_sequences(model, input_ids: torch.LongTensor, attention_mask: torch
                        fast: bool = True, **generate_kwargs) -> torch.LongTensor:
     """The sequences `model.generate` returns, from :func:`fast_generate` where it decodes these options (with
     `fast`), else from `generate` itself (the reason logged at INFO)."""
+    return search_sequences(model, input_ids, attention_mask, fast=fast, scores=False, **generate_kwargs)[0]
+
+
+def search_sequences(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, *,
+                     fast: bool = True, scores: bool = True,
+                     **generate_kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
+    """(:func:`generate_sequences`'s sequences, and with `scores`, for beam search, the scores the search ranked
+    them by, as `generate`'s ``sequences_scores``: what n-best lists show, without scoring the hypotheses again;
+    None for greedy search and sampling, or without `scores`)."""
     if fast:
         try:
-            return fast_generate(model, input_ids, attention_mask, **generate_kwargs)
+            sequences, sequence_scores = fast_search(model, input_ids, attention_mask, **generate_kwargs)
+            return sequences, sequence_scores if scores else None
         except FastPathUnsupported as reason:
             logger.info(f"{reason}; decoding with model.generate")
     with torch.inference_mode():
-        return model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
+        if not scores:
+            return model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs), None
+        output = model.generate(input_ids=input_ids, attention_mask=attention_mask, return_dict_in_generate=True,
+                                output_scores=True, **generate_kwargs)
+    return output.sequences, getattr(output, "sequences_scores", None)

@@ -115,6 +115,24 @@ def test_nbest_lists_are_sorted_by_the_score_beam_search_ranks_by(model, tokeniz
     assert [hypothesis.score for hypothesis in translations[0].hypotheses] == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_nbest_scores_are_the_searchs_own_without_a_second_pass(model, tokenizer, sources, fast, monkeypatch):
+    from hf_headattn.translation import sentences
+
+    with_pass = translate(model, tokenizer, sources, nbest=3, num_beams=3, alignments=True, fast=fast, **GENERATION)
+
+    def no_second_pass(*args, **kwargs):
+        raise AssertionError("n-best scores were computed again by a teacher-forced pass")
+
+    monkeypatch.setattr(sentences, "teacher_forced", no_second_pass)
+    from_search = translate(model, tokenizer, sources, nbest=3, num_beams=3, fast=fast, **GENERATION)
+    for searched, passed in zip(from_search, with_pass):
+        assert [hypothesis.text for hypothesis in searched.hypotheses] == \
+            [hypothesis.text for hypothesis in passed.hypotheses]
+        assert [hypothesis.score for hypothesis in searched.hypotheses] == pytest.approx(
+            [hypothesis.score for hypothesis in passed.hypotheses], abs=1e-4)
+
+
 def test_alignment_links_stay_within_both_sentences_for_every_variant(model, tokenizer, sources):
     translations = translate(model, tokenizer, sources, nbest=2, num_beams=2, alignments=True, **GENERATION)
     linked = 0

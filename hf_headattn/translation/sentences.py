@@ -165,17 +165,23 @@ def distributed_state():
 
 def _translate_batch(model, tokenizer, texts, *, nbest, limit, fast, scores, alignments, alignment_layer,
                      alignment_heads, generate_kwargs, attention=False) -> list[list[Hypothesis]]:
-    from ..decoding import generate_sequences
+    from ..decoding import search_sequences
 
     batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=limit is not None, max_length=limit,
                       return_token_type_ids=False).to(model.device)
-    sequences = generate_sequences(model, batch["input_ids"], batch["attention_mask"], fast=fast,
-                                   num_return_sequences=nbest, **generate_kwargs)
+    # Beam search ranks its hypotheses by the score n-best lists show: scores alone are the search's, not a second
+    # pass's (alignments and attention still need one; greedy search has no such scores)
+    sequences, search_scores = search_sequences(model, batch["input_ids"], batch["attention_mask"], fast=fast,
+                                                scores=scores and not (alignments or attention),
+                                                num_return_sequences=nbest, **generate_kwargs)
     sequences = sequences.reshape(len(texts) * nbest, -1)
     decoded = [text.replace("\n", " ").strip()
                for text in tokenizer.batch_decode(sequences, skip_special_tokens=True)]
     hypotheses = [Hypothesis(text) for text in decoded]
-    if scores or alignments or attention:
+    if search_scores is not None:
+        for hypothesis, score in zip(hypotheses, search_scores.tolist()):
+            hypothesis.score = score
+    elif scores or alignments or attention:
         length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
         length_penalty = 1.0 if length_penalty is None else length_penalty
         scored = teacher_forced(model, batch["input_ids"].repeat_interleave(nbest, 0),
