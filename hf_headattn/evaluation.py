@@ -225,8 +225,8 @@ def evaluate_model(
                                      desc=f"translating {source_path.name}",
                                      **({"coverage_penalty": coverage_penalty} if coverage_penalty else {}))
     translation_seconds = time.perf_counter() - started
-    # One hypothesis per line: a decoded newline would shift every later line of the file.
-    hypotheses = [hypothesis.replace("\n", " ") for hypothesis in hypotheses]
+    # One hypothesis per line: a decoded line end ("\r" ends one too) would shift every later line of the file.
+    hypotheses = [hypothesis.replace("\r", " ").replace("\n", " ") for hypothesis in hypotheses]
 
     metrics = all_metrics(
         sources,

@@ -259,9 +259,9 @@ def test_read_lines_keeps_line_count_and_names_the_bad_line(tmp_path):
     path.write_bytes("\ufeffeins\r\nzwei\u2028drei\n\nvier".encode())
     assert read_lines(path) == ["eins", "zwei\u2028drei", "", "vier"]
     path.write_bytes(b"gut\nauch gut\nschlecht \xff\n")
-    with pytest.raises(ValueError, match=r"in.de, line 3: not UTF-8 \(byte 0xff at offset 9"):
+    with pytest.raises(ValueError, match=r"in.de, line 3: not UTF-8 \(byte 0xff at character 10\)"):
         read_lines(path)
-    with pytest.raises(FileNotFoundError, match="Input file not found"):
+    with pytest.raises(FileNotFoundError, match="Text file not found"):
         read_lines(tmp_path / "missing.de")
 
 
