@@ -7,7 +7,8 @@ line), each optionally compressed (``.gz``, ``.xz``).
 * Input that is not UTF-8 is refused, naming the file, the line and the byte.
 
 Every command reads text this way, through this module: training (`read_pairs`), evaluation (`read_parallel_files`),
-translation and the demo (`read_lines`, which also reads standard input) and tokenizer training from files.
+translation and the demo (`read_lines`, which also reads standard input), tokenizer training from files, and the web
+page's text box (`text_lines`).
 * A source and a target of identical contents (the same file given twice, say) are refused: a model trained on
   them learns to copy. A plain text file that looks like JSON lines or TSV is refused with a hint.
 * The Dataset is built with `datasets` (`Dataset.from_generator`, memory-mapped in its cache) under a key that
@@ -79,12 +80,18 @@ def read_lines(path: str | Path | None) -> list[str]:
     if path is None or str(path) == "-":
         data = sys.stdin.buffer.read()
         try:
-            data.decode("utf-8")
+            return text_lines(data.decode("utf-8"))
         except UnicodeDecodeError:
             raise _decode_error("<stdin>", data) from None
-        return list(_lines_of(io.BytesIO(data)))
     scan_text_file(path)
     return list(iter_lines(path))
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a string (a text box's, standard input's) as `read_lines` reads a file's: split at "\\n",
+    "\\r\\n" and "\\r" only, a leading byte-order mark dropped."""
+    with io.StringIO(text.removeprefix("\ufeff"), newline=None) as lines:  # universal newlines, as for files
+        return [line[:-1] if line.endswith("\n") else line for line in lines]
 
 
 @dataclass(frozen=True)

@@ -107,3 +107,10 @@ def test_tokenizer_training_files_are_read_as_the_training_command_reads_them(da
     (tmp_path / "latin1.de").write_bytes("eins\nDrei Männer\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1\.de, line 2: not UTF-8 \(byte 0xe4 at character 7\)"):
         tokenization.train_tokenizer(files=[tmp_path / "latin1.de"], vocab_size=120)
+
+
+def test_the_web_pages_text_box_ends_lines_where_a_file_does():
+    from hf_headattn.app.panels import split_lines
+
+    lines, _ = split_lines("\ufeffein hund\u2028läuft .\rzwei katzen\r\n\x0cdrei\n")  # str.splitlines made 5 lines
+    assert lines == [(1, "ein hund\u2028läuft ."), (2, "zwei katzen"), (3, "drei")]
