@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,8 +32,8 @@ from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, check_length_b
 # torch, the models and the training helpers are imported where they are used, so that `--help` is instant.
 
 
-__all__ = ["DEVICES", "EXAMPLES_IN_RESULTS", "decoding_name", "evaluate_model", "resolve_device",
-           "translate_and_score"]
+__all__ = ["DEVICES", "EXAMPLES_IN_RESULTS", "decoding_name", "evaluate_model", "non_finite_field",
+           "read_metrics_json", "resolve_device", "translate_and_score"]
 
 EXAMPLES_IN_RESULTS = 3  # the first test sentences, kept in the JSON as worked examples (the model card shows one)
 TOKENIZE_CHOICES = ("13a", "whitespace")
@@ -284,6 +285,48 @@ def evaluate_model(
     _write_atomically(hypotheses_path, "".join(hypothesis + "\n" for hypothesis in hypotheses))
     _write_atomically(metrics_path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     return results
+
+
+def read_metrics_json(path: str | Path, what: str = "Metrics JSON"):
+    """A metrics JSON (``evaluate_model``'s, or an example script's results file) as the tools that read one (model
+    cards, plots) need it: valid JSON whose every number is finite.
+
+    Raises:
+        FileNotFoundError: ``"{what} not found: PATH"``.
+        ValueError: text that is not UTF-8 or not JSON (naming the file, line, column and character), or a NaN or
+            infinite number (naming its field, e.g. ``bleu_by_length.10-19.bleu``): no score of a card or a plot
+            may be a number that was not measured.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    data = path.read_bytes()
+    try:
+        results = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 (byte 0x{data[error.start]:02x} at byte {error.start + 1}); a metrics "
+                         "JSON is UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}, line {error.lineno} column {error.colno} (character {error.pos + 1}): not JSON "
+                         f"({error.msg}); write it with hf-headattn-evaluate") from None
+    field = non_finite_field(results)
+    if field is not None:
+        raise ValueError(f"{path}: {field[0]} is {field[1]}, not a finite number; a score that was not measured is "
+                         "null (evaluate the model again with hf-headattn-evaluate)")
+    return results
+
+
+def non_finite_field(value, name: str = "") -> tuple[str, float] | None:
+    """(dotted name, value) of the first NaN or infinite number in a JSON-like `value` (lists count from 0), or
+    None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return name or "the value", value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite_field(item, f"{name}.{key}" if name else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,
