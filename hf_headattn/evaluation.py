@@ -187,8 +187,9 @@ def evaluate_model(
     _check_positive_int("drop_runs", drop_runs)
     if max_length is not None:
         _check_positive_int("max_length", max_length)
-    if isinstance(coverage_penalty, bool) or not isinstance(coverage_penalty, (int, float)) or coverage_penalty < 0:
-        raise ValueError(f"coverage_penalty must be a number >= 0, got {coverage_penalty!r}")
+    if (isinstance(coverage_penalty, bool) or not isinstance(coverage_penalty, (int, float))
+            or not math.isfinite(coverage_penalty) or coverage_penalty < 0):
+        raise ValueError(f"coverage_penalty must be a finite number >= 0, got {coverage_penalty!r}")
     if coverage_penalty and num_beams < 2:
         raise ValueError(f"the coverage penalty re-ranks beam hypotheses: use num_beams >= 2, got {num_beams}")
     if tokenize not in TOKENIZE_CHOICES:

@@ -188,7 +188,8 @@ class PairFiles:
         if source.lines != target.lines:
             raise ValueError(f"{self.source} has {source.lines} lines but {self.target} has {target.lines}; parallel "
                              "files must be line-aligned")
-        if self.source.resolve() == self.target.resolve() or (source.sha256 == target.sha256 and source.lines):
+        # (blank files are alike without being a copy: they are refused as holding no pair, where pairs are needed)
+        if self.source.resolve() == self.target.resolve() or (source.sha256 == target.sha256 and source.first_lines):
             same = "are the same file" if self.source.resolve() == self.target.resolve() else "have identical contents"
             raise ValueError(f"{self.source} and {self.target} {same}: a model trained on them learns to copy its "
                              "input; give the source-language and the target-language side")

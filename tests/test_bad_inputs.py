@@ -230,7 +230,8 @@ COUNT_CASES = [
 
 
 @pytest.mark.parametrize("family", ["transformer", "rnn"])
-@pytest.mark.parametrize("arguments, message", [case[1:] for case in COUNT_CASES], ids=[case[0] for case in COUNT_CASES])
+@pytest.mark.parametrize("arguments, message", [case[1:] for case in COUNT_CASES],
+                         ids=[case[0] for case in COUNT_CASES])
 def test_generate_and_the_fast_path_refuse_counts_below_one(request, family, arguments, message):
     model = request.getfixturevalue(family)
     with pytest.raises(ValueError, match=message):
