@@ -1,4 +1,6 @@
-"""What the package's commands share: `--help` layout, the `--verbose` and `--json` flags, and the flag spelling.
+"""What the package's commands share: `--help` layout, the `--verbose` and `--json` flags, the flag spelling, the
+checked number types of count-like flags (`positive_int`, ...) and the check of a `--model` written as a path
+(`check_model_flag`).
 
 One convention for every command: flags are spelled as Transformers spells them (`--output_dir`, `--num_beams`),
 the dashed spelling (`--output-dir`) is accepted as an alias, and `--help` shows the underscore form only. Commands
@@ -13,6 +15,9 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import math
+import re
+from pathlib import Path
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -110,3 +115,89 @@ class UnderscoreArgumentParser(argparse.ArgumentParser):
             use = underscored if name.startswith("--") and name not in known and underscored in known else name
             respelled.append(use + equals + value)
         return super().parse_known_args(respelled, namespace)
+
+
+# ------------------------------------------------------------------------------------------------ checked numbers
+# argparse `type=` functions: a flag's value is refused while the command line is parsed, before any work, with
+# what is accepted ("argument --num_beams: '0' is not a whole number >= 1").
+def _checked(text: str, convert, accepted: str, holds) -> int | float:
+    try:
+        value = convert(text)
+    except ValueError:
+        value = None
+    if value is None or not holds(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {accepted}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A count that must be at least one: beams, batch sizes, n-best, tokens."""
+    return _checked(text, int, "a whole number >= 1", lambda value: value >= 1)
+
+
+def non_negative_int(text: str) -> int:
+    """A count where 0 means "off" (no_repeat_ngram_size, top_k)."""
+    return _checked(text, int, "a whole number >= 0", lambda value: value >= 0)
+
+
+SEED_RANGE = (0, 2**32 - 1)  # what numpy's seeding (Transformers' set_seed) takes
+
+
+def random_seed(text: str) -> int:
+    return _checked(text, int, f"a whole number in [{SEED_RANGE[0]}, {SEED_RANGE[1]}]",
+                    lambda value: SEED_RANGE[0] <= value <= SEED_RANGE[1])
+
+
+def positive_float(text: str) -> float:
+    return _checked(text, float, "a finite number > 0", lambda value: math.isfinite(value) and value > 0)
+
+
+def non_negative_float(text: str) -> float:
+    return _checked(text, float, "a finite number >= 0", lambda value: math.isfinite(value) and value >= 0)
+
+
+def finite_float(text: str) -> float:
+    return _checked(text, float, "a finite number", math.isfinite)
+
+
+def probability(text: str) -> float:
+    """A probability mass that must leave something (top_p)."""
+    return _checked(text, float, "a number in (0, 1]", lambda value: 0 < value <= 1)
+
+
+# ------------------------------------------------------------------------------------------------ --model as a path
+_HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")  # how a Hugging Face Hub repository id is written: name or user/name
+
+
+def model_path_problem(name: str | Path, flag: str = "--model", hub_ids: bool = True) -> str | None:
+    """Why `name` cannot be what a command's `flag` means (None: it can): a name written as a local path that names
+    no folder, or with `hub_ids=False` (commands that take local folders only) any name that is no folder. Every
+    command taking a model checks this before any work: loading would take a mistyped path for a Hub id (download
+    it, or write it into a Space as one).
+
+    Written as a path: not a Hub id's ``name`` / ``user/name`` form (an absolute path, several folders, a
+    backslash), starting with ``.``, or ``user/name`` whose ``user`` is a folder here (``runs/de-en`` with a folder
+    ``runs``: a mistyped run folder, not a Hub namespace)."""
+    text, path = str(name), Path(name)
+    if path.is_dir():
+        return None
+    if path.exists():
+        return f"{flag} {text} is a file; name the model's folder (the one holding config.json)"
+    if not hub_ids:
+        why = "a saved model folder is needed here"
+    elif not _HUB_ID.fullmatch(text) or text.startswith("."):
+        why = "it is written as a path, not as a Hub id user/name"
+    elif "/" in text and path.parent.is_dir():
+        why = f"it is written as a path: {path.parent} is a folder here"
+    else:
+        return None
+    return f"{flag} {text}: no such folder ({why}); check the path"
+
+
+def check_model_flag(parser: argparse.ArgumentParser, names, flag: str = "--model", hub_ids: bool = True) -> None:
+    """Exit with `parser`'s usage error for the first of `names` (one name, a list, or None) that
+    `model_path_problem` refuses."""
+    for name in [names] if isinstance(names, (str, Path)) else names or []:
+        problem = model_path_problem(name, flag, hub_ids)
+        if problem:
+            parser.error(problem)

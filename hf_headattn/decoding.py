@@ -35,6 +35,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import logging
+import numbers
 import time
 
 import torch
@@ -62,6 +63,25 @@ ROW_WISE_PROCESSORS = tuple(getattr(logits_process, name) for name in (
     "SuppressTokensAtBeginLogitsProcessor", "InfNanRemoveLogitsProcessor", "LogitNormalization",
     "ExponentialDecayLengthPenalty",
 ) if hasattr(logits_process, name))
+
+
+# What the models' own generate refuses (`runtime.seq2seq_common.check_generation_counts`, which this module may not
+# import: the web page's code, which travels into Spaces, imports this one), refused here too, with the same words,
+# for every saved model version the fast path steps
+GENERATION_COUNTS = {
+    "num_beams": "1: greedy search or sampling; more: beam search",
+    "num_return_sequences": "sequences returned per input, at most num_beams",
+}
+
+
+def check_generation_counts(model, generate_kwargs: dict) -> None:
+    """ValueError naming `num_beams` or `num_return_sequences` when it is not a whole number >= 1 (in the call's
+    arguments, else its `generation_config=`, else the model's): Transformers' generate divides by them."""
+    config = generate_kwargs.get("generation_config") or model.generation_config
+    for name, meaning in GENERATION_COUNTS.items():
+        value = generate_kwargs[name] if generate_kwargs.get(name) is not None else getattr(config, name, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+            raise ValueError(f"`{name}` must be a whole number >= 1 ({meaning}), got {value!r}")
 
 
 def resolve_generation_config(model, **generate_kwargs) -> tuple[GenerationConfig, dict]:
@@ -112,6 +132,7 @@ def fast_search(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor
     """(:func:`fast_generate`'s sequences, and for beam search their scores: `generate`'s ``sequences_scores``,
     the length-penalised log-probabilities the search ranked them by; None for greedy search)."""
     started = time.time()  # max_time counts from here, as generate's MaxTimeCriteria does from its creation
+    check_generation_counts(model, generate_kwargs)  # as the models' generate checks them
     generation_config, model_kwargs = resolve_generation_config(model, **generate_kwargs)
     refusal = fast_path_refusal(model, generation_config, model_kwargs)
     if refusal:
@@ -129,6 +150,10 @@ def fast_search(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor
         generation_config, has_default_max_length=has_default_max_length,
         has_default_min_length=has_default_min_length, model_input_name="input_ids", input_ids_length=1,
         inputs_tensor=input_ids)
+    if generation_config.max_length <= 1:  # generate's own refusal (`_validate_generated_length`), word for word
+        raise ValueError(f"Input length of decoder_input_ids is 1, but `max_length` is set to "
+                         f"{generation_config.max_length}. This can lead to unexpected behavior. You should consider "
+                         "increasing `max_length` or, better yet, setting `max_new_tokens`.")
     processors = model._get_logits_processor(generation_config=generation_config, input_ids_seq_length=1,
                                              encoder_input_ids=input_ids, device=device, model_kwargs={})
     batch_wide = [type(processor).__name__ for processor in processors

@@ -30,6 +30,7 @@ def run(output_dir: str | Path, epochs: float = 5, cross_attention: str = "softm
     import sacrebleu
     from transformers import pipeline
 
+    from .parallel_data import read_lines
     from .toy_corpus import write_toy_corpus
     from .training import train
     from .training.run import summary_line
@@ -51,8 +52,7 @@ def run(output_dir: str | Path, epochs: float = 5, cross_attention: str = "softm
 
     # What a user without this package does: the folder carries its own code and pipeline.
     translator = pipeline("translation", model=str(model_dir), trust_remote_code=True)
-    sources = data["test.src"].read_text(encoding="utf-8").splitlines()
-    references = data["test.tgt"].read_text(encoding="utf-8").splitlines()
+    sources, references = read_lines(data["test.src"]), read_lines(data["test.tgt"])
     hypotheses = [item["translation_text"] for item in translator(sources, num_beams=4)]
     summary = {
         "test_sentences": len(sources),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,8 +34,8 @@ from .output_files import write_text
 # torch, the models and the training helpers are imported where they are used, so that `--help` is instant.
 
 
-__all__ = ["DEVICES", "EXAMPLES_IN_RESULTS", "decoding_name", "evaluate_model", "resolve_device",
-           "translate_and_score"]
+__all__ = ["DEVICES", "EXAMPLES_IN_RESULTS", "decoding_name", "evaluate_model", "non_finite_field",
+           "read_metrics_json", "resolve_device", "translate_and_score"]
 
 EXAMPLES_IN_RESULTS = 3  # the first test sentences, kept in the JSON as worked examples (the model card shows one)
 TOKENIZE_CHOICES = ("13a", "whitespace")
@@ -184,8 +185,9 @@ def evaluate_model(
     _check_positive_int("drop_runs", drop_runs)
     if max_length is not None:
         _check_positive_int("max_length", max_length)
-    if isinstance(coverage_penalty, bool) or not isinstance(coverage_penalty, (int, float)) or coverage_penalty < 0:
-        raise ValueError(f"coverage_penalty must be a number >= 0, got {coverage_penalty!r}")
+    if (isinstance(coverage_penalty, bool) or not isinstance(coverage_penalty, (int, float))
+            or not math.isfinite(coverage_penalty) or coverage_penalty < 0):
+        raise ValueError(f"coverage_penalty must be a finite number >= 0, got {coverage_penalty!r}")
     if coverage_penalty and num_beams < 2:
         raise ValueError(f"the coverage penalty re-ranks beam hypotheses: use num_beams >= 2, got {num_beams}")
     if tokenize not in TOKENIZE_CHOICES:
@@ -218,8 +220,8 @@ def evaluate_model(
     hypotheses, model_record, decoding_record = translate(
         model_dir, sources, num_beams=num_beams, batch_size=batch_size, device=device, max_length=max_length,
         coverage_penalty=coverage_penalty, tokenizer=tokenizer, force=force, desc=f"translating {source_path.name}")
-    # One hypothesis per line: a decoded newline would shift every later line of the file.
-    hypotheses = [hypothesis.replace("\n", " ") for hypothesis in hypotheses]
+    # One hypothesis per line: a decoded line end ("\r" ends one too) would shift every later line of the file.
+    hypotheses = [hypothesis.replace("\r", " ").replace("\n", " ") for hypothesis in hypotheses]
 
     metrics = all_metrics(
         sources,
@@ -311,6 +313,48 @@ def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, ba
     return [translation.text for translation in translations], export.describe(), {
         "device": export.device, "max_length": export.generation["max_length"] if max_length is None else max_length,
         "translation_seconds": seconds, "backend": "ctranslate2", "compute_type": export.compute_type}
+
+
+def read_metrics_json(path: str | Path, what: str = "Metrics JSON"):
+    """A metrics JSON (``evaluate_model``'s, or an example script's results file) as the tools that read one (model
+    cards, plots) need it: valid JSON whose every number is finite.
+
+    Raises:
+        FileNotFoundError: ``"{what} not found: PATH"``.
+        ValueError: text that is not UTF-8 or not JSON (naming the file, line, column and character), or a NaN or
+            infinite number (naming its field, e.g. ``bleu_by_length.10-19.bleu``): no score of a card or a plot
+            may be a number that was not measured.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    data = path.read_bytes()
+    try:
+        results = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 (byte 0x{data[error.start]:02x} at byte {error.start + 1}); a metrics "
+                         "JSON is UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}, line {error.lineno} column {error.colno} (character {error.pos + 1}): not JSON "
+                         f"({error.msg}); write it with hf-headattn-evaluate") from None
+    field = non_finite_field(results)
+    if field is not None:
+        raise ValueError(f"{path}: {field[0]} is {field[1]}, not a finite number; a score that was not measured is "
+                         "null (evaluate the model again with hf-headattn-evaluate)")
+    return results
+
+
+def non_finite_field(value, name: str = "") -> tuple[str, float] | None:
+    """(dotted name, value) of the first NaN or infinite number in a JSON-like `value` (lists count from 0), or
+    None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return name or "the value", value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite_field(item, f"{name}.{key}" if name else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,

@@ -5,13 +5,17 @@ line), each optionally compressed (``.gz``, ``.xz``).
 * Lines end at "\\n", "\\r\\n" or "\\r" (classic Mac files), never at the other characters `str.splitlines` breaks
   at (U+2028, U+0085, form feeds: they occur inside sentences); a UTF-8 byte-order mark is dropped.
 * Input that is not UTF-8 is refused, naming the file, the line and the byte.
+
+Every command reads text this way, through this module: training (`read_pairs`), evaluation (`read_parallel_files`),
+translation and the demo (`read_lines`, which also reads standard input), tokenizer training from files, and the web
+page's text box (`text_lines`).
 * A source and a target of identical contents (the same file given twice, say) are refused: a model trained on
   them learns to copy. A plain text file that looks like JSON lines or TSV is refused with a hint.
 * The Dataset is built with `datasets` (`Dataset.from_generator`, memory-mapped in its cache) under a key that
   holds the files' content hashes, so an edited file is read again whatever its size and modification time.
 
 `scan_text_file` makes one pass over a file for its hash, line count and encoding check; the training command
-records the hashes in its run manifest (`run_manifest`).
+records the hashes in its run manifest (`run_manifest`). `iter_lines` then yields the lines of a scanned file.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -26,6 +30,7 @@ import json
 import logging
 import lzma
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,18 +57,47 @@ def format_suffix(path: str | Path) -> str:
     return Path(path.stem).suffix if path.suffix in COMPRESSIONS else path.suffix
 
 
-def read_lines(path: str | Path):
+def iter_lines(path: str | Path):
     """The file's lines, without their ends ("\\n", "\\r\\n" or "\\r"), BOM dropped; a file scanned first
     (`scan_text_file`) decodes without error."""
-    with io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", newline=None) as lines:
+    yield from _lines_of(open_binary(path))
+
+
+def _lines_of(binary):
+    with io.TextIOWrapper(binary, encoding="utf-8-sig", newline=None) as lines:
         for line in lines:  # universal newlines: "\r\n" and "\r" come back as "\n", nothing else ends a line
             yield line[:-1] if line.endswith("\n") else line
+
+
+def read_lines(path: str | Path | None) -> list[str]:
+    """The lines of a text file (optionally ``.gz``/``.xz``), or of standard input for ``None`` or ``"-"``, as
+    every command reads text: without their ends ("\\n", "\\r\\n" or "\\r"), a byte-order mark dropped.
+
+    Raises:
+        FileNotFoundError: a missing file.
+        ValueError: bytes that are not UTF-8, naming the file (``<stdin>``), the line and the byte.
+    """
+    if path is None or str(path) == "-":
+        data = sys.stdin.buffer.read()
+        try:
+            return text_lines(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise _decode_error("<stdin>", data) from None
+    scan_text_file(path)
+    return list(iter_lines(path))
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a string (a text box's, standard input's) as `read_lines` reads a file's: split at "\\n",
+    "\\r\\n" and "\\r" only, a leading byte-order mark dropped."""
+    with io.StringIO(text.removeprefix("\ufeff"), newline=None) as lines:  # universal newlines, as for files
+        return [line[:-1] if line.endswith("\n") else line for line in lines]
 
 
 @dataclass(frozen=True)
 class TextFileScan:
     """What one pass over a text file learns: the SHA-256 of its (decompressed) bytes, its number of lines as
-    `read_lines` splits them, and its first non-empty lines (to tell its format)."""
+    `iter_lines` splits them, and its first non-empty lines (to tell its format)."""
 
     path: Path
     sha256: str
@@ -90,11 +124,12 @@ def scan_text_file(path: str | Path) -> TextFileScan:
                 carriage_return_before, last = chunk.endswith(b"\r"), chunk[-1:]
             decoder.decode(b"", final=True)
     except UnicodeDecodeError:
-        raise _locate_decode_error(path) from None
+        with open_binary(path) as handle:
+            raise _decode_error(str(path), handle.read()) from None  # read whole only on this error path
     except (OSError, EOFError, lzma.LZMAError) as error:  # a damaged .gz or .xz
         raise ValueError(f"{path}: cannot be read as {path.suffix} compressed text ({error})") from None
     first_lines = []
-    for line in read_lines(path):
+    for line in iter_lines(path):
         if line.strip():
             first_lines.append(line)
             if len(first_lines) == _SNIFFED_LINES:
@@ -102,18 +137,17 @@ def scan_text_file(path: str | Path) -> TextFileScan:
     return TextFileScan(path, digest.hexdigest(), line_ends + (last not in (b"", b"\n", b"\r")), tuple(first_lines))
 
 
-def _locate_decode_error(path: Path) -> ValueError:
-    """The error for a file that is not UTF-8, naming its first undecodable line and byte."""
-    with open_binary(path) as handle:
-        data = handle.read()  # only on this error path
+def _decode_error(name: str, data: bytes) -> ValueError:
+    """The error for text `data` (of file `name`) that is not UTF-8, naming its first undecodable line and byte."""
     for number, line in enumerate(re.split(rb"\r\n|\r|\n", data), start=1):
         try:
             line.decode("utf-8")
         except UnicodeDecodeError as error:
+            character = len(line[:error.start].decode("utf-8")) + 1
             return ValueError(
-                f"{path}, line {number}: not UTF-8 (byte 0x{line[error.start]:02x} at character {error.start + 1}); "
+                f"{name}, line {number}: not UTF-8 (byte 0x{line[error.start]:02x} at character {character}); "
                 "convert the file to UTF-8 first (e.g. iconv -f latin1 -t utf-8)")
-    return ValueError(f"{path}: not UTF-8 (a multi-byte character is cut off at the end of the file)")
+    return ValueError(f"{name}: not UTF-8 (a multi-byte character is cut off at the end of the file)")
 
 
 @dataclass(frozen=True)
@@ -154,7 +188,8 @@ class PairFiles:
         if source.lines != target.lines:
             raise ValueError(f"{self.source} has {source.lines} lines but {self.target} has {target.lines}; parallel "
                              "files must be line-aligned")
-        if self.source.resolve() == self.target.resolve() or (source.sha256 == target.sha256 and source.lines):
+        # (blank files are alike without being a copy: they are refused as holding no pair, where pairs are needed)
+        if self.source.resolve() == self.target.resolve() or (source.sha256 == target.sha256 and source.first_lines):
             same = "are the same file" if self.source.resolve() == self.target.resolve() else "have identical contents"
             raise ValueError(f"{self.source} and {self.target} {same}: a model trained on them learns to copy its "
                              "input; give the source-language and the target-language side")
@@ -236,12 +271,12 @@ def read_parallel_files(source_path: str | Path, target_path: str | Path, max_pa
 
 
 def _text_pairs(path0: str, path1: str, content: str):
-    for source, target in zip(read_lines(path0), read_lines(path1)):
+    for source, target in zip(iter_lines(path0), iter_lines(path1)):
         yield {"source": source, "target": target}
 
 
 def _tsv_pairs(path0: str, content: str):
-    for number, line in enumerate(read_lines(path0), start=1):
+    for number, line in enumerate(iter_lines(path0), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
             raise ValueError(f"{path0}, line {number}: {len(fields)} tab-separated fields; a TSV line holds a source "
@@ -250,7 +285,7 @@ def _tsv_pairs(path0: str, content: str):
 
 
 def _jsonl_pairs(path0: str, source_lang: str, target_lang: str, content: str):
-    for number, line in enumerate(read_lines(path0), start=1):
+    for number, line in enumerate(iter_lines(path0), start=1):
         if not line.strip():  # holds no pair (JSON lines readers skip blank lines too)
             continue
         try:

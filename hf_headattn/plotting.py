@@ -17,7 +17,6 @@ Every plotting function saves the PNG and returns its path, or the matplotlib Fi
 Tooling, not model runtime: never copied into a checkpoint.
 """
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -216,10 +215,10 @@ def load_bleu_by_length(results_path: str | Path) -> dict[str, dict]:
     - an evaluation JSON (:func:`hf_headattn.evaluation.evaluate_model`): one system, named after its model folder;
     - a results JSON of the example scripts, ``{"results": {system: {..., "bleu_by_length": ...}}}``: each system.
     """
+    from .evaluation import read_metrics_json
+
     path = Path(results_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"Results file not found: {path}")
-    results = json.loads(path.read_text(encoding="utf-8"))
+    results = read_metrics_json(path, what="Results file")  # JSON, every number finite (or refused naming it)
     if isinstance(results, Mapping) and "bleu_by_length" in results:
         name = results.get("model", {}).get("name") or path.stem
         return {name: results["bleu_by_length"]}
@@ -248,6 +247,12 @@ def plot_bleu_by_length(systems: Mapping[str, Mapping], path: str | Path, *, tit
     for label, curve in curves.items():
         if not isinstance(curve, Mapping) or not all(isinstance(v, Mapping) and "bleu" in v for v in curve.values()):
             raise ValueError(f"System {label!r}: expected a bleu_by_length dict (bucket -> {{'count', 'bleu'}})")
+        for bucket, scores in curve.items():
+            bleu = scores["bleu"]
+            if bleu is not None and (isinstance(bleu, bool) or not isinstance(bleu, (int, float))
+                                     or not math.isfinite(bleu)):
+                raise ValueError(f"System {label!r}: bleu_by_length.{bucket}.bleu is {bleu!r}; a plotted BLEU is a "
+                                 "finite number (null: an empty bucket, left as a gap)")
         if buckets is None:
             buckets, first = list(curve), label
         elif list(curve) != buckets:

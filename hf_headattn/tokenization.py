@@ -12,6 +12,8 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 import transformers
 
+from .parallel_data import iter_lines, scan_text_file
+
 logger = logging.getLogger(__name__)
 
 PAD_TOKEN = "<pad>"
@@ -81,7 +83,8 @@ def train_tokenizer(
     """Train one subword vocabulary shared by source and target text.
 
     Args:
-        files: Text file(s), one sentence per line; pass source and target files together for a joint vocabulary.
+        files: Text file(s), one sentence per line (read as every command reads text: ``hf_headattn.parallel_data``,
+            optionally ``.gz``/``.xz``); pass source and target files together for a joint vocabulary.
         vocab_size: Upper bound on the vocabulary size, special tokens included. Unigram may stop below it on
             small corpora; BPE may exceed it because every character seen in training is kept.
         texts: In-memory sentences, used in addition to ``files``.
@@ -223,16 +226,14 @@ def _check_files(files: PathLike | Iterable[PathLike] | None) -> list[Path]:
             raise FileNotFoundError(f"Training file does not exist: {os.fspath(f)}")
         if not path.is_file():
             raise IsADirectoryError(f"Training path is not a regular file: {os.fspath(f)}")
+        scan_text_file(path)  # text that is not UTF-8 is named (file, line, byte) before training starts
         paths.append(path)
     return paths
 
 
 def _iter_corpus(paths: list[Path], texts: Iterable[str] | None) -> Iterator[str]:
     for path in paths:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    yield line.rstrip("\r\n")
+        yield from (line for line in iter_lines(path) if line.strip())  # read as every command reads text
     if texts is not None:
         for text in texts:
             if not isinstance(text, str):

@@ -6,9 +6,11 @@ import math
 
 import pytest
 import torch
+from transformers import GenerationConfig
 
 from hf_headattn import HeadAttnConfig, HeadAttnModel, HeadAttnRNNConfig, TranslationPipeline, csoftmax, csparsemax
 from hf_headattn import sparsemax, train_tokenizer
+from hf_headattn.decoding import fast_generate
 from hf_headattn.toy_corpus import make_toy_corpus
 
 from helpers import EOS, PAD, VOCAB, random_model, random_rnn_model, rnn_config, source_batch, tiny_config
@@ -215,6 +217,38 @@ def test_generate_refuses(request, family, arguments, error, message):
         call_generate(model, arguments, positional=family == "transformer")
 
 
+# counts Transformers 5.24's generate itself divides by or sizes tensors with: num_beams=0 was a ZeroDivisionError,
+# -1 a negative dimension, 2.0 a TypeError in repeat_interleave, num_return_sequences=0 one sequence (greedy)
+COUNT_CASES = [
+    ("zero-beams", dict(num_beams=0), r"`num_beams` must be a whole number >= 1 \(1: greedy .*\), got 0"),
+    ("negative-beams", dict(num_beams=-1), r"`num_beams` must be a whole number >= 1 .*, got -1"),
+    ("float-beams", dict(num_beams=2.0), r"`num_beams` must be a whole number >= 1 .*, got 2.0"),
+    ("bool-beams", dict(num_beams=True), r"`num_beams` must be a whole number >= 1 .*, got True"),
+    ("zero-sequences", dict(num_return_sequences=0), r"`num_return_sequences` must be a whole number >= 1 .*got 0"),
+    ("in-generation-config", dict(generation_config=GenerationConfig(num_beams=0)), r"`num_beams`.*got 0"),
+]
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+@pytest.mark.parametrize("arguments, message", [case[1:] for case in COUNT_CASES],
+                         ids=[case[0] for case in COUNT_CASES])
+def test_generate_and_the_fast_path_refuse_counts_below_one(request, family, arguments, message):
+    model = request.getfixturevalue(family)
+    with pytest.raises(ValueError, match=message):
+        model.generate(IDS, attention_mask=MASK, max_new_tokens=3, **arguments)
+    with pytest.raises(ValueError, match=message):
+        fast_generate(model, IDS, MASK, max_new_tokens=3, **arguments)
+
+
+def test_the_fast_path_refuses_a_max_length_that_leaves_no_token_as_generate_does(transformer):
+    for max_length in (0, 1):
+        with pytest.raises(ValueError) as refused:
+            transformer.generate(IDS, attention_mask=MASK, max_length=max_length)
+        with pytest.raises(ValueError) as refused_too:  # an IndexError before
+            fast_generate(transformer, IDS, MASK, max_length=max_length)
+        assert str(refused_too.value) == str(refused.value) and "`max_length` is set to" in str(refused.value)
+
+
 def test_generate_checks_the_source_once_not_at_every_step(transformer, rnn, monkeypatch):
     from hf_headattn.runtime import modeling_headattn, modeling_headattn_rnn, seq2seq_common
 
@@ -262,6 +296,14 @@ def translator():
 def test_pipeline_refuses_non_strings(translator, inputs, message):
     with pytest.raises(TypeError, match=message):
         translator(inputs, max_new_tokens=2)
+
+
+def test_pipeline_refuses_counts_below_one_before_tokenising(translator, monkeypatch):
+    monkeypatch.setattr(translator, "preprocess", lambda *args, **kwargs: pytest.fail("tokenised first"))
+    with pytest.raises(ValueError, match=r"`num_beams` must be a whole number >= 1 .*got 0"):  # ZeroDivisionError
+        translator(["der hund .", ""], num_beams=0)
+    with pytest.raises(ValueError, match=r"`num_return_sequences` must be a whole number >= 1 .*got 0"):
+        translator("", num_return_sequences=0)  # was [] for an empty input
 
 
 # ------------------------------------------------------------------------------------------------ configs

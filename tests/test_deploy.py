@@ -165,7 +165,7 @@ def test_command_exports_a_folder_and_refuses_what_it_cannot(folder, tmp_path, c
     assert refused.value.code == 2 and "invalid choice: 'onnx'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as refused:
         main(["--format", "ctranslate2", "--model", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "x")])
-    assert refused.value.code == 1 and "cannot load --model" in capsys.readouterr().err
+    assert refused.value.code == 2 and "missing: no such folder" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------ the commands

@@ -154,7 +154,7 @@ def test_the_coverage_penalty_reranks_the_lstm_beam_and_names_its_files(models, 
     with pytest.raises(ValueError, match="use num_beams >= 2, got 1"):
         evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=1, coverage_penalty=0.4,
                        device="cpu", output_dir=tmp_path)
-    with pytest.raises(ValueError, match="coverage_penalty must be a number >= 0, got -1"):
+    with pytest.raises(ValueError, match="coverage_penalty must be a finite number >= 0, got -1"):
         evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=3, coverage_penalty=-1,
                        device="cpu", output_dir=tmp_path)
 

@@ -594,7 +594,7 @@ def test_coverage_penalty_errors(coverage_model):
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3)
     with pytest.raises(ValueError, match="num_beams >= 2, got 1"):
         coverage_model.generate(**kwargs, num_beams=1, coverage_penalty=1.0)
-    with pytest.raises(ValueError, match=r"`coverage_penalty` \(beta\) must be a number >= 0, got -0.5"):
+    with pytest.raises(ValueError, match=r"`coverage_penalty` \(beta\) must be a finite number >= 0, got -0.5"):
         coverage_model.generate(**kwargs, num_beams=4, coverage_penalty=-0.5)
     with pytest.raises(ValueError, match=r"`coverage_epsilon` must be a number in \(0, 1\], got 0"):
         coverage_model.generate(**kwargs, num_beams=4, coverage_penalty=1.0, coverage_epsilon=0)

@@ -184,8 +184,10 @@ def test_files_that_look_like_secrets_are_warned_about(tmp_path, monkeypatch):
 def test_a_repository_id_is_validated_before_it_is_written_into_a_card(tmp_path):
     folder = _complete_folder(tmp_path / "model")
     (folder / "README.md").unlink()
-    evaluation = {"bleu": 1.0, "chrf": 2.0, "ter": 3.0, "bleu_by_length": {}, "model": {"model_type": "headattn"},
-                  "test_set": {}, "decoding": {}, "examples": [{"source": "a", "reference": "b", "hypothesis": "c"}]}
+    evaluation = {"bleu": 1.0, "chrf": 2.0, "ter": 3.0, "bleu_by_length": {},
+                  "model": {"model_type": "headattn", "parameters": 1}, "test_set": {"name": "test", "sentences": 1},
+                  "decoding": {"num_beams": 1, "batch_size": 1, "max_length": 8, "device": "cpu"},
+                  "examples": [{"source": "a", "reference": "b", "hypothesis": "c"}]}
     with pytest.raises(ValueError, match=r"repo_id 'not a/valid id' is not a Hub repository id"):
         publish.write_model_card(folder, evaluation, dataset_name="toy", repo_id="not a/valid id")
     assert not (folder / "README.md").exists()

@@ -131,6 +131,27 @@ def test_flags_parse_under_underscore_and_dash_names_and_from_json_or_yaml_files
     assert "error: --fertility 'sometimes': choose from constant, guided, predicted" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("line, message", [
+    ("per_device_train_batch_size: sixteen", "per_device_train_batch_size: 'sixteen' is text, but "
+                                             "--per_device_train_batch_size takes a whole number"),
+    ("learning_rate: 5e-4", "learning_rate: '5e-4' is text, but --learning_rate takes a number (YAML reads 5e-4 as "
+                            "text: write it with a dot before the exponent, e.g. 5.0e-4)"),
+    ("max_steps: 2.5", "max_steps: 2.5 is a decimal number, but --max_steps takes a whole number"),
+    ("disable_tqdm: 'yes'", "disable_tqdm: 'yes' is text, but --disable_tqdm takes true or false or null"),
+    ("cross_attention: 5", "cross_attention: 5 is a whole number, but --cross_attention takes text"),  # AttributeError
+    ("report_to: [1]", "report_to: [1] is a list, but --report_to takes null or text or a list of text"),
+], ids=["text-count", "yaml-exponent", "fraction-count", "text-bool", "number-text", "list-of-numbers"])
+def test_an_arguments_file_value_of_another_type_is_refused_naming_flag_value_and_type(line, message, toy_files,
+                                                                                       tmp_path, capsys):
+    arguments = tmp_path / "args.yaml"  # parse_dict passed these on unconverted, to fail in Trainer or not at all
+    arguments.write_text(f"train_source: {toy_files['train.src']}\ntrain_target: {toy_files['train.tgt']}\n"
+                         f"output_dir: {tmp_path / 'run'}\n{line}\n")
+    with pytest.raises(SystemExit) as refused:
+        parse_args([str(arguments)])
+    assert refused.value.code == 2
+    assert f"hf-headattn-train: error: {arguments}: {message}" in capsys.readouterr().err
+
+
 def test_the_anchor_preset_sets_the_recipe_and_given_flags_win(toy_files, tmp_path, capsys):
     model_args, data_args, run_args, training_args = parse_args(
         [*file_flags(toy_files), "--output_dir", str(tmp_path / "a"), "--preset", "multi30k-anchor", "--seed", "3"])
@@ -213,6 +234,20 @@ FAIL_FAST = {  # flags -> the error, which names the flag
     "Trainer's label smoothing": (["--label_smoothing_factor", "0.1"], "--label_smoothing_factor makes Trainer"),
     "Trainer's upload": (["--push_to_hub"], "--push_to_hub: Trainer's upload copies each checkpoint's model"),
     "early stopping alone": (["--early_stopping_patience", "2"], "--early_stopping_patience needs"),
+    # Trainer's counts and numbers, refused by Trainer only deep inside or never (issue 44)
+    "no accumulation": (["--gradient_accumulation_steps", "0"],  # a ZeroDivisionError once training started
+                        "--gradient_accumulation_steps must be a whole number >= 1 (batches summed"),
+    "empty batches": (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be a whole number"),
+    "empty validation batches": (["--per_device_eval_batch_size", "0"],
+                                 "--per_device_eval_batch_size must be a whole number >= 1"),
+    "no generation beams": (["--generation_num_beams", "0"], "--generation_num_beams must be a whole number >= 1"),
+    "no checkpoints kept": (["--save_total_limit", "0"], "--save_total_limit must be a whole number >= 1 "
+                                                         "(checkpoints kept; omit it to keep every one), got 0"),
+    "checkpoints every 0 steps": (["--save_steps", "0"], "--save_steps must be > 0"),
+    "negative workers": (["--dataloader_num_workers", "-1"], "--dataloader_num_workers must be a whole number >= 0"),
+    "negative seed": (["--seed", "-1"], "--seed must be a whole number in [0, 4294967295]"),
+    "nan learning rate": (["--learning_rate", "nan"], "--learning_rate is nan; give a number"),
+    "negative learning rate": (["--learning_rate", "-1"], "--learning_rate must be a finite number >= 0, got -1.0"),
 }
 
 

@@ -277,9 +277,9 @@ def test_read_lines_keeps_line_count_and_names_the_bad_line(tmp_path):
     path.write_bytes("\ufeffeins\r\nzwei\u2028drei\n\nvier".encode())
     assert read_lines(path) == ["eins", "zwei\u2028drei", "", "vier"]
     path.write_bytes(b"gut\nauch gut\nschlecht \xff\n")
-    with pytest.raises(ValueError, match=r"in.de, line 3: not UTF-8 \(byte 0xff at offset 9"):
+    with pytest.raises(ValueError, match=r"in.de, line 3: not UTF-8 \(byte 0xff at character 10\)"):
         read_lines(path)
-    with pytest.raises(FileNotFoundError, match="Input file not found"):
+    with pytest.raises(FileNotFoundError, match="Text file not found"):
         read_lines(tmp_path / "missing.de")
 
 
@@ -359,7 +359,7 @@ def test_command_refuses_bad_input_before_translating(folder, tmp_path, capsys):
     source.write_text("der hund .\n", encoding="utf-8")
     cases = [
         (["--model", model_dir, "--input", tmp_path / "missing.de"], "input file not found"),
-        (["--model", tmp_path / "no-model", "--input", source], "cannot load --model"),
+        (["--model", tmp_path / "no-model", "--input", source], "no-model: no such folder"),
         (["--model", model_dir, "--input", source, "--nbest", "3", "--num_beams", "2"], "--nbest 3 is more than"),
         (["--model", model_dir, "--input", source, "--output", source], "is the input file"),
         (["--model", tmp_path / "no-model", "--input", source, "--output", tmp_path / "no" / "out.en"],

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..parallel_data import text_lines
 from ..translation import Translation, source_token_limit, translate
 
 # torch and Transformers are imported where they are used.
@@ -180,7 +181,8 @@ def split_lines(text: str | None, max_lines: int = DEFAULT_MAX_LINES) -> tuple[l
     Raises:
         DemoInputError: no non-blank line.
     """
-    lines = [(number, line.strip()) for number, line in enumerate((text or "").splitlines(), start=1) if line.strip()]
+    # lines end where they end in a file a command reads (not at U+2028 or a form feed inside a sentence)
+    lines = [(number, line.strip()) for number, line in enumerate(text_lines(text or ""), start=1) if line.strip()]
     if not lines:
         raise DemoInputError(EMPTY_INPUT)
     notices = []

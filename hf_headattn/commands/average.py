@@ -44,7 +44,7 @@ def main(argv=None) -> None:
     try:
         if args.last:
             count, run_dir = args.last
-            if not count.isdigit():
+            if not count.isdigit() or int(count) < 1:
                 parser.error(f"--last N RUN_DIR: N must be a positive whole number, got {count!r}")
             checkpoints = last_checkpoints(run_dir, int(count))
         else:

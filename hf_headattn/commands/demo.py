@@ -8,7 +8,7 @@ Also `python -m hf_headattn.commands.demo`. The library is :func:`hf_headattn.de
 import json
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_json_argument, add_verbose_and_version_arguments,
-                   configure_logging)
+                   configure_logging, positive_float)
 from ..demo import DEFAULT_OUTPUT_DIR, run
 from ..runtime.attention_base import CROSS_ATTENTION
 from ..runtime.attention_registry import ATTENTION_VARIANTS
@@ -35,7 +35,7 @@ def make_parser() -> UnderscoreArgumentParser:
                     "Flags use Transformers' underscore spelling; the dashed one works too.")
     parser.add_argument("--output_dir", default=DEFAULT_OUTPUT_DIR,
                         help="folder for the corpus (data/), the model (model/) and demo_results.json")
-    parser.add_argument("--epochs", type=float, default=5, help="training epochs over the 3,000 toy pairs")
+    parser.add_argument("--epochs", type=positive_float, default=5, help="training epochs over the 3,000 toy pairs")
     parser.add_argument("--cross_attention", default="softmax", choices=CROSS_ATTENTION_VARIANTS,
                         help="attention variant of the cross-attention")
     add_json_argument(parser, "the test results (demo_results.json)")

@@ -9,7 +9,7 @@ import argparse
 import json
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_json_argument, add_verbose_and_version_arguments,
-                   configure_logging)
+                   check_model_flag, configure_logging, non_negative_float, positive_int)
 from ..evaluation import TOKENIZE_CHOICES, evaluate_model
 from ..metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS
 
@@ -43,14 +43,14 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_dir", required=True, help="where the hypotheses and the metrics JSON go")
     parser.add_argument("--train_source", help="source side of the DROP aligner's training corpus")
     parser.add_argument("--train_target", help="target side of it; DROP is only computed with both")
-    parser.add_argument("--num_beams", type=int, default=4, help="beam size (1: greedy)")
-    parser.add_argument("--batch_size", type=int, default=32, help="sentences translated at once")
+    parser.add_argument("--num_beams", type=positive_int, default=4, help="beam size (1: greedy)")
+    parser.add_argument("--batch_size", type=positive_int, default=32, help="sentences translated at once")
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
-    parser.add_argument("--max_length", type=int, default=None,
+    parser.add_argument("--max_length", type=positive_int, default=None,
                         help="longest output in tokens (None: the folder's generation_config.max_length)")
-    parser.add_argument("--coverage_penalty", type=float, default=0.0,
+    parser.add_argument("--coverage_penalty", type=non_negative_float, default=0.0,
                         help="beta of Wu et al.'s coverage penalty re-ranking the beam (LSTM models; 0: none)")
-    parser.add_argument("--length_buckets", type=int, nargs="+", default=list(DEFAULT_LENGTH_BUCKETS),
+    parser.add_argument("--length_buckets", type=positive_int, nargs="+", default=list(DEFAULT_LENGTH_BUCKETS),
                         metavar="N", help="source-length bucket boundaries of BLEU by length")
     parser.add_argument("--tokenize", default="13a", choices=TOKENIZE_CHOICES, help="word tokenisation of REP/DROP")
     parser.add_argument("--test_name", default=None, help="name of the test set in file names and the JSON (None: "
@@ -63,7 +63,7 @@ def make_parser() -> argparse.ArgumentParser:
                              "with it)")
     parser.add_argument("--force", action="store_true",
                         help="only warn when --tokenizer is not the one the model was trained with")
-    parser.add_argument("--drop_runs", type=int, default=DROP_ALIGNMENT_RUNS,
+    parser.add_argument("--drop_runs", type=positive_int, default=DROP_ALIGNMENT_RUNS,
                         help="eflomal alignment runs pooled into DROP; their spread goes into the JSON")
     parser.add_argument("--drop_cache_dir", default=None,
                         help="cache of DROP's trained aligner and alignments (None: $HF_HEADATTN_CACHE/drop or "
@@ -81,6 +81,8 @@ def main(argv=None) -> None:
     configure_logging(args.verbose)
     if (args.train_source is None) != (args.train_target is None):
         parser.error("--train_source and --train_target go together")
+    check_model_flag(parser, args.model, hub_ids=False)  # evaluation runs only a local folder's code
+    check_model_flag(parser, args.tokenizer, "--tokenizer")
 
     results = evaluate_model(
         args.model, args.source, args.reference,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
+from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
+                   configure_logging)
 from ..export import CTRANSLATE2_QUANTIZATIONS, EXPORT_COMMAND, FORMATS, export_ctranslate2, import_ctranslate2
 from ..output_files import check_output_folder
 
@@ -51,6 +52,7 @@ def main(argv=None) -> None:
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    check_model_flag(parser, args.model)
     output_dir = Path(args.output_dir)
     try:  # before the model loads
         check_output_folder(output_dir, command=EXPORT_COMMAND, overwrite=args.overwrite,

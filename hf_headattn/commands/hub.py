@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
+from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
+                   configure_logging)
 
 # the libraries (huggingface_hub, and Transformers where they use it) are imported after parsing: `--help` is instant
 
@@ -78,16 +79,22 @@ def main(argv=None):
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    # card and push take a folder; space also takes Hub ids, but would write a mistyped folder in as one to download
+    check_model_flag(parser, args.model, hub_ids=args.command == "space")
     from ..app.space import push_space, write_space
     from ..publish import push_to_hub, write_model_card
 
     if args.command == "card":
-        print("written:", write_model_card(
-            args.model, args.evaluation, dataset_name=args.dataset_name, dataset_id=args.dataset_id,
-            dataset_config=args.dataset_config, language=tuple(args.language), repo_id=args.repo_id,
-            model_name=args.model_name, license=args.license, training_data=args.training_data,
-            limitations=args.limitation,
-        ))
+        try:  # the evaluation JSON is read and checked before README.md is written
+            written = write_model_card(
+                args.model, args.evaluation, dataset_name=args.dataset_name, dataset_id=args.dataset_id,
+                dataset_config=args.dataset_config, language=tuple(args.language), repo_id=args.repo_id,
+                model_name=args.model_name, license=args.license, training_data=args.training_data,
+                limitations=args.limitation,
+            )
+        except (FileNotFoundError, ValueError) as error:
+            parser.exit(1, f"{parser.prog} card: error: {error}\n")
+        print("written:", written)
     elif args.command == "space":
         try:
             print("written:", write_space(args.model, args.output_dir, title=args.title, overwrite=args.overwrite))

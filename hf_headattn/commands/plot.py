@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
+from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
+                   configure_logging, positive_int)
 from ..loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed
 from ..plotting import (ATTENTION_HEADS, head_importance_figure, plot_attention_map, plot_bleu_by_length,
                         systems_from_files)
@@ -59,7 +60,7 @@ def make_parser() -> argparse.ArgumentParser:
     attention.add_argument("--heads", default="mean", choices=ATTENTION_HEADS, help="head mean, or one panel a head")
     attention.add_argument("--target", default=None, help="force this target (e.g. the reference) instead of "
                                                           "the model's translation")
-    attention.add_argument("--num_beams", type=int, default=1, help="beam size of the translation")
+    attention.add_argument("--num_beams", type=positive_int, default=1, help="beam size of the translation")
     attention.add_argument("--output", required=True, help="PNG file to write")
 
     lengths = add_command("bleu-by-length", "BLEU by source length of several systems")
@@ -76,10 +77,14 @@ def main(argv=None):
     configure_logging(args.verbose)
 
     if args.command == "bleu-by-length":
-        systems = systems_from_files(args.results, args.labels)
+        try:  # every results file read and checked before the figure is drawn
+            systems = systems_from_files(args.results, args.labels)
+        except (FileNotFoundError, ValueError) as error:
+            parser.exit(1, f"{parser.prog} bleu-by-length: error: {error}\n")
         print(f"written: {plot_bleu_by_length(systems, args.output, title=args.title)}")
         return
 
+    check_model_flag(parser, args.model)
     try:
         remote_code_allowed(args.model, args.trust_remote_code)
     except ValueError as error:

@@ -22,7 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
+from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
+                   configure_logging, finite_float, non_negative_int, positive_float, positive_int, probability,
+                   random_seed)
 from ..output_files import new_file
 from ..translation import (ALIGNMENT_HEADS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, OUTPUT_FORMATS, QUANTIZATIONS,
                            format_translation, quantize, read_lines, translate)
@@ -88,7 +90,7 @@ def make_parser() -> argparse.ArgumentParser:
     files.add_argument("--output", default="-", help="where the translations go (-: standard output); written "
                                                      "to a temporary file renamed at the end")
     files.add_argument("--output_format", default="text", choices=OUTPUT_FORMATS, help="see below")
-    files.add_argument("--nbest", type=int, default=1, help="hypotheses per sentence (at most --num_beams)")
+    files.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (at most --num_beams)")
     files.add_argument("--alignments", action="store_true", help="add Pharaoh word alignments (see below)")
     files.add_argument("--alignment_layer", type=int, default=None,
                        help="decoder layer of the alignments (negative: from the end; None: the last)")
@@ -96,24 +98,26 @@ def make_parser() -> argparse.ArgumentParser:
                        help="mean: heads averaged; hop: weighed by the model's weights over heads (multi-hop "
                             "models with dependent hops, DHICM)")
     decoding = parser.add_argument_group("decoding (None: the model's generation config)")
-    decoding.add_argument("--num_beams", type=int, default=None, help="beam size (1: greedy)")
-    decoding.add_argument("--max_new_tokens", type=int, default=None, help="longest translation in tokens")
-    decoding.add_argument("--length_penalty", type=float, default=None,
+    decoding.add_argument("--num_beams", type=positive_int, default=None, help="beam size (1: greedy)")
+    decoding.add_argument("--max_new_tokens", type=positive_int, default=None, help="longest translation in tokens")
+    decoding.add_argument("--length_penalty", type=finite_float, default=None,
                           help="exponent of the length dividing beam scores")
-    decoding.add_argument("--no_repeat_ngram_size", type=int, default=None, help="forbid repeating n-grams of this size")
+    decoding.add_argument("--no_repeat_ngram_size", type=non_negative_int, default=None,
+                          help="forbid repeating n-grams of this size (0: off)")
     decoding.add_argument("--decoding", default="fast", choices=DECODINGS,
                           help="fast: greedy and beam search that drop finished sentences from their batch (the "
                                "translations of generate); generate: Transformers' generate (sampling always uses it)")
     decoding.add_argument("--do_sample", action="store_true", help="sample instead of searching")
-    decoding.add_argument("--top_k", type=int, default=None, help="sample from the k likeliest tokens")
-    decoding.add_argument("--top_p", type=float, default=None, help="sample from the nucleus of this mass")
-    decoding.add_argument("--temperature", type=float, default=None, help="sampling temperature")
-    decoding.add_argument("--seed", type=int, default=None, help="random seed (sampling)")
+    decoding.add_argument("--top_k", type=non_negative_int, default=None,
+                          help="sample from the k likeliest tokens (0: all)")
+    decoding.add_argument("--top_p", type=probability, default=None, help="sample from the nucleus of this mass")
+    decoding.add_argument("--temperature", type=positive_float, default=None, help="sampling temperature")
+    decoding.add_argument("--seed", type=random_seed, default=None, help="random seed (sampling)")
     batching = parser.add_argument_group("batching (sentences are sorted by length, output keeps input order)")
-    batching.add_argument("--batch_size", type=int, default=None,
+    batching.add_argument("--batch_size", type=positive_int, default=None,
                           help=f"sentences per batch (default: {DEFAULT_BATCH_SIZE}, with --max_tokens "
                                f"{DEFAULT_MAX_TOKENS}, when neither is given; given one alone, the other has no limit)")
-    batching.add_argument("--max_tokens", type=int, default=None, help="padded source tokens per batch")
+    batching.add_argument("--max_tokens", type=positive_int, default=None, help="padded source tokens per batch")
     batching.add_argument("--strict", action="store_true",
                           help="refuse lines longer than the model takes (default: translate them cut, warning once)")
     shown = parser.add_argument_group("what is shown")
@@ -150,15 +154,13 @@ def main(argv=None) -> None:
     configure_logging(args.verbose)
     if args.quiet:
         logging.getLogger("hf_headattn").setLevel(logging.ERROR)
-    for name in ("nbest", "batch_size", "max_tokens", "num_beams", "max_new_tokens"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name} must be a positive number, got {value}")
     if args.num_beams is not None and args.nbest > args.num_beams:
         parser.error(f"--nbest {args.nbest} is more than --num_beams {args.num_beams}: ask for at most num_beams "
                      "hypotheses (or raise --num_beams)")
     export = _ctranslate2_export(parser, args)  # None unless --model is a CTranslate2 export
     _check_paths(parser, args)
+    check_model_flag(parser, args.model)
+    check_model_flag(parser, args.tokenizer, "--tokenizer")
     try:
         sources = read_lines(args.input)  # a wrong encoding fails before the model loads
     except ValueError as error:

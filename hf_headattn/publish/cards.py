@@ -40,7 +40,6 @@ _LANGUAGE_NAMES = {"be": "Belarusian", "cs": "Czech", "de": "German", "en": "Eng
                    "fr": "French", "hi": "Hindi", "it": "Italian", "ja": "Japanese", "ro": "Romanian",
                    "ru": "Russian", "zh": "Chinese"}
 
-_REQUIRED_EVALUATION_KEYS = ("bleu", "chrf", "ter", "bleu_by_length", "model", "test_set", "decoding", "examples")
 
 def write_model_card(
     model_dir: str | Path,
@@ -151,18 +150,71 @@ def load_config(model_dir: Path):
 
 
 def _load_evaluation(evaluation: str | Path | Mapping) -> dict:
+    """The evaluation a card is filled from, checked before anything is written: JSON (`read_metrics_json`: file,
+    line and column of a syntax error), every number finite, and every field the card reads there and of its type
+    (`_CARD_FIELDS`, the buckets of BLEU by length, the examples)."""
+    from ..evaluation import non_finite_field, read_metrics_json
+
     if not isinstance(evaluation, Mapping):
-        path = Path(evaluation)
-        if not path.is_file():
-            raise FileNotFoundError(f"Evaluation JSON not found: {path}")
-        evaluation = json.loads(path.read_text(encoding="utf-8"))
-    missing = [key for key in _REQUIRED_EVALUATION_KEYS if key not in evaluation]
+        evaluation = read_metrics_json(evaluation, what="Evaluation JSON")
+        if not isinstance(evaluation, Mapping):
+            raise ValueError(f"The evaluation JSON holds a {type(evaluation).__name__}, not the object "
+                             "hf_headattn.evaluation.evaluate_model writes")
+    elif (field := non_finite_field(dict(evaluation))) is not None:
+        raise ValueError(f"The evaluation's {field[0]} is {field[1]}, not a finite number; a score that was not "
+                         "measured is None")
+    missing = [name for name in _CARD_FIELDS if _field(evaluation, name) is _MISSING]
     if missing:
         raise ValueError(f"The evaluation lacks {', '.join(missing)}; write it with "
                          "hf_headattn.evaluation.evaluate_model (examples/evaluate_translation.py)")
+    for name, (accepted, kinds) in _CARD_FIELDS.items():
+        _check_kind(name, _field(evaluation, name), accepted, kinds)
+    for name in ("rep", "drop"):
+        _check_kind(name, evaluation.get(name), "a number or null", (int, float, type(None)))
+    for bucket, scores in evaluation["bleu_by_length"].items():
+        _check_kind(f"bleu_by_length.{bucket}", scores, "an object of count and bleu", (Mapping,))
+        _check_kind(f"bleu_by_length.{bucket}.count", scores.get("count"), "a whole number", (int,))
+        _check_kind(f"bleu_by_length.{bucket}.bleu", scores.get("bleu"), "a number or null", (int, float, type(None)))
     if not evaluation["examples"]:
         raise ValueError("The evaluation has no example sentences (its 'examples' list is empty)")
+    for index, example in enumerate(evaluation["examples"]):
+        _check_kind(f"examples.{index}", example, "an object of source, hypothesis and reference", (Mapping,))
+        for key in ("source", "hypothesis", "reference"):
+            _check_kind(f"examples.{index}.{key}", example.get(key), "text", (str,))
     return dict(evaluation)
+
+
+# What a card reads of an evaluation (dotted: nested fields), as (what is accepted, its Python types); REP and DROP,
+# which it reads too, may be missing or null (not measured)
+_CARD_FIELDS = {
+    **{key: ("a number", (int, float)) for key in ("bleu", "chrf", "ter")},
+    "bleu_by_length": ("an object of buckets", (Mapping,)),
+    "model.model_type": ("text", (str,)),
+    "model.parameters": ("a whole number", (int,)),
+    "test_set.name": ("text", (str,)),
+    "test_set.sentences": ("a whole number", (int,)),
+    "decoding.num_beams": ("a whole number", (int,)),
+    "decoding.batch_size": ("a whole number", (int,)),
+    "decoding.max_length": ("a whole number", (int,)),
+    "decoding.device": ("text", (str,)),
+    "examples": ("a list", (list,)),
+}
+_MISSING = object()
+
+
+def _field(evaluation: Mapping, name: str):
+    value = evaluation
+    for key in name.split("."):
+        if not isinstance(value, Mapping) or key not in value:
+            return _MISSING
+        value = value[key]
+    return value
+
+
+def _check_kind(name: str, value, accepted: str, kinds: tuple) -> None:
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ValueError(f"The evaluation's {name} is {value!r}; a card needs {accepted} there (as "
+                         "hf_headattn.evaluation.evaluate_model writes it)")
 
 
 def _fill(template_path: Path, values: Mapping[str, str]) -> str:

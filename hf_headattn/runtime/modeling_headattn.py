@@ -41,6 +41,7 @@ from .pipeline_headattn import TranslationPipeline  # noqa: F401  (config.custom
 from .remote_code import check_code_travels
 from .seq2seq_common import (
     check_generate_inputs,
+    check_generation_counts,
     check_seq2seq_inputs,
     checks_inputs,
     inputs_checked_by_caller,
@@ -996,6 +997,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         generated sequences, which computes exactly what the decoding steps computed (every step depends only
         on the source and the prefix), without carrying per-step tensors through beam reordering."""
         check_generate_inputs(self, inputs, kwargs)
+        check_generation_counts(self.generation_config, kwargs)
         refuse_candidate_decoding(self, kwargs)
         if not output_head_importances:
             with inputs_checked_by_caller():  # the decoding steps' inputs come from generate itself

@@ -10,6 +10,7 @@ second-level hops re-weigh the heads' contexts (Eq. 7-9 or 19); o_t = tanh(W_o [
 `HeadAttnRNNCache`, so that beam search reorders it.
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +33,7 @@ from .configuration_headattn_rnn import HeadAttnRNNConfig
 from .fertility import SourceFertility
 from .seq2seq_common import (
     check_generate_inputs,
+    check_generation_counts,
     check_seq2seq_inputs,
     checks_inputs,
     inputs_checked_by_caller,
@@ -612,11 +614,13 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
         heads, from one teacher-forced pass over each hypothesis (every step depends only on the source and the
         prefix, so it is what decoding computed). Returns the best `num_return_sequences` per sentence, as
         `generate` does (a `HeadAttnRNNGenerateOutput` with `return_dict_in_generate=True`)."""
-        if not isinstance(coverage_penalty, (int, float)) or isinstance(coverage_penalty, bool) or coverage_penalty < 0:
-            raise ValueError(f"`coverage_penalty` (beta) must be a number >= 0, got {coverage_penalty!r}")
+        if (not isinstance(coverage_penalty, (int, float)) or isinstance(coverage_penalty, bool)
+                or not math.isfinite(coverage_penalty) or coverage_penalty < 0):
+            raise ValueError(f"`coverage_penalty` (beta) must be a finite number >= 0, got {coverage_penalty!r}")
         if not isinstance(coverage_epsilon, (int, float)) or not 0 < coverage_epsilon <= 1:
             raise ValueError(f"`coverage_epsilon` must be a number in (0, 1], got {coverage_epsilon!r}")
         check_generate_inputs(self, inputs, kwargs)
+        check_generation_counts(self.generation_config, kwargs)
         with inputs_checked_by_caller():  # the decoding steps' inputs come from generate itself
             if not coverage_penalty:
                 return super().generate(inputs, *args, **kwargs)

@@ -13,6 +13,7 @@ import warnings
 
 from transformers import GenerationConfig, Pipeline
 
+from .seq2seq_common import check_generation_counts
 from .transformers_compat import prepare_pipeline_generate_kwargs
 
 
@@ -52,6 +53,9 @@ class TranslationPipeline(Pipeline):
         return preprocess_params, generate_kwargs, postprocess_params
 
     def __call__(self, inputs, **kwargs):
+        # before any input is tokenised (the call's settings, else the pipeline's, else the model's)
+        pipeline_config = getattr(self, "generation_config", self.model.generation_config)  # before 5.20: its settings
+        check_generation_counts(pipeline_config, {**getattr(self, "_generate_kwargs", {}), **kwargs})
         if isinstance(inputs, str):
             return super().__call__(inputs, **kwargs) if inputs.strip() else self._empty(kwargs)
         if not isinstance(inputs, (list, tuple)):

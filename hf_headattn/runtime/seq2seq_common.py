@@ -1,11 +1,13 @@
 """What both model families share around their forwards: the teacher-forcing inputs (`shift_tokens_right`), the loss
-(`seq2seq_loss`) and the input checks (`check_seq2seq_inputs`, run once per outer call through `checks_inputs`,
-`check_generate_inputs` and `inputs_checked_by_caller`)."""
+(`seq2seq_loss`), the input checks (`check_seq2seq_inputs`, run once per outer call through `checks_inputs`,
+`check_generate_inputs` and `inputs_checked_by_caller`) and the check of `generate`'s counts
+(`check_generation_counts`)."""
 
 import contextlib
 import contextvars
 import functools
 import inspect
+import numbers
 
 import torch
 from torch import nn
@@ -101,6 +103,26 @@ def check_generate_inputs(model, inputs, kwargs: dict) -> None:
     if inputs is not None:
         arguments["input_ids"] = inputs
     model.check_inputs(**arguments)
+
+
+# generate's counts, and what each means: Transformers (5.24 included) divides by `num_beams` and sizes tensors by
+# both, so 0 or a negative count fails deep inside (ZeroDivisionError, a negative dimension), and returning 0
+# sequences silently returns one
+GENERATION_COUNTS = {
+    "num_beams": "1: greedy search or sampling; more: beam search",
+    "num_return_sequences": "sequences returned per input, at most num_beams",
+}
+
+
+def check_generation_counts(generation_config, kwargs: dict) -> None:
+    """Refuse (ValueError naming the argument, its value and what is accepted) a `num_beams` or
+    `num_return_sequences` that is not a whole number >= 1, as given to `generate` (or the pipeline) in `kwargs`,
+    else as set in the call's `generation_config=`, else in `generation_config` (the model's)."""
+    config = kwargs.get("generation_config") or generation_config
+    for name, meaning in GENERATION_COUNTS.items():
+        value = kwargs[name] if kwargs.get(name) is not None else getattr(config, name, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+            raise ValueError(f"`{name}` must be a whole number >= 1 ({meaning}), got {value!r}")
 
 
 def _describe(tensor: torch.Tensor) -> str:

@@ -13,9 +13,13 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
+import math
 import re
 import sys
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +27,7 @@ import torch
 import yaml
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
+from ..cli import model_path_problem
 from ..parallel_data import PAIR_FILE_FORMATS, format_suffix
 from ..runtime.attention_registry import ATTENTION_VARIANTS
 from ..runtime.configuration_headattn import HeadAttnConfig
@@ -238,6 +243,18 @@ class RunArguments:
 
 ARGUMENT_GROUPS = (ModelArguments, DataArguments, RunArguments, Seq2SeqTrainingArguments)
 
+# Trainer's counts that must be at least one, and what each counts: Trainer divides by them or sizes batches by them,
+# and fails deep inside (a ZeroDivisionError for --gradient_accumulation_steps 0) or not at all (save_total_limit 0
+# keeps every checkpoint)
+TRAINER_COUNTS = {
+    "per_device_train_batch_size": "pairs a device trains on per step",
+    "per_device_eval_batch_size": "pairs a device validates at once",
+    "gradient_accumulation_steps": "batches summed into one optimizer step",
+    "eval_accumulation_steps": "validation steps gathered before moving to the CPU; omit it to gather all",
+    "generation_num_beams": "beams of --predict_with_generate; 1: greedy",
+    "save_total_limit": "checkpoints kept; omit it to keep every one",
+}
+
 
 def argument_parser(**presentation) -> HfArgumentParser:
     """`HfArgumentParser` over `ARGUMENT_GROUPS`, with the NMT defaults; `presentation` are argparse's own keywords
@@ -271,11 +288,82 @@ def parse_args(argv=None, parser: HfArgumentParser | None = None):
 
 
 def read_arguments_file(path: str | Path) -> dict:
-    """The arguments of a JSON or YAML file (`hf-headattn-train ARGUMENTS.yaml`): argument names to values."""
+    """The arguments of a JSON or YAML file (`hf-headattn-train ARGUMENTS.yaml`): argument names to values, each
+    of the type its flag takes (`check_argument_types`)."""
     values = yaml.safe_load(Path(path).read_text())  # JSON is YAML
     if not isinstance(values, dict):
         raise ValueError(f"{path} must hold a mapping of argument names to values")
+    check_argument_types(values, path)
     return values
+
+
+def check_argument_types(values: dict, source: str | Path) -> None:
+    """Refuse, naming the flag, the value and the type it takes, a value of an arguments file that its flag's type
+    does not accept: `HfArgumentParser.parse_dict` passes values on unconverted, so "sixteen" would reach Trainer as
+    a batch size, and YAML reads 5e-4 (no dot) as text. Names no flag takes are left to parse_dict, which lists
+    them."""
+    hints = {}
+    for group in ARGUMENT_GROUPS:
+        hints.update(typing.get_type_hints(group))
+    flags = {spec.name for group in ARGUMENT_GROUPS for spec in dataclasses.fields(group)}
+    for name, value in values.items():
+        if name in flags and not _fits(value, hints[name]):
+            hint = ""
+            if isinstance(value, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", value.strip()):
+                hint = f" (YAML reads {value} as text: write it with a dot before the exponent, e.g. 5.0e-4)"
+            raise ValueError(f"{source}: {name}: {value!r} is {_kind_of(value)}, but --{name} takes "
+                             f"{_describe_type(hints[name])}{hint}")
+
+
+def _fits(value, expected) -> bool:
+    """Whether an arguments file's `value` (what YAML/JSON can hold) is of the `expected` annotation's type."""
+    origin, arguments = typing.get_origin(expected), typing.get_args(expected)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arm) for arm in arguments)
+    if origin is typing.Literal:
+        return any(value is choice or (type(value) is type(choice) and value == choice) for choice in arguments)
+    if expected is type(None):
+        return value is None
+    if expected is bool:
+        return isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is str:
+        return isinstance(value, str)
+    if expected in (list, tuple) or origin in (list, tuple):
+        return isinstance(value, list) and all(_fits(item, arguments[0]) for item in value if arguments)
+    if expected is dict or origin is dict:
+        return isinstance(value, dict)
+    if isinstance(expected, type) and issubclass(expected, enum.Enum):
+        return isinstance(value, expected) or value in {member.value for member in expected}
+    return True  # a class no file spells (a Path, a GenerationConfig): left to the parser and Trainer
+
+
+def _kind_of(value) -> str:
+    kinds = {bool: "true/false", int: "a whole number", float: "a decimal number", str: "text", list: "a list",
+             dict: "a mapping", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _describe_type(expected) -> str:
+    """An annotation as a user of an arguments file reads it: "a whole number or null", "text"."""
+    origin, arguments = typing.get_origin(expected), typing.get_args(expected)
+    if origin in (typing.Union, types.UnionType):
+        if str in arguments:  # an enum's values are text too
+            arguments = [arm for arm in arguments if not (isinstance(arm, type) and issubclass(arm, enum.Enum))]
+        return " or ".join(dict.fromkeys(_describe_type(arm) for arm in arguments))
+    if origin is typing.Literal:
+        return " or ".join(json.dumps(choice) for choice in arguments)
+    if expected in (list, tuple) or origin in (list, tuple):
+        return f"a list of {_describe_type(arguments[0])}" if arguments else "a list"
+    if expected is dict or origin is dict:
+        return "a mapping"
+    if isinstance(expected, type) and issubclass(expected, enum.Enum):
+        return "one of " + ", ".join(str(member.value) for member in expected)
+    names = {bool: "true or false", int: "a whole number", float: "a number", str: "text", type(None): "null"}
+    return names.get(expected, getattr(expected, "__name__", str(expected)))
 
 
 def preset_named_in(argv: list[str]) -> str | None:
@@ -350,6 +438,28 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
                              f"{training_args.train_sampling_strategy}")
 
     # training
+    for arguments in (model_args, data_args, run_args, training_args):
+        for spec in dataclasses.fields(arguments):
+            value = getattr(arguments, spec.name)
+            if isinstance(value, float) and math.isnan(value):
+                raise ValueError(f"--{spec.name} is nan; give a number")
+    for name, meaning in TRAINER_COUNTS.items():
+        value = getattr(training_args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be a whole number >= 1 ({meaning}), got {value}")
+    if training_args.dataloader_num_workers < 0:
+        raise ValueError(f"--dataloader_num_workers must be a whole number >= 0 (0: load in the main process), got "
+                         f"{training_args.dataloader_num_workers}")
+    if training_args.save_strategy == "steps" and not training_args.save_steps > 0:
+        raise ValueError(f"--save_steps must be > 0 (steps between checkpoints, or a fraction of the run below 1), "
+                         f"got {training_args.save_steps}; --save_strategy no saves no checkpoints")
+    for name in ("seed", "data_seed"):
+        value = getattr(training_args, name)
+        if value is not None and not 0 <= value <= 2**32 - 1:
+            raise ValueError(f"--{name} must be a whole number in [0, {2**32 - 1}] (what numpy's seeding takes), "
+                             f"got {value}")
+    if not (math.isfinite(training_args.learning_rate) and training_args.learning_rate >= 0):
+        raise ValueError(f"--learning_rate must be a finite number >= 0, got {training_args.learning_rate}")
     if training_args.max_steps == 0 or training_args.max_steps < -1:
         raise ValueError(f"--max_steps must be positive (or -1: train for --num_train_epochs), got "
                          f"{training_args.max_steps}")
@@ -400,9 +510,8 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
     if (model_args.fertility_predictor_epochs != defaults.fertility_predictor_epochs
             and model_args.fertility != "predicted"):
         raise ValueError("--fertility_predictor_epochs applies to --fertility predicted only")
-    if model_args.tokenizer is not None and not Path(model_args.tokenizer).is_dir():
-        if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", model_args.tokenizer) or model_args.tokenizer.startswith("."):
-            raise ValueError(f"--tokenizer {model_args.tokenizer}: no such folder (nor a Hub repository id)")
+    if model_args.tokenizer is not None and (problem := model_path_problem(model_args.tokenizer, "--tokenizer")):
+        raise ValueError(problem)
 
     # the run folder
     output_dir, working_dir = Path(training_args.output_dir).resolve(), Path.cwd().resolve()

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..parallel_data import PairFiles, read_pairs
+from ..parallel_data import PairFiles, PairsRead, read_pairs
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict, IterableDataset
@@ -170,12 +170,31 @@ def load_data(data_args: DataArguments, scans: dict) -> tuple[Dataset, Dataset, 
     files = data_files(data_args)
     train = read_pairs(files["train"], scans["train"], data_args.max_train_pairs, skip_empty=True)
     counts = {"train_pairs_read": train.read, "train_pairs_skipped_empty": train.skipped_empty}
+    _refuse_no_pairs(files["train"], train, "to train on", "give a corpus of sentence pairs")
     if "validation" not in files:
+        if len(train.dataset) == 1:  # held out, it would leave nothing to train on
+            raise ValueError(f"{_names(files['train'])}: one sentence pair and no validation data; "
+                             "without --valid_source/--valid_target (--validation_file) the last 5% of the pairs, "
+                             "at least one, are held out for validation: give validation files, or more pairs")
         # hold out the last 5% (at least one pair) of the training text
         split = train.dataset.train_test_split(test_size=max(1, len(train.dataset) // 20), shuffle=False)
         return split["train"], split["test"], {**counts, "train_pairs_held_out": len(split["test"])}
     valid = read_pairs(files["validation"], scans["validation"], data_args.max_valid_pairs, skip_empty=True)
+    _refuse_no_pairs(files["validation"], valid, "to validate on",
+                     "give validation files of sentence pairs, or none: then the last 5% of the training pairs are "
+                     "held out for validation")
     return train.dataset, valid.dataset, {**counts, "train_pairs_held_out": 0}
+
+
+def _refuse_no_pairs(files: PairFiles, pairs: PairsRead, purpose: str, remedy: str) -> None:
+    """A split of no usable pair (empty files, or every pair with a blank side) is refused, naming its files."""
+    if len(pairs.dataset) == 0:
+        blank = f" ({pairs.skipped_empty} with a blank side, skipped)" if pairs.skipped_empty else ""
+        raise ValueError(f"{_names(files)}: no sentence pair {purpose}: {pairs.read} line(s) read{blank}; {remedy}")
+
+
+def _names(files: PairFiles) -> str:
+    return " / ".join(map(str, files.paths))
 
 
 def corpus_texts(dataset: Dataset):

@@ -175,7 +175,8 @@ def _translate_batch(model, tokenizer, texts, *, nbest, limit, fast, scores, ali
                                                 scores=scores and not (alignments or attention),
                                                 num_return_sequences=nbest, **generate_kwargs)
     sequences = sequences.reshape(len(texts) * nbest, -1)
-    decoded = [text.replace("\n", " ").strip()
+    # a decoded line end ("\r" too: it ends a line wherever text is read back) would shift every later output line
+    decoded = [text.replace("\r", " ").replace("\n", " ").strip()
                for text in tokenizer.batch_decode(sequences, skip_special_tokens=True)]
     hypotheses = [Hypothesis(text) for text in decoded]
     if search_scores is not None:

@@ -1,4 +1,5 @@
-"""Sentences in and translations out as text: reading a UTF-8 file of sentences, one a line (:func:`read_lines`),
+"""Sentences in and translations out as text: reading a UTF-8 file of sentences, one a line (:func:`read_lines`, the
+reader every command shares, `hf_headattn.parallel_data.read_lines`: "\\n", "\\r\\n" and a lone "\\r" end a line),
 and writing one input line's translations (:func:`format_translation`, :data:`OUTPUT_FORMATS`):
 
 * ``text``: one line per input line, line i translating input line i (a blank line stays blank); with alignments,
@@ -14,44 +15,13 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+from ..parallel_data import read_lines
 from .results import Hypothesis, Translation
 
 __all__ = ["OUTPUT_FORMATS", "format_translation", "read_lines"]
 
 OUTPUT_FORMATS = ("text", "jsonl")
-
-
-def read_lines(path: str | Path | None) -> list[str]:
-    """The lines of a UTF-8 text file (``None`` or ``"-"``: standard input), without their line ends.
-
-    Lines end at "\\n" (a "\\r" before it is dropped), never at the other characters `str.splitlines` breaks at.
-
-    Raises:
-        FileNotFoundError: a missing file.
-        ValueError: bytes that are not UTF-8, naming the file, the line and the byte offset in it.
-    """
-    if path is None or str(path) == "-":
-        name, data = "<stdin>", sys.stdin.buffer.read()
-    else:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"Input file not found: {path}")
-        name, data = str(path), path.read_bytes()
-    raw_lines = data.split(b"\n")
-    if raw_lines[-1] == b"":
-        raw_lines.pop()
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{name}, line {number}: not UTF-8 (byte {raw[error.start]:#04x} at offset "
-                             f"{error.start} of the line); the input must be UTF-8 text") from None
-        lines.append(line.removeprefix("\ufeff") if number == 1 else line)
-    return [line.removesuffix("\r") for line in lines]
 
 
 def format_translation(translation: Translation, index: int, *, output_format: str = "text", nbest: int = 1,
