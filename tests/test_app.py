@@ -166,12 +166,14 @@ def test_sparsity_and_entropy_of_a_known_attention_matrix():
 
 
 def test_exact_zeros_look_unlike_small_values_and_the_map_has_a_colour_bar():
-    grid = WordGrid(["a"], ["w", "x", "y", "z"], [[0.0, 0.003, 0.01, 0.987]], [["▁a"]], [["▁w"], ["▁x"], ["▁y"], ["▁z"]])
+    grid = WordGrid(["a"], ["w", "x", "y", "z"], [[0.0, 0.003, 0.01, 0.987]], [["▁a"]],
+                    [["▁w"], ["▁x"], ["▁y"], ["▁z"]])
     html = render_heatmap(grid, "test")
     cells_html = re.findall(r"<td [^>]*>[^<]*</td>", html)
     assert 'class="hm-cell hm-zero"' in cells_html[0] and "exactly 0" in cells_html[0]
-    assert [re.sub(r"<[^>]+>", "", cell) for cell in cells_html] == ["", "&lt;.01", ".01", ".99"]
+    assert [re.sub(r"<[^>]+>", "", cell) for cell in cells_html] == ["", "", ".01", ".99"]
     assert "hm-zero" not in "".join(cells_html[1:])  # 0.003 is coloured (faintly), not hatched
+    assert "background-color: rgba(29, 78, 216, 0.003)" in cells_html[1]
     assert 'class="colour-bar"' in html and "exactly 0" in html.split('class="colour-bar"')[1]
 
 
@@ -196,8 +198,9 @@ def test_linked_choices_apply_to_both_panels_and_a_missing_layer_or_head_is_name
     views = update_views("2", "1", None, *states)  # layer 3: only the deep model has it
     deep_views, shallow_views = dict(zip(VIEWS, views[:len(VIEWS)])), dict(zip(VIEWS, views[len(VIEWS):-1]))
     assert "layer 3 (softmax), head 1" in deep_views["heatmap"] and cells(deep_views["grid"]) > 0
-    assert shallow_views["heatmap"] == shallow_views["grid"] == (
-        '<p class="note">This model has no layer 3 of cross-attention; its 2: layer 1 (softmax), layer 2 (softmax).</p>')
+    missing_layer = ('<p class="note">This model has no layer 3 of cross-attention; its 2: layer 1 (softmax), '
+                     "layer 2 (softmax).</p>")
+    assert shallow_views["heatmap"] == shallow_views["grid"] == missing_layer
     views = update_views("1", "4", None, *states)  # head 4: only the shallow model has it
     assert "This model has no head 4 in layer 2 (softmax): its heads there are 1, 2." in views[0]
     assert "layer 2 (softmax), head 4" in views[len(VIEWS)]
@@ -246,8 +249,9 @@ def test_words_are_split_for_people():
     assert split_word("„Hallo“,") == ["„", "Hallo", "“,"]
     assert split_word("don't") == ["don't"] and split_word("e-mail") == ["e-mail"] and split_word("...") == ["..."]
     attention = HypothesisAttention(
-        source_tokens=["▁die", "▁Straß", "e", ".", "▁nein.", "</s>"], target_tokens=["▁the", "▁street", ".", "</s>"],
-        source_words=[0, 1, 1, 1, 2, -1], target_words=[0, 1, 1, -1], cross_attentions=(), alignment_attention=None)
+        source_tokens=["▁die", "▁Straß", "e", ".", "▁nein.", "</s>"], source_words=[0, 1, 1, 1, 2, -1],
+        target_tokens=["▁the", "▁street", ".", "</s>"], target_words=[0, 1, 1, -1], cross_attentions=(),
+        alignment_attention=None)
     weights = torch.full((4, 6), 1 / 6)
     grid = word_grid(weights, attention, "die Straße. nein.", "the street.", ["</s>"])
     # "Straße." is two words; "nein." stays one, as its one token spans the word and the full stop

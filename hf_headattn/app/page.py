@@ -150,7 +150,8 @@ def build_demo(models: Sequence[DemoModel], *, max_lines: int = DEFAULT_MAX_LINE
             panel["importances"] = gr.HTML(elem_id=f"importances-{index}")
         for index, panel in section("**Cumulative attention against fertility bounds**"):
             panel["fertility"] = gr.HTML(elem_id=f"fertility-{index}")
-            panel["state"] = gr.State(None)
+        for panel in panels:
+            panel["state"] = gr.State(None)  # the panel's PanelResult, which the views are drawn from
         comparison = gr.State(None)
 
         by_name = {model.name: model for model in models}

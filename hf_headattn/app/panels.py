@@ -3,10 +3,11 @@ each hypothesis' attention, and the messages about what was cut or refused.
 
 Everything comes from :func:`hf_headattn.translation.translate` with ``attention=True`` (the one place that turns
 text into translations); this module reads the fertility bounds from the encoder and says which layers the views
-draw, and, for two panels whose models share a tokenizer, the second model's attention on the first's
-translations (:class:`Comparison`, the difference view's). Nothing fails silently or hangs: empty input, lines beyond ``max_lines`` (named), sources longer than the
-model reads (the words left out are named), translations stopped by ``max_new_tokens`` or by the time limit, n-best
-above the beams and a model that failed to load each become a message.
+draw, and, for two panels whose models share a tokenizer, the second model's attention on the first's translations
+(:class:`Comparison`, the difference view's). Nothing fails silently or hangs: empty input, lines beyond
+``max_lines`` (named), sources longer than the model reads (the words left out are named), translations stopped by
+``max_new_tokens`` or by the time limit, n-best above the beams and a model that failed to load each become a
+message.
 
 What the page shows of a model's attention it asks the model's config (this package's configs answer: `describe`,
 `cross_attention_layers`, `cross_attention_variant`, `constrained_cross_attention`, `head_weighting_modules`); any

@@ -10,7 +10,7 @@ The layer and heads choices are the page's, one for both panels (:func:`linked_l
 Words are split for people: the whitespace-separated words the alignments count are split again into words and
 punctuation ("Straße." shows as "Straße" and ".") wherever the tokens split there too. A word's cell sums the
 attention its source tokens got, averaged over the word's target tokens. Exact zeros (sparse attention) are hatched,
-never coloured as small values, and every other value of at least .005 is written in its cell.
+never coloured as small values, and every value from .005 up (".01") is written in its cell.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -220,10 +220,10 @@ def layer_statistics(result: PanelResult, attention, layer: int) -> list[HeadSta
 
 # ------------------------------------------------------------------------------------------------ heat maps
 def _value_label(value: float, signed: bool = False) -> str:
-    """A cell's label, two decimals without the leading zero (".25", "1.00"; "+.25" signed); "<.01" ("~0" signed)
-    for values that round to 0 but are not 0 (exact zeros are hatched instead)."""
+    """A cell's label, two decimals without the leading zero (".25", "1.00"; "+.25" signed); none for values that
+    round to 0, which are faintly coloured (exact zeros are hatched instead), lest labels fill a softmax map."""
     if abs(value) < 0.005:
-        return "~0" if signed else "<.01"
+        return ""
     text = f"{abs(value):.2f}".removeprefix("0")
     return ("+" if value > 0 else "−") + text if signed else text
 
@@ -265,7 +265,7 @@ def _colour_bar() -> str:
     return ('<div class="colour-bar" role="img" aria-label="colour scale: 0 to 1; hatched: exactly 0">'
             '<span class="cb-end">0</span><span class="cb-ramp" style="background: linear-gradient(to right, '
             f'rgba({ATTENTION_RGB}, 0), rgba({ATTENTION_RGB}, 1));"></span><span class="cb-end">1</span>'
-            '<span class="cb-swatch hm-zero"></span><span>exactly 0</span></div>')
+            '<span class="cb-swatch hm-zero"></span><span>exactly 0; no label: under .005</span></div>')
 
 
 def render_heatmap(grid: WordGrid, caption: str) -> str:
@@ -606,8 +606,8 @@ def render_difference(results: Sequence[PanelResult | None], comparison: Compari
         grid.column_tokens.append([])
         for row in grid.values:
             row.append(-sum(row))
-    caption = (f"A − B: A = {first.model_name}, {caption_a}; B = {second.model_name}, {caption_b}; on A's translation "
-               "of the line (B's attention teacher-forced on it)")
+    caption = (f"A − B: A = {first.model_name}, {caption_a}; B = {second.model_name}, {caption_b}; on A's "
+               "translation of the line (B's attention teacher-forced on it)")
     return render_difference_map(grid, caption)
 
 
@@ -619,7 +619,7 @@ def render_difference_map(grid: WordGrid, caption: str) -> str:
            f'<span class="cb-end">−{scale:.2f} (B more)</span><span class="cb-ramp" style="background: '
            f'linear-gradient(to right, rgba({MORE_IN_B_RGB}, 1), rgba({MORE_IN_B_RGB}, 0) 50%, '
            f'rgba({MORE_IN_A_RGB}, 0) 50%, rgba({MORE_IN_A_RGB}, 1));"></span><span class="cb-end">+{scale:.2f} '
-           '(A more)</span><span class="cb-swatch hm-zero"></span><span>exactly equal</span></div>')
+           '(A more)</span><span class="cb-swatch hm-zero"></span><span>exactly equal; no label: under .005</span></div>')
     table = _map_table(grid, lambda value, title: _difference_cell(value, scale, title), "hm hm-difference")
     return f'<div class="map-caption">{_text(caption)}</div><div class="hm-wrap">{table}</div>{bar}'
 
