@@ -1,7 +1,11 @@
 """The web page's logic (hf_headattn.app) without a browser: what each panel shows for every variant of both families
-(the heat map's cells, the links, the weights over heads, the fertility bounds), the messages for empty, over-long and
-cut input, a model that fails to load, a failing or slow translation, and the page served over HTTP."""
+(the heat map's cells, every head's small map and statistics, the links, the weights over heads, the fertility
+bounds), the data behind the comparing views (sparsity and entropy of a known matrix, exact zeros, the linked layer
+and heads choices, the difference view and its refusal, words split for people, the card's examples), the messages
+for empty, over-long and cut input, a model that fails to load, a failing or slow translation, and the page served
+over HTTP."""
 
+import math
 import re
 import time
 
@@ -10,10 +14,13 @@ import torch
 
 from hf_headattn import train_tokenizer
 from hf_headattn.app import page, panels
-from hf_headattn.app.page import PANEL_OUTPUTS, translate_page
-from hf_headattn.app.panels import (EMPTY_INPUT, DemoInputError, DemoModel, card_examples, describe_model, load_models,
-                                    run_with_time_limit, split_lines, translate_panel)
-from hf_headattn.app.views import ALIGNMENT_VIEW, MEAN_VIEW, render_heatmap, render_panel, word_grid
+from hf_headattn.app.page import PAGE_OUTPUTS, PANEL_OUTPUTS, translate_page, update_views
+from hf_headattn.app.panels import (EMPTY_INPUT, FALLBACK_EXAMPLE, DemoInputError, DemoModel, PanelResult,
+                                    card_examples, describe_model, forced_attention, load_models, page_examples,
+                                    run_with_time_limit, same_tokenizer, split_lines, translate_panel)
+from hf_headattn.app.views import (ALIGNMENT_VIEW, MEAN_VIEW, VIEWS, HeadStatistics, WordGrid, attention_statistics,
+                                   default_layer, linked_head_choices, linked_layer_choices, render_heatmap,
+                                   render_panel, render_statistics, split_word, word_grid)
 from hf_headattn.commands import app as app_command
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.translation import HypothesisAttention, translate
@@ -50,7 +57,7 @@ def build_model(family, name):
 
 
 def cells(html):
-    return html.count('class="hm-cell"')
+    return html.count('class="hm-cell')  # exact zeros too ("hm-cell hm-zero")
 
 
 def table_shape(html):
@@ -86,11 +93,23 @@ def test_every_view_of_every_variant_draws_what_translate_kept(name, tokenizer, 
                 drawn = render_panel(result, show, layer, heads)
                 rows, columns = table_shape(drawn["heatmap"])
                 assert cells(drawn["heatmap"]) == rows * columns > 0
-                # every word cell and target row as the translation and the source split them, plus </s>
-                target_words, source_words = len(hypothesis.text.split()), len(line.translation.source.split())
+                # every head the layer keeps: a small map of the same words and a row of statistics
+                kept = result.layer_heads[int(layer)]
+                assert re.findall(r'class="small-map[^"]*" data-head="(\d+)"', drawn["grid"]) == list(map(str, kept))
+                small_shapes = set(re.findall(r'class="hm hm-small" data-rows="(\d+)" data-columns="(\d+)"',
+                                              drawn["grid"]))
+                assert len(small_shapes) == 1  # all heads on the same words (and the rest, where one has some)
+                small_rows, small_columns = map(int, small_shapes.pop())
+                assert small_rows == rows and small_columns - columns in (-1, 0, 1)
+                assert cells(drawn["grid"]) == len(kept) * small_rows * small_columns
+                assert re.findall(r'<tr class="[^"]*" data-head="(\d+)">', drawn["statistics"]) == list(map(str, kept))
+                # a row per target word and a column per source word, words and punctuation apart where the tokens
+                # split there ("r." is "r" and "." or, as one token, one word), plus </s> and the sink's column
                 ends = hypothesis.attention.target_tokens[-1] == tokenizer.eos_token
-                assert rows == target_words + ends
-                assert columns - source_words in (1, 2)  # </s>, and the sink's column where rows sum below 1
+                target_words = hypothesis.text.split()
+                assert len(target_words) <= rows - ends <= sum(len(split_word(word)) for word in target_words)
+                source_words = line.translation.source.split()  # the toy corpus: punctuation is a word already
+                assert columns - len(source_words) in (1, 2)  # </s>, and the sink's column where rows sum below 1
             # the links: one line per Pharaoh pair
             assert drawn["links"].count("<line ") == len(hypothesis.alignment.split())
             # weights over heads: one block per module that has them, one bar per head
@@ -128,6 +147,137 @@ def test_word_grid_sums_source_tokens_and_averages_target_tokens():
     html = render_heatmap(grid, "test")
     assert cells(html) == 12 and table_shape(html) == (3, 4)
     assert 'title="dog → hund: 0.650"' in html
+
+
+# ------------------------------------------------------------------------------------------------ comparing
+def test_sparsity_and_entropy_of_a_known_attention_matrix():
+    weights = torch.tensor([[0.5, 0.5, 0.0, 0.0],       # two tokens alike: 1 bit, two exact zeros
+                            [1.0, 0.0, 0.0, 0.0],       # one token: 0 bits, three zeros
+                            [0.25, 0.25, 0.25, 0.25],   # uniform over four: 2 bits, no zero
+                            [0.5, 0.0, 0.0, 0.0]])      # half to one token, half to the sink: 1 bit, three zeros
+    sparsity, entropy = attention_statistics(weights)
+    assert sparsity == pytest.approx(8 / 16) and entropy == pytest.approx((1 + 0 + 2 + 1) / 4)
+    assert attention_statistics(torch.full((3, 5), 1e-12).softmax(-1)) == pytest.approx((0.0, math.log2(5)))
+    table = render_statistics([HeadStatistics(1, sparsity, entropy), HeadStatistics(2, 0.0, 2.0)], "layer 1",
+                              uniform_entropy=2.0, chosen_head=2)
+    assert re.findall(r'data-head="(\d)"><th>head \d</th><td class="sparsity">(\d+)%</td><td class="entropy">([\d.]+)'
+                      r"</td>", table) == [("1", "50", "1.00"), ("2", "0", "2.00")]
+    assert '<tr class="chosen" data-head="2">' in table and "evenly over the source: 2.00 bits" in table
+
+
+def test_exact_zeros_look_unlike_small_values_and_the_map_has_a_colour_bar():
+    grid = WordGrid(["a"], ["w", "x", "y", "z"], [[0.0, 0.003, 0.01, 0.987]], [["▁a"]],
+                    [["▁w"], ["▁x"], ["▁y"], ["▁z"]])
+    html = render_heatmap(grid, "test")
+    cells_html = re.findall(r"<td [^>]*>[^<]*</td>", html)
+    assert 'class="hm-cell hm-zero"' in cells_html[0] and "exactly 0" in cells_html[0]
+    assert [re.sub(r"<[^>]+>", "", cell) for cell in cells_html] == ["", "", ".01", ".99"]
+    assert "hm-zero" not in "".join(cells_html[1:])  # 0.003 is coloured (faintly), not hatched
+    assert "background-color: rgba(29, 78, 216, 0.003)" in cells_html[1]
+    assert 'class="colour-bar"' in html and "exactly 0" in html.split('class="colour-bar"')[1]
+
+
+def test_linked_choices_apply_to_both_panels_and_a_missing_layer_or_head_is_named(tokenizer, lines):
+    two_layers = PanelResult("a", layer_labels=["layer 1", "layer 2"], layer_heads=[[1, 2, 3, 4], [1, 2, 3, 4]])
+    one_layer = PanelResult("b", layer_labels=["source attention"], layer_heads=[[1, 2]])
+    assert linked_layer_choices([two_layers, one_layer]) == [("layer 1 / source attention", "0"), ("layer 2", "1")]
+    assert linked_head_choices([two_layers, one_layer]) == [
+        ("what the alignment reads (heads averaged)", ALIGNMENT_VIEW), ("mean of the layer's heads", MEAN_VIEW),
+        ("head 1", "1"), ("head 2", "2"), ("head 3", "3"), ("head 4", "4")]
+    assert default_layer([two_layers, one_layer]) == "0" and default_layer([two_layers, PanelResult("c")]) == "1"
+    assert linked_layer_choices([PanelResult("c")]) == [] and default_layer([]) is None
+
+    deep = random_model(tiny_config(vocab_size=len(tokenizer), decoder_layers=3, decoder_attention_heads=2))
+    shallow = random_model(tiny_config(vocab_size=len(tokenizer)))
+    models = {"deep": DemoModel("deep", deep, tokenizer), "shallow": DemoModel("shallow", shallow, tokenizer)}
+    outputs = translate_page(models, lines[0][1], ["deep", "shallow"], 1, 1, 6)
+    layer = dict(zip(PAGE_OUTPUTS, outputs))["layer"]
+    assert layer["value"] == "1" and [value for _, value in layer["choices"]] == ["0", "1", "2"]  # 1: both have it
+    deep_result, shallow_result = (output for output in outputs if isinstance(output, PanelResult))
+    states = (deep_result, "0:0", shallow_result, "0:0")
+    views = update_views("2", "1", None, *states)  # layer 3: only the deep model has it
+    deep_views, shallow_views = dict(zip(VIEWS, views[:len(VIEWS)])), dict(zip(VIEWS, views[len(VIEWS):-1]))
+    assert "layer 3 (softmax), head 1" in deep_views["heatmap"] and cells(deep_views["grid"]) > 0
+    missing_layer = ('<p class="note">This model has no layer 3 of cross-attention; its 2: layer 1 (softmax), '
+                     "layer 2 (softmax).</p>")
+    assert shallow_views["heatmap"] == shallow_views["grid"] == missing_layer
+    views = update_views("1", "4", None, *states)  # head 4: only the shallow model has it
+    assert "This model has no head 4 in layer 2 (softmax): its heads there are 1, 2." in views[0]
+    assert "layer 2 (softmax), head 4" in views[len(VIEWS)]
+
+
+def test_the_difference_view_subtracts_two_models_on_one_translation(tokenizer, lines, pairs):
+    softmax = DemoModel("softmax", random_model(tiny_config(vocab_size=len(tokenizer))), tokenizer)
+    sparse = DemoModel("csparsemax", random_model(tiny_config(vocab_size=len(tokenizer), cross_attention="csparsemax"),
+                                                  seed=1), tokenizer)
+    models = {model.name: model for model in (softmax, sparse)}
+    outputs = translate_page(models, lines[0][1], ["softmax", "csparsemax"], 2, 2, 8)
+    page_views = dict(zip(PAGE_OUTPUTS, outputs))
+    comparison = page_views["comparison"]
+    first, second = (output for output in outputs if isinstance(output, PanelResult))
+    assert comparison.refusal is None and sorted(comparison.forced) == ["0:0", "0:1"]
+    # the second model read the first's translation: a model forced on its own translation attends as it did
+    hypothesis = first.lines[0].translation.hypotheses[1]
+    forced = comparison.forced["0:1"]
+    assert forced.target_tokens == hypothesis.attention.target_tokens
+    assert forced.source_tokens == hypothesis.attention.source_tokens
+    own = forced_attention(softmax.model, tokenizer, lines[0][1], hypothesis.attention.target_tokens)
+    for mine, kept in zip(own.cross_attentions, hypothesis.attention.cross_attentions):
+        torch.testing.assert_close(mine, kept, atol=1e-5, rtol=1e-4)
+    # its cells: the first map minus the second, on a diverging map; head by head as the page chooses
+    difference = update_views("1", "2", comparison, first, "0:1", second, "0:0")[-1]
+    assert 'class="hm hm-difference"' in difference and "B more" in difference and "A more" in difference
+    head = first.layer_heads[1].index(2)
+    expected = word_grid(hypothesis.attention.cross_attentions[1][head] - forced.cross_attentions[1][head],
+                         hypothesis.attention, lines[0][1], hypothesis.text, first.special_tokens, None)
+    values = [float(value) for value in re.findall(r'title="[^"]*: ([+-][\d.]+)"', difference)]
+    assert values[:len(expected.columns)] == pytest.approx(expected.values[0], abs=1e-3)
+
+    # another tokenizer: refused, with why
+    other_tokenizer = train_tokenizer(texts=[text for pair in pairs[:100] for text in pair], vocab_size=VOCAB - 10)
+    assert same_tokenizer(tokenizer, tokenizer) and not same_tokenizer(tokenizer, other_tokenizer)
+    other = DemoModel("other", random_model(tiny_config(vocab_size=len(other_tokenizer))), other_tokenizer)
+    outputs = translate_page({**models, "other": other}, lines[0][1], ["softmax", "other"], 1, 1, 6)
+    refusal = dict(zip(PAGE_OUTPUTS, outputs))["difference"]
+    assert refusal == ('<div class="notice">No difference view: softmax and other have different tokenizers, so their '
+                       "attention maps have different tokens for rows and columns. It compares two models that share "
+                       "a tokenizer.</div>")
+
+
+def test_words_are_split_for_people():
+    assert split_word("Straße.") == ["Straße", "."]
+    assert split_word("„Hallo“,") == ["„", "Hallo", "“,"]
+    assert split_word("don't") == ["don't"] and split_word("e-mail") == ["e-mail"] and split_word("...") == ["..."]
+    attention = HypothesisAttention(
+        source_tokens=["▁die", "▁Straß", "e", ".", "▁nein.", "</s>"], source_words=[0, 1, 1, 1, 2, -1],
+        target_tokens=["▁the", "▁street", ".", "</s>"], target_words=[0, 1, 1, -1], cross_attentions=(),
+        alignment_attention=None)
+    weights = torch.full((4, 6), 1 / 6)
+    grid = word_grid(weights, attention, "die Straße. nein.", "the street.", ["</s>"])
+    # "Straße." is two words; "nein." stays one, as its one token spans the word and the full stop
+    assert grid.columns == ["die", "Straße", ".", "nein.", "</s>"] and grid.rows == ["the", "street", ".", "</s>"]
+    assert grid.column_tokens[1:3] == [["▁Straß", "e"], ["."]]
+    assert grid.values[0] == pytest.approx([1 / 6, 2 / 6, 1 / 6, 1 / 6, 1 / 6])
+    # tokens that do not spell the word (another normalisation): the word stays whole
+    attention.source_tokens[1] = "▁strass"
+    assert word_grid(weights, attention, "die Straße. nein.", "the street.", ["</s>"]).columns[1] == "Straße."
+
+
+def test_the_text_box_offers_the_cards_examples(tokenizer):
+    pytest.importorskip("gradio")
+    model = random_model(tiny_config(vocab_size=len(tokenizer)))
+    carded = DemoModel("carded", model, tokenizer, examples=["ein hund läuft .", "a | b"])
+    also = DemoModel("also", model, tokenizer, examples=["a | b", "zwei katzen ."])
+    bare = DemoModel("bare", model, tokenizer)
+    assert page_examples([bare, carded, also]) == ["ein hund läuft .", "a | b", "zwei katzen ."]
+    assert page_examples([carded, also], limit=2) == ["ein hund läuft .", "a | b"]
+
+    def text_box(models):
+        demo = page.build_demo(models)
+        return next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "source-text")
+
+    assert text_box([bare, carded]).placeholder == "ein hund läuft ."
+    assert text_box([bare]).placeholder == FALLBACK_EXAMPLE
 
 
 # ------------------------------------------------------------------------------------------------ messages
@@ -209,7 +359,7 @@ def test_a_model_that_fails_to_load_is_a_message_and_the_others_work(tokenizer, 
     result = translate_panel(models[0], [(1, "der hund .")])
     assert result.error == ("Model broken could not be loaded: OSError: broken does not appear to have a file named "
                             "config.json") and not result.lines
-    assert render_panel(result) == {"heatmap": "", "links": "", "importances": "", "fertility": ""}
+    assert render_panel(result) == dict.fromkeys(VIEWS, "")
 
 
 def test_the_page_never_shows_a_stack_trace(tokenizer, monkeypatch):
@@ -218,10 +368,11 @@ def test_the_page_never_shows_a_stack_trace(tokenizer, monkeypatch):
     broken = DemoModel("broken", error="OSError: no config.json")
     models = {"m": model, "broken": broken}
     outputs = translate_page(models, "   ", ["m", "broken"], 2, 1, 8)
-    assert EMPTY_INPUT in outputs[0] and len(outputs) == 1 + 2 * len(PANEL_OUTPUTS)
+    assert EMPTY_INPUT in outputs[0] and len(outputs) == len(PAGE_OUTPUTS) + 2 * len(PANEL_OUTPUTS)
 
     outputs = translate_page(models, "der hund .", ["m", "broken"], 2, 3, 8)
-    panel, other = outputs[1:1 + len(PANEL_OUTPUTS)], outputs[1 + len(PANEL_OUTPUTS):]
+    first = len(PAGE_OUTPUTS)
+    panel, other = outputs[first:first + len(PANEL_OUTPUTS)], outputs[first + len(PANEL_OUTPUTS):]
     assert "n-best (3) is more than the beams (2)" in panel[1] and 'class="error"' in panel[1]
     assert "Model broken could not be loaded: OSError: no config.json" in other[1]
 
@@ -230,7 +381,7 @@ def test_the_page_never_shows_a_stack_trace(tokenizer, monkeypatch):
 
     monkeypatch.setattr(panels, "translate", failing)
     outputs = translate_page(models, "der hund .", ["m", "m"], 2, 1, 8)
-    assert "Translating failed: RuntimeError: boom at somewhere" in outputs[2]
+    assert "Translating failed: RuntimeError: boom at somewhere" in outputs[len(PAGE_OUTPUTS) + 1]
     assert not any("Traceback" in str(output) for output in outputs)
 
 
@@ -282,13 +433,15 @@ def test_the_page_translates_over_http(tokenizer, lines, capfd):
     finally:
         demo.close()
     assert "max_length" not in capfd.readouterr().err  # Transformers' max_new_tokens warning, once per request
-    panels = [outputs[1:11], outputs[11:21]]
+    first, size = len(PAGE_OUTPUTS) - 1, len(PANEL_OUTPUTS) - 1  # the states (gr.State) do not travel
+    panels = [dict(zip(PANEL_OUTPUTS, outputs[first + k * size:first + (k + 1) * size])) for k in (0, 1)]
     for panel, model in zip(panels, (softmax, csparsemax)):
         expected = translate(model, tokenizer, [source for _, source in lines], num_beams=2, max_new_tokens=8)
         for translation in expected:
-            assert f'<span class="translation-text">{translation.text}</span>' in panel[2]
-        assert cells(panel[6]) == (lambda shape: shape[0] * shape[1])(table_shape(panel[6]))
-    assert "no fertility" in panels[0][9] and "fertility bound" in panels[1][9]
+            assert f'<span class="translation-text">{translation.text}</span>' in panel["translations"]
+        assert cells(panel["heatmap"]) == (lambda shape: shape[0] * shape[1])(table_shape(panel["heatmap"]))
+    assert "no fertility" in panels[0]["fertility"] and "fertility bound" in panels[1]["fertility"]
+    assert 'class="hm hm-difference"' in outputs[PAGE_OUTPUTS.index("difference")]  # one tokenizer: a difference
 
 
 def test_the_command_loads_its_models_and_serves_the_page(tokenizer, tmp_path, monkeypatch, capsys):

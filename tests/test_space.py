@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import SpaceCard
 
+from hf_headattn.app.page import PAGE_OUTPUTS, PANEL_OUTPUTS
 from hf_headattn.app.space import (SPACE_PACKAGE, _code_closure, check_space_folder, push_space, space_code_files,
                                    write_space)
 from hf_headattn.commands import hub
@@ -123,12 +124,14 @@ def test_the_space_runs_with_torch_transformers_and_gradio_alone(space, folders,
         server.wait(timeout=60)
         log.close()
     assert "not loaded" not in json.dumps(outputs), outputs
-    panel_size = (len(outputs) - 1) // 2
-    for panel, folder in zip((outputs[1:1 + panel_size], outputs[1 + panel_size:]), folders):
+    first, size = len(PAGE_OUTPUTS) - 1, len(PANEL_OUTPUTS) - 1  # the states (gr.State) do not travel
+    assert len(outputs) == first + 2 * size
+    for k, folder in enumerate(folders):
+        panel = dict(zip(PANEL_OUTPUTS, outputs[first + k * size:first + (k + 1) * size]))
         model, tokenizer = load_model_and_tokenizer(folder)
         for translation in translate(model, tokenizer, sources, num_beams=2, max_new_tokens=12):
-            assert f'<span class="translation-text">{translation.text}</span>' in panel[2]
-        assert 'class="hm-cell"' in panel[6]
+            assert f'<span class="translation-text">{translation.text}</span>' in panel["translations"]
+        assert 'class="hm-cell' in panel["heatmap"]
     assert "Traceback" not in (tmp_path / "space.log").read_text()
 
 

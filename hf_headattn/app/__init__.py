@@ -16,31 +16,38 @@ the publishing code.
 Tooling, not model runtime: never copied into a checkpoint.
 """
 
-from .page import PANEL_OUTPUTS, build_demo, launch, translate_page
+from .page import PAGE_OUTPUTS, PANEL_OUTPUTS, build_demo, launch, translate_page
 from .panels import (
+    Comparison,
     DemoInputError,
     DemoModel,
     PanelResult,
     card_examples,
+    compare_panels,
     describe_model,
     load_models,
     load_through_own_code,
+    page_examples,
     split_lines,
     translate_panel,
 )
 from .views import render_panel
 
 __all__ = [
+    "PAGE_OUTPUTS",
     "PANEL_OUTPUTS",
+    "Comparison",
     "DemoInputError",
     "DemoModel",
     "PanelResult",
     "build_demo",
     "card_examples",
+    "compare_panels",
     "describe_model",
     "launch",
     "load_models",
     "load_through_own_code",
+    "page_examples",
     "render_panel",
     "split_lines",
     "translate_page",

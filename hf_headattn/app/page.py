@@ -1,6 +1,10 @@
-"""The web page (Gradio): a text box (one sentence a line), the decoding settings (beams, n-best, max new tokens)
-and a Translate button; two panels side by side, each showing one of the loaded models (:mod:`.panels`) through the
-views (:mod:`.views`).
+"""The web page (Gradio): a text box (one sentence a line; its hint and examples from the models' cards), the
+decoding settings (beams, n-best, max new tokens) and a Translate button; two panels side by side, each showing one
+of the loaded models (:mod:`.panels`) through the views (:mod:`.views`), one layer and heads choice for both, and the
+difference of their maps.
+
+The page is built as one row per section (models, translations, maps, every head, links, ...), each with a column
+per panel, so a section starts at the same height in both panels whatever wraps above it.
 
 Errors are logged with their traceback and shown as one line, never as a stack trace. Requests wait in Gradio's queue
 (``concurrency_limit`` at a time, at most ``queue_size`` waiting) and each translation stops at ``time_limit``
@@ -21,12 +25,16 @@ from .panels import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_NUM_BEAMS,
     DEFAULT_TIME_LIMIT,
+    FALLBACK_EXAMPLE,
     MAX_BEAMS,
     MAX_NEW_TOKENS,
+    Comparison,
     DemoInputError,
     DemoModel,
     PanelResult,
+    compare_panels,
     one_line,
+    page_examples,
     run_with_time_limit,
     split_lines,
     translate_panel,
@@ -34,8 +42,11 @@ from .panels import (
 from .views import (
     ALIGNMENT_VIEW,
     CSS,
-    head_choices,
-    layer_choices,
+    VIEWS,
+    default_layer,
+    linked_head_choices,
+    linked_layer_choices,
+    render_difference,
     render_notices,
     render_panel,
     render_translations,
@@ -44,18 +55,19 @@ from .views import (
 
 # gradio is imported where it is used.
 
-__all__ = ["PANEL_OUTPUTS", "build_demo", "launch", "panel_outputs", "translate_page", "update_views"]
+__all__ = ["PAGE_OUTPUTS", "PANEL_OUTPUTS", "build_demo", "launch", "page_outputs", "panel_outputs",
+           "translate_page", "update_views"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY = 1  # one translation at a time: a CPU machine (a free Space has 2 cores) is busy with one
 DEFAULT_QUEUE_SIZE = 16
 PANELS = 2
-EXAMPLES_SHOWN = 10
 DEFAULT_TITLE = "hf_headattn: translate and compare attention"
 
-PANEL_OUTPUTS = ("description", "notices", "translations", "show", "layer", "heads", "heatmap", "links",
-                 "importances", "fertility", "state")
+# What a translation puts in the page: these, then each panel's PANEL_OUTPUTS
+PAGE_OUTPUTS = ("notice", "layer", "heads", "difference", "comparison")
+PANEL_OUTPUTS = ("description", "notices", "translations", "show", *VIEWS, "state")
 
 
 def _offline_theme():
@@ -78,16 +90,25 @@ def build_demo(models: Sequence[DemoModel], *, max_lines: int = DEFAULT_MAX_LINE
     if not models:
         raise ValueError("No model to show: give at least one")
     names = [model.name for model in models]
-    examples = [example for model in models for example in model.examples]
-    examples = list(dict.fromkeys(examples))[:EXAMPLES_SHOWN]
-    panels = []
+    examples = page_examples(models)
+    shown = range(min(PANELS, len(models)))
+    panels = [{} for _ in shown]
+
+    def section(heading: str | None = None):
+        """A row of the page with one column per panel (yielding each panel's index and its outputs)."""
+        if heading:
+            gr.Markdown(heading)
+        with gr.Row(equal_height=False):
+            for index in shown:
+                with gr.Column(elem_classes=["panel", f"panel-{index}"], min_width=0):
+                    yield index, panels[index]
 
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
         gr.Markdown(f"# {title}\nType sentences in the models' source language, one a line, and press "
                     "**Translate**. Each panel translates with the model chosen above it and shows where its "
-                    "cross-attention went.")
+                    "cross-attention went; the layer and heads chosen below apply to both.")
         text = gr.Textbox(label="source text (one sentence a line)", lines=3, elem_id="source-text",
-                          placeholder="der kleine hund sieht die katze .")
+                          placeholder=examples[0] if examples else FALLBACK_EXAMPLE)
         if examples:
             gr.Examples(examples=[[example] for example in examples], inputs=[text],
                         label="examples from the model card's test set")
@@ -98,30 +119,40 @@ def build_demo(models: Sequence[DemoModel], *, max_lines: int = DEFAULT_MAX_LINE
                                    label="max new tokens")
         button = gr.Button("Translate", variant="primary", elem_id="translate")
         notice = gr.HTML(elem_id="page-notice")
-        with gr.Row(equal_height=False):
-            for index in range(min(PANELS, len(models))):
-                with gr.Column(elem_id=f"panel-{index}", elem_classes=["panel"]):
-                    choice = gr.Dropdown(names, value=names[index], label="model", elem_id=f"model-{index}")
-                    panel = {
-                        "model": choice,
-                        "description": gr.Markdown(models[index].description, elem_id=f"description-{index}"),
-                        "notices": gr.HTML(elem_id=f"notices-{index}"),
-                        "translations": gr.HTML(elem_id=f"translations-{index}"),
-                    }
-                    with gr.Row():
-                        panel["show"] = gr.Dropdown([], label="hypothesis", elem_id=f"show-{index}")
-                        panel["layer"] = gr.Dropdown([], label="layer", elem_id=f"layer-{index}")
-                        panel["heads"] = gr.Dropdown([], label="heads", elem_id=f"heads-{index}")
-                    gr.Markdown("**Cross-attention**, source words x target words (hover a cell for its value)")
-                    panel["heatmap"] = gr.HTML(elem_id=f"heatmap-{index}")
-                    gr.Markdown("**Word alignment** (Pharaoh links, from what the alignment reads)")
-                    panel["links"] = gr.HTML(elem_id=f"links-{index}")
-                    gr.Markdown("**Weights over heads**")
-                    panel["importances"] = gr.HTML(elem_id=f"importances-{index}")
-                    gr.Markdown("**Cumulative attention against fertility bounds**")
-                    panel["fertility"] = gr.HTML(elem_id=f"fertility-{index}")
-                    panel["state"] = gr.State(None)
-                    panels.append(panel)
+
+        for index, panel in section():
+            panel["model"] = gr.Dropdown(names, value=names[index], label="model", elem_id=f"model-{index}")
+            panel["description"] = gr.Markdown(models[index].description, elem_id=f"description-{index}",
+                                               elem_classes=["panel-description"])
+            panel["notices"] = gr.HTML(elem_id=f"notices-{index}")
+        for index, panel in section():
+            panel["show"] = gr.Dropdown([], label="hypothesis", elem_id=f"show-{index}")
+            panel["translations"] = gr.HTML(elem_id=f"translations-{index}")
+        gr.Markdown("**Cross-attention**, source words x target words (hover a cell for its value): one layer and "
+                    "heads choice for both panels")
+        with gr.Row(elem_id="linked-controls"):
+            layer = gr.Dropdown([], label="layer (both panels)", elem_id="layer")
+            heads = gr.Dropdown([], label="heads (both panels)", elem_id="heads")
+        for index, panel in section():
+            panel["heatmap"] = gr.HTML(elem_id=f"heatmap-{index}")
+        for index, panel in section("**Every head of the layer**, with each head's share of exact zeros and its "
+                                    "entropy"):
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=3, min_width=160):
+                    panel["grid"] = gr.HTML(elem_id=f"grid-{index}")
+                with gr.Column(scale=2, min_width=160):
+                    panel["statistics"] = gr.HTML(elem_id=f"statistics-{index}")
+        gr.Markdown("**Difference**, the left panel's map minus the right's, on the left panel's translation")
+        difference = gr.HTML(elem_id="difference")
+        for index, panel in section("**Word alignment** (Pharaoh links, from what the alignment reads)"):
+            panel["links"] = gr.HTML(elem_id=f"links-{index}")
+        for index, panel in section("**Weights over heads**"):
+            panel["importances"] = gr.HTML(elem_id=f"importances-{index}")
+        for index, panel in section("**Cumulative attention against fertility bounds**"):
+            panel["fertility"] = gr.HTML(elem_id=f"fertility-{index}")
+        for panel in panels:
+            panel["state"] = gr.State(None)  # the panel's PanelResult, which the views are drawn from
+        comparison = gr.State(None)
 
         by_name = {model.name: model for model in models}
         settings = dict(max_lines=max_lines, time_limit=time_limit)
@@ -129,24 +160,24 @@ def build_demo(models: Sequence[DemoModel], *, max_lines: int = DEFAULT_MAX_LINE
         def on_translate(source, beam_count, best_count, token_count, *chosen):
             return translate_page(by_name, source, chosen, beam_count, best_count, token_count, **settings)
 
-        outputs = [notice] + [panel[name] for panel in panels for name in PANEL_OUTPUTS]
-        button.click(on_translate, inputs=[text, beams, nbest, new_tokens, *(panel["model"] for panel in panels)],
-                     outputs=outputs, api_name="translate", concurrency_limit=concurrency_limit,
-                     concurrency_id="translate")
-        for panel in panels:
-            def on_model(source, beam_count, best_count, token_count, chosen):
-                if not (source or "").strip():  # nothing typed yet: show the model, translate nothing
-                    return panel_outputs(PanelResult(chosen, by_name[chosen].description))
-                return translate_page(by_name, source, [chosen], beam_count, best_count, token_count,
-                                      **settings)[1:]
+        def on_model(source, beam_count, best_count, token_count, *chosen):
+            if not (source or "").strip():  # nothing typed yet: show the models, translate nothing
+                return page_outputs([PanelResult(name, by_name[name].description) for name in chosen])
+            return on_translate(source, beam_count, best_count, token_count, *chosen)
 
-            panel["model"].input(on_model, inputs=[text, beams, nbest, new_tokens, panel["model"]],
-                                 outputs=[panel[name] for name in PANEL_OUTPUTS], api_name=False,
+        translate_inputs = [text, beams, nbest, new_tokens, *(panel["model"] for panel in panels)]
+        translate_outputs = [notice, layer, heads, difference, comparison,
+                             *(panel[name] for panel in panels for name in PANEL_OUTPUTS)]
+        button.click(on_translate, inputs=translate_inputs, outputs=translate_outputs, api_name="translate",
+                     concurrency_limit=concurrency_limit, concurrency_id="translate")
+        for panel in panels:  # another model: both panels again, as the linked choices and the difference need
+            panel["model"].input(on_model, inputs=translate_inputs, outputs=translate_outputs, api_name=False,
                                  concurrency_limit=concurrency_limit, concurrency_id="translate")
-            views = [panel["heatmap"], panel["links"], panel["importances"], panel["fertility"]]
-            for control in (panel["show"], panel["layer"], panel["heads"]):
-                control.input(update_views, inputs=[panel["state"], panel["show"], panel["layer"], panel["heads"]],
-                              outputs=views, api_name=False, show_progress="hidden")
+        view_inputs = [layer, heads, comparison, *(panel[name] for panel in panels for name in ("state", "show"))]
+        view_outputs = [*(panel[name] for panel in panels for name in VIEWS), difference]
+        for control in (layer, heads, *(panel["show"] for panel in panels)):
+            control.input(update_views, inputs=view_inputs, outputs=view_outputs, api_name=False,
+                          show_progress="hidden")
     demo.queue(default_concurrency_limit=concurrency_limit, max_size=queue_size)
     return demo
 
@@ -154,19 +185,21 @@ def build_demo(models: Sequence[DemoModel], *, max_lines: int = DEFAULT_MAX_LINE
 def translate_page(models: dict[str, DemoModel], source: str, chosen: Sequence[str], num_beams, nbest,
                    max_new_tokens, *, max_lines: int = DEFAULT_MAX_LINES,
                    time_limit: float = DEFAULT_TIME_LIMIT) -> tuple:
-    """What the Translate button puts in the page: the page's notice, then each chosen panel's outputs
-    (:data:`PANEL_OUTPUTS`). Never raises: what goes wrong is a message in the page (and a traceback in the log)."""
+    """What the Translate button puts in the page (:func:`page_outputs`) for the `chosen` models, one a panel. Never
+    raises: what goes wrong is a message in the page (and a traceback in the log)."""
     try:
         lines, notices = split_lines(source, max_lines)
     except DemoInputError as error:
-        return (render_notices(None, [str(error)]),
-                *(value for name in chosen for value in panel_outputs(PanelResult(name, models[name].description))))
+        return page_outputs([PanelResult(name, models[name].description) for name in chosen], notices=[str(error)])
     results, done = [], {}
     for name in chosen:
         if name not in done:  # both panels on one model: translate once
             done[name] = _translate_safely(models[name], lines, num_beams, nbest, max_new_tokens, time_limit)
         results.append(done[name])
-    return (render_notices(None, notices), *(value for result in results for value in panel_outputs(result)))
+    comparison = None
+    if len(results) == 2 and all(result.lines for result in results):
+        comparison = _compare_safely(models[chosen[0]], models[chosen[1]], results[0])
+    return page_outputs(results, comparison, notices)
 
 
 def _translate_safely(model: DemoModel, lines, num_beams, nbest, max_new_tokens, time_limit) -> PanelResult:
@@ -182,29 +215,64 @@ def _translate_safely(model: DemoModel, lines, num_beams, nbest, max_new_tokens,
         return PanelResult(model.name, model.description, error=f"Translating failed: {one_line(error)}")
 
 
-def panel_outputs(result: PanelResult) -> tuple:
-    """One panel's outputs, in :data:`PANEL_OUTPUTS` order, for `result` (its views show the first line's best
-    hypothesis through what the alignment reads)."""
+def _compare_safely(first: DemoModel, second: DemoModel, first_result: PanelResult) -> Comparison:
+    try:
+        return compare_panels(first, second, first_result)
+    except Exception as error:  # the panels still show; the difference view says what failed
+        logger.exception("Comparing %s with %s failed", first.name, second.name)
+        return Comparison(refusal=f"Comparing the two models failed: {one_line(error)}")
+
+
+def page_outputs(results: Sequence[PanelResult], comparison: Comparison | None = None,
+                 notices: Sequence[str] = ()) -> tuple:
+    """The page's outputs (:data:`PAGE_OUTPUTS`), then each panel's (:data:`PANEL_OUTPUTS`), for the panels'
+    `results`: the linked layer and heads choices reset to the last layer both models have and what the alignment
+    reads."""
     import gradio as gr
 
-    shows, layers = view_choices(result), layer_choices(result)
-    views = render_panel(result)
+    layers, heads = linked_layer_choices(results), linked_head_choices(results)
+    layer = default_layer(results)
+    head = ALIGNMENT_VIEW if heads else None
+    difference = render_difference(results, comparison, None, layer, head)
+    return (render_notices(None, notices), gr.update(choices=layers, value=layer), gr.update(choices=heads, value=head),
+            difference, comparison, *(value for result in results for value in panel_outputs(result, layer, head)))
+
+
+def panel_outputs(result: PanelResult, layer: str | None = None, heads: str | None = ALIGNMENT_VIEW) -> tuple:
+    """One panel's outputs, in :data:`PANEL_OUTPUTS` order, for `result`: its views show the first line's best
+    hypothesis for the page's `layer` and `heads` choice."""
+    import gradio as gr
+
+    shows = view_choices(result)
+    views = render_panel(result, None, layer, heads)
     show = gr.update(choices=shows, value=shows[0][1] if shows else None)
-    layer = gr.update(choices=layers, value=str(result.alignment_layer) if layers else None)
-    heads = gr.update(choices=head_choices(result) if layers else [], value=ALIGNMENT_VIEW if layers else None)
-    return (result.description, render_notices(result), render_translations(result), show, layer, heads,
-            views["heatmap"], views["links"], views["importances"], views["fertility"], result)
+    return (result.description, render_notices(result), render_translations(result), show,
+            *(views[name] for name in VIEWS), result)
 
 
-def update_views(result: PanelResult | None, show: str | None, layer: str | None, heads: str | None) -> tuple:
-    """The four views after a hypothesis, layer or heads choice; a failure is a message in the heat map's place."""
+def update_views(layer: str | None, heads: str | None, comparison: Comparison | None, *states_and_shows) -> tuple:
+    """Every panel's views (:data:`VIEWS`), then the difference, after a layer, heads or hypothesis choice;
+    `states_and_shows` alternates each panel's result and its hypothesis choice. A failure is a message in the
+    heat map's (the difference's) place."""
+    results, shows = states_and_shows[0::2], states_and_shows[1::2]
+    outputs = []
+    for result, show in zip(results, shows):
+        try:
+            views = render_panel(result, show, layer, heads)
+            outputs += [views[name] for name in VIEWS]
+        except Exception as error:
+            logger.exception("Drawing the attention failed")
+            outputs += [_drawing_failed(error), *[""] * (len(VIEWS) - 1)]
     try:
-        views = render_panel(result, show, layer, heads)
+        outputs.append(render_difference(results, comparison, shows[0] if shows else None, layer, heads))
     except Exception as error:
-        logger.exception("Drawing the attention failed")
-        message = html.escape(f"Drawing the attention failed: {one_line(error)}", quote=False)
-        return (f'<div class="error">{message}</div>', "", "", "")
-    return views["heatmap"], views["links"], views["importances"], views["fertility"]
+        logger.exception("Drawing the difference failed")
+        outputs.append(_drawing_failed(error))
+    return tuple(outputs)
+
+
+def _drawing_failed(error: Exception) -> str:
+    return f'<div class="error">{html.escape(f"Drawing the attention failed: {one_line(error)}", quote=False)}</div>'
 
 
 def launch(demo, *, host: str | None = None, port: int | None = None, **launch_kwargs):

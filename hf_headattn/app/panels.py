@@ -3,9 +3,11 @@ each hypothesis' attention, and the messages about what was cut or refused.
 
 Everything comes from :func:`hf_headattn.translation.translate` with ``attention=True`` (the one place that turns
 text into translations); this module reads the fertility bounds from the encoder and says which layers the views
-draw. Nothing fails silently or hangs: empty input, lines beyond ``max_lines`` (named), sources longer than the
-model reads (the words left out are named), translations stopped by ``max_new_tokens`` or by the time limit, n-best
-above the beams and a model that failed to load each become a message.
+draw, and, for two panels whose models share a tokenizer, the second model's attention on the first's translations
+(:class:`Comparison`, the difference view's). Nothing fails silently or hangs: empty input, lines beyond
+``max_lines`` (named), sources longer than the model reads (the words left out are named), translations stopped by
+``max_new_tokens`` or by the time limit, n-best above the beams and a model that failed to load each become a
+message.
 
 What the page shows of a model's attention it asks the model's config (this package's configs answer: `describe`,
 `cross_attention_layers`, `cross_attention_variant`, `constrained_cross_attention`, `head_weighting_modules`); any
@@ -17,6 +19,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
 import re
 import time
@@ -25,21 +28,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..parallel_data import text_lines
-from ..translation import Translation, source_token_limit, translate
+from ..translation import HypothesisAttention, Translation, source_token_limit, translate
+from ..translation.alignments import decoded_word_indices, source_word_indices
+from ..translation.teacher_forcing import teacher_forced
 
 # torch and Transformers are imported where they are used.
 
 __all__ = [
+    "Comparison",
     "DemoInputError",
     "DemoModel",
     "LineResult",
     "PanelResult",
     "card_examples",
+    "compare_panels",
     "describe_model",
+    "forced_attention",
     "load_models",
     "load_through_own_code",
     "one_line",
+    "page_examples",
     "run_with_time_limit",
+    "same_tokenizer",
     "split_lines",
     "translate_panel",
 ]
@@ -52,6 +62,8 @@ DEFAULT_NUM_BEAMS = 4
 DEFAULT_MAX_NEW_TOKENS = 64
 MAX_BEAMS = 8
 MAX_NEW_TOKENS = 256
+EXAMPLES_SHOWN = 10
+FALLBACK_EXAMPLE = "der kleine hund sieht die katze ."  # the text box's hint when no model card has examples
 EMPTY_INPUT = "Nothing to translate: type a sentence in the box (one sentence a line), or pick an example."
 
 
@@ -135,6 +147,12 @@ def card_examples(name: str | Path) -> list[str]:
     return examples
 
 
+def page_examples(models: Sequence[DemoModel], limit: int = EXAMPLES_SHOWN) -> list[str]:
+    """The example sentences the page offers: the loaded models' card examples (:func:`card_examples`), each once,
+    at most `limit`; the first is the text box's hint, :data:`FALLBACK_EXAMPLE` only when no card has any."""
+    return list(dict.fromkeys(example for model in models for example in model.examples))[:limit]
+
+
 def describe_model(config) -> str:
     """One line saying which attention the model uses where."""
     if not hasattr(config, "describe"):  # another Transformers model, or one saved before configs described it
@@ -163,6 +181,7 @@ class PanelResult:
     error: str | None = None
     lines: list[LineResult] = field(default_factory=list)
     layer_names: list[str] = field(default_factory=list)  # e.g. "layer 2 (csparsemax)"
+    layer_labels: list[str] = field(default_factory=list)  # the same without the variant: "layer 2"
     layer_heads: list[list[int]] = field(default_factory=list)  # 1-based head numbers each layer keeps
     constrained_layers: dict[int, bool] = field(default_factory=dict)  # layer -> whether it has a sink
     alignment_layer: int = 0
@@ -241,12 +260,14 @@ def _describe_layers(config, result: PanelResult) -> None:
     """Fill the model facts the views need: layer names, kept heads, constrained layers, the alignment's layer."""
     if not hasattr(config, "cross_attention_layers"):  # another Transformers encoder-decoder: plain attention
         layers, heads = config.decoder_layers, config.decoder_attention_heads
-        result.layer_names = [f"layer {layer + 1}" for layer in range(layers)]
+        result.layer_labels = [f"layer {layer + 1}" for layer in range(layers)]
+        result.layer_names = list(result.layer_labels)
         result.layer_heads = [list(range(1, heads + 1))] * layers
         result.alignment_layer = layers - 1
         return
     for layer in range(config.cross_attention_layers):
         name, _ = config.cross_attention_variant(layer)
+        result.layer_labels.append(config.cross_attention_label(layer))
         result.layer_names.append(f"{config.cross_attention_label(layer)} ({name})")
         result.layer_heads.append([head + 1 for head in config.cross_attention_heads(layer)])
         sink = config.constrained_cross_attention(layer)
@@ -304,6 +325,68 @@ def _cut_translation_notices(result: PanelResult, tokenizer, max_new_tokens: int
             stopped.setdefault(why, []).append(f"line {line.number}" + (f" #{rank}" if many else ""))
     return [f"Cut translations ({', '.join(which)}): no end of sentence, as {why}."
             for why, which in stopped.items()]
+
+
+@dataclass
+class Comparison:
+    """What the difference view of two panels needs: the second panel's model's attention on each hypothesis of the
+    first panel (teacher-forced, :func:`forced_attention`), by "line index:hypothesis index", so both maps have the
+    same rows and columns; or why there is none (`refusal`: the models' tokenizers differ)."""
+
+    refusal: str | None = None
+    forced: dict[str, HypothesisAttention] = field(default_factory=dict)
+
+
+def compare_panels(first: DemoModel, second: DemoModel, first_result: PanelResult) -> Comparison:
+    """The :class:`Comparison` of two panels: `second`'s attention on each translation `first` made, when the two
+    models share a tokenizer (else the refusal the page shows)."""
+    if not same_tokenizer(first.tokenizer, second.tokenizer):
+        return Comparison(refusal=f"No difference view: {first.name} and {second.name} have different tokenizers, so "
+                                  "their attention maps have different tokens for rows and columns. It compares two "
+                                  "models that share a tokenizer.")
+    comparison = Comparison()
+    for k, line in enumerate(first_result.lines):
+        for rank, hypothesis in enumerate(line.translation.hypotheses):
+            comparison.forced[f"{k}:{rank}"] = forced_attention(second.model, second.tokenizer, line.translation.source,
+                                                                hypothesis.attention.target_tokens)
+    return comparison
+
+
+def same_tokenizer(first, second) -> bool:
+    """Whether two tokenizers turn text into the same tokens: the same pipeline (normaliser, pre-tokenizer, model
+    with its vocabulary, post-processor, added tokens) for fast tokenizers, else the same class and vocabulary."""
+    if first is second:
+        return True
+
+    def pipeline(tokenizer):
+        if getattr(tokenizer, "is_fast", False):
+            described = json.loads(tokenizer.backend_tokenizer.to_str())
+            for setting in ("truncation", "padding"):  # how the last call cut and padded, not how it tokenizes
+                described.pop(setting, None)
+            return described
+        return type(tokenizer).__name__, sorted(tokenizer.get_vocab().items()), list(tokenizer.all_special_tokens)
+
+    return pipeline(first) == pipeline(second)
+
+
+def forced_attention(model, tokenizer, source: str, target_tokens: Sequence[str]) -> HypothesisAttention:
+    """`model`'s attention while reading `target_tokens` (another model's hypothesis, through the same tokenizer,
+    its end of sentence included) as its translation of `source`: one teacher-forced pass, as
+    :func:`~hf_headattn.translation.translate` reads its own hypotheses."""
+    import torch
+
+    limit = source_token_limit(model, tokenizer)
+    batch = tokenizer([source], return_tensors="pt", truncation=limit is not None, max_length=limit,
+                      return_token_type_ids=False).to(model.device)
+    target_ids = tokenizer.convert_tokens_to_ids(list(target_tokens))
+    sequences = torch.tensor([[model.config.decoder_start_token_id, *target_ids]], device=model.device)
+    ((_, reduced, kept),) = teacher_forced(model, batch["input_ids"], batch["attention_mask"], sequences,
+                                           length_penalty=1.0, alignments=True, alignment_layer=None,
+                                           alignment_heads="mean", keep_attention=True)
+    source_ids = batch["input_ids"][0].tolist()
+    return HypothesisAttention(tokenizer.convert_ids_to_tokens(source_ids), list(target_tokens),
+                               source_word_indices(tokenizer, [source], batch["input_ids"], limit)[0],
+                               decoded_word_indices(tokenizer, target_ids), alignment_attention=reduced.cpu(), **kept)
 
 
 def run_with_time_limit(function: Callable, seconds: float):
