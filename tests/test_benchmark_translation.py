@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from helpers import load_example, toy_data
+from helpers import load_example, toy_data, train_tiny_model
 
 TINY = "--max_steps 4 --vocab_size 200 --max_length 12 --max_tokens 400 --warmup_steps 1"
 
@@ -80,6 +80,20 @@ def test_averaging_benchmark_end_to_end(tmp_path):
         assert record[decoding]["gain"] == pytest.approx(record[decoding]["average"] - record[decoding]["last"])
         assert 0 < record[decoding]["p"] <= 1
     assert "## Checkpoint averaging" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_translation_outputs_benchmark_end_to_end(tmp_path):
+    model = train_tiny_model(toy_data(tmp_path / "data"), tmp_path / "model", "transformer")
+    (tmp_path / "BENCHMARKS.md").write_text("# Benchmarks\n")
+    script = load_example("benchmark_translation_outputs")
+    report = script.main(["--model", str(model), "--toy", "6", "--lines", "9", "--rounds", "2", "--threads", "1",
+                          "--output", str(tmp_path / "outputs.json"), "--markdown", str(tmp_path / "BENCHMARKS.md")])
+    assert list(report["settings"]) == ["plain", "n-best 3", "alignments", "n-best 3 + alignments"]
+    assert report["settings"]["plain"]["ratio_to_plain"] == 1 and report["lines"] == 9
+    assert json.loads((tmp_path / "outputs.json").read_text())["settings"].keys() == report["settings"].keys()
+    written = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "## n-best lists and alignments" in written and "| n-best 3 + alignments |" in written
+    assert written.startswith("# Benchmarks\n")
 
 
 @pytest.mark.slow

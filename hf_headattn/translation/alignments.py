@@ -98,9 +98,10 @@ def source_word_indices(tokenizer, texts: list[str], input_ids, limit: int | Non
 def decoded_word_indices(tokenizer, ids: list[int]) -> list[int]:
     """Word index, in the detokenised text of `ids`, of each token (-1: special tokens and pure whitespace):
     a token that starts a new whitespace-separated word of the growing decoded prefix begins that word."""
+    # every prefix decoded in one call (a fast tokenizer decodes the batch in Rust): what a loop of decodes gives
+    prefixes = tokenizer.batch_decode([ids[:end] for end in range(1, len(ids) + 1)], skip_special_tokens=True)
     words, previous_text, previous_count = [], "", 0
-    for end in range(1, len(ids) + 1):
-        text = tokenizer.decode(ids[:end], skip_special_tokens=True)
+    for text in prefixes:
         count = len(text.split())
         changed = text.strip() != previous_text.strip() or count != previous_count
         words.append(count - 1 if changed and count else -1)
@@ -112,13 +113,14 @@ def pharaoh(attention, source_words: list[int], target_words: list[int]) -> str:
     """Pharaoh links from reduced attention [target tokens, source tokens] and the tokens' word indices."""
     import torch
 
-    source_words = torch.tensor(source_words[: attention.shape[1]], dtype=torch.long)
-    usable = source_words >= 0
-    links = set()
-    for t, target_word in enumerate(target_words[: attention.shape[0]]):
-        if target_word < 0:
-            continue
-        row = torch.where(usable, attention[t, : len(source_words)].cpu(), torch.zeros(()))
-        if row.max() > 0:  # exactly zero on every source word: the token links to nothing
-            links.add((int(source_words[row.argmax()]), target_word))
+    source_words = source_words[: attention.shape[1]]
+    target_words = target_words[: attention.shape[0]]
+    if not source_words or not target_words:
+        return ""
+    usable = torch.tensor([word >= 0 for word in source_words], dtype=torch.bool)
+    rows = attention[: len(target_words), : len(source_words)].cpu().masked_fill(~usable, 0)
+    best, linked = rows.argmax(dim=-1).tolist(), (rows.amax(dim=-1) > 0).tolist()  # all rows at once
+    # a row exactly zero on every source word links to nothing
+    links = {(source_words[best[t]], target_word) for t, target_word in enumerate(target_words)
+             if target_word >= 0 and linked[t]}
     return " ".join(f"{i}-{j}" for i, j in sorted(links))

@@ -185,9 +185,9 @@ def _translate_batch(model, tokenizer, texts, *, nbest, limit, fast, scores, ali
     elif scores or alignments or attention:
         length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
         length_penalty = 1.0 if length_penalty is None else length_penalty
-        scored = teacher_forced(model, batch["input_ids"].repeat_interleave(nbest, 0),
-                                batch["attention_mask"].repeat_interleave(nbest, 0), sequences,
-                                length_penalty=length_penalty, alignments=alignments or attention,
+        scored = teacher_forced(model, batch["input_ids"], batch["attention_mask"], sequences,
+                                sequences_per_source=nbest, length_penalty=length_penalty,
+                                alignments=alignments or attention,
                                 alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                                 keep_attention=attention)
         source_words = source_word_indices(tokenizer, texts, batch["input_ids"], limit)

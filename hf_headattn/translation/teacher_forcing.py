@@ -18,11 +18,14 @@ __all__ = ["kept_attention", "teacher_forced"]
 
 
 def teacher_forced(model, input_ids, attention_mask, sequences, *, length_penalty, alignments, alignment_layer,
-                   alignment_heads, rows_per_pass: int = 64, keep_attention: bool = False):
+                   alignment_heads, rows_per_pass: int = 64, keep_attention: bool = False,
+                   sequences_per_source: int = 1):
     """(score, reduced cross-attention [target tokens, source tokens] or None, and with `keep_attention` the
     sequence's `cross_attentions` and `head_importances` for :class:`~.results.HypothesisAttention`, else None) of
     every sequence (which starts with the decoder start token), from teacher-forced passes of at most
-    `rows_per_pass` sequences."""
+    `rows_per_pass` sequences. Each source row (`input_ids`, `attention_mask`) has `sequences_per_source`
+    consecutive sequences (an n-best list): it is encoded once, for all of them, unless `keep_attention` asks for
+    the encoder's own head weights too."""
     import inspect
 
     import torch
@@ -36,12 +39,21 @@ def teacher_forced(model, input_ids, attention_mask, sequences, *, length_penalt
     produced = sequences[:, 1:]
     is_eos = torch.isin(produced, eos_ids)
     real = (is_eos.int().cumsum(1) - is_eos.int()) == 0  # tokens up to and including the first end of sentence
+    source_of_row = torch.arange(input_ids.shape[0], device=input_ids.device).repeat_interleave(sequences_per_source)
+    encoder_outputs = None
+    if not keep_attention:  # kept attention includes the encoder's head weights, which only a full pass returns
+        with torch.inference_mode():
+            encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
     results = []
     for start in range(0, sequences.shape[0], rows_per_pass):
         rows = slice(start, start + rows_per_pass)
+        sources = source_of_row[rows]
+        inputs = ({"input_ids": input_ids[sources]} if encoder_outputs is None else {"encoder_outputs": type(
+            encoder_outputs)(**{name: value[sources] if torch.is_tensor(value) else value
+                                for name, value in encoder_outputs.items()})})
         with torch.inference_mode():
-            outputs = model(input_ids=input_ids[rows], attention_mask=attention_mask[rows],
-                            decoder_input_ids=sequences[rows, :-1], use_cache=False, output_attentions=alignments,
+            outputs = model(**inputs, attention_mask=attention_mask[sources], decoder_input_ids=sequences[rows, :-1],
+                            use_cache=False, output_attentions=alignments,
                             **({"output_head_importances": True} if wants_importances else {}))
         log_probs = torch.log_softmax(outputs.logits.float(), dim=-1)
         token_log_probs = log_probs.gather(-1, produced[rows, :, None]).squeeze(-1) * real[rows]
@@ -50,7 +62,7 @@ def teacher_forced(model, input_ids, attention_mask, sequences, *, length_penalt
         attention = reduced_attention(model, outputs, alignment_layer, alignment_heads) if alignments else None
         for k in range(sequence_scores.shape[0]):
             length = int(lengths[k])
-            kept = kept_attention(outputs, k, length, int(attention_mask[rows][k].sum())) if keep_attention else None
+            kept = kept_attention(outputs, k, length, int(attention_mask[sources][k].sum())) if keep_attention else None
             results.append((sequence_scores[k].item(), attention[k, :length] if alignments else None, kept))
     return results
 
