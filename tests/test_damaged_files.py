@@ -114,17 +114,19 @@ def with_non_finite_weights(folder):
     return nan, inf
 
 
-def test_a_model_with_nan_weights_is_refused_naming_them_before_it_is_evaluated(data, run, tmp_path, monkeypatch):
+def test_a_model_with_nan_weights_is_refused_naming_them_before_it_is_evaluated(data, run, tmp_path, monkeypatch,
+                                                                                 capsys):
     import hf_headattn.translation
 
     folder = copy_of(run, tmp_path)
     nan, inf = with_non_finite_weights(folder)
     monkeypatch.setattr(hf_headattn.translation, "translate_sentences",
                         lambda *args, **kwargs: pytest.fail("translated with NaN weights"))
-    with pytest.raises(DamagedFile) as refused:
+    with pytest.raises(SystemExit) as refused:  # one line, not a traceback
         evaluate_command.main(["--model", str(folder), "--source", str(data["test.src"]), "--reference",
                                str(data["test.tgt"]), "--output_dir", str(tmp_path / "eval"), "--device", "cpu"])
-    message = str(refused.value)
+    assert refused.value.code == 1
+    message = capsys.readouterr().err.splitlines()[-1].removeprefix("hf-headattn-evaluate: error: ")
     assert message.startswith(f"{folder / 'model.safetensors'} holds NaN or infinite values in 2 of its ")
     assert f"tensors ({nan}, {inf}): the model would translate nothing; use an earlier checkpoint" in message
     assert not (tmp_path / "eval").exists()

@@ -84,14 +84,17 @@ def main(argv=None) -> None:
     check_model_flag(parser, args.model, hub_ids=False)  # evaluation runs only a local folder's code
     check_model_flag(parser, args.tokenizer, "--tokenizer")
 
-    results = evaluate_model(
-        args.model, args.source, args.reference,
-        num_beams=args.num_beams, batch_size=args.batch_size, device=args.device,
-        train_source=args.train_source, train_target=args.train_target, output_dir=args.output_dir,
-        max_length=args.max_length, buckets=args.length_buckets, tokenize=args.tokenize, test_name=args.test_name,
-        drop_runs=args.drop_runs, drop_cache_dir=args.drop_cache_dir, coverage_penalty=args.coverage_penalty,
-        tokenizer=args.tokenizer, force=args.force, overwrite=args.overwrite,
-    )
+    try:  # what the library refuses (a damaged file, named; mismatched test files; ...) is one line, not a traceback
+        results = evaluate_model(
+            args.model, args.source, args.reference,
+            num_beams=args.num_beams, batch_size=args.batch_size, device=args.device,
+            train_source=args.train_source, train_target=args.train_target, output_dir=args.output_dir,
+            max_length=args.max_length, buckets=args.length_buckets, tokenize=args.tokenize, test_name=args.test_name,
+            drop_runs=args.drop_runs, drop_cache_dir=args.drop_cache_dir, coverage_penalty=args.coverage_penalty,
+            tokenizer=args.tokenizer, force=args.force, overwrite=args.overwrite,
+        )
+    except (OSError, ValueError) as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
     print(json.dumps(results, indent=2, ensure_ascii=False) if args.json else summary_line(results))
 
 

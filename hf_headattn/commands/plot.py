@@ -89,7 +89,10 @@ def main(argv=None):
         remote_code_allowed(args.model, args.trust_remote_code)
     except ValueError as error:
         parser.error(str(error))
-    model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
+    try:  # a damaged folder, named (saved_files.DamagedFile), or one that is no model
+        model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
+    except (OSError, ValueError) as error:
+        parser.exit(1, f"{parser.prog}: error: cannot load --model {args.model}: {error}\n")
     if args.command == "head-importances":
         print(f"written: {head_importance_figure(model, tokenizer, args.sentence, args.output, args.module)}")
     else:
