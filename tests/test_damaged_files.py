@@ -233,3 +233,12 @@ def test_the_writers_full_disk_errors_are_recognised(error, tmp_path):
     assert described is not None and f"{tmp_path / 'checkpoint-4'}" in described
     assert "disk is full" in described or "is full (" in described
     assert write_failure(RuntimeError("CUDA out of memory"), tmp_path) is None
+
+
+def test_a_damaged_run_manifest_is_named_with_what_to_do(tmp_path):
+    from hf_headattn.training.run_manifest import read_manifest
+
+    (tmp_path / "run_manifest.json").write_text('{"format": 1, "ident')  # cut short
+    with pytest.raises(ValueError, match=r"run_manifest\.json is damaged .*Copy it from another checkpoint of the "
+                                         "same run"):
+        read_manifest(tmp_path)

@@ -116,7 +116,9 @@ def read_manifest(folder: str | Path) -> dict | None:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is damaged ({error}); it cannot show which run the folder belongs to") from None
+        raise ValueError(f"{path} is damaged ({error}); it cannot show which run the folder belongs to. Copy it from "
+                         "another checkpoint of the same run (every checkpoint holds the same one), or use another "
+                         "checkpoint") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise ValueError(f"{path} is not a run manifest of format {MANIFEST_FORMAT} (this version's)")
     return manifest
