@@ -50,11 +50,12 @@ except ImportError:  # Windows: no flock, so leftovers are never taken for stale
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OUTPUT_RECORD", "OutputExists", "OutputRefused", "check_output_folder", "new_file", "new_folder",
-           "recover_interrupted_swap", "remove_stale_staging", "replace_folder", "sibling",
+__all__ = ["OUTPUT_RECORD", "TRAIN_COMMAND", "OutputExists", "OutputRefused", "check_output_folder", "new_file",
+           "new_folder", "recover_interrupted_swap", "remove_stale_staging", "replace_folder", "sibling",
            "with_default_permissions", "write_record", "write_text", "written_by"]
 
 OUTPUT_RECORD = ".hf_headattn_output.json"  # {"command": ..., "hf_headattn_version": ..., "written": ...}
+TRAIN_COMMAND = "hf-headattn-train"  # the record of a training run's folder, which no other command replaces
 _STAGING_NAME = r"\.{name}\.[a-z0-9_]{{8}}\.partial"  # tempfile's random part: 8 of [a-z0-9_]
 
 
@@ -147,7 +148,7 @@ def check_output_folder(output_dir: str | Path, *, command: str, overwrite: bool
     writer = written_by(output_dir)
     if writer != command:
         what = (f"has no {OUTPUT_RECORD} saying which command wrote it" if writer is None
-                else "holds a training run" if writer == "hf-headattn-train" else f"was written by {writer}")
+                else "holds a training run" if writer == TRAIN_COMMAND else f"was written by {writer}")
         raise OutputRefused(f"--overwrite replaces only a folder {command} wrote, and {output_dir} {what}; delete it "
                             "yourself if you mean to, or choose another folder")
 

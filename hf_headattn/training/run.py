@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import Seq2SeqTrainingArguments
 
-from ..output_files import replace_folder, sibling, with_default_permissions, write_record, written_by
+from ..output_files import replace_folder, sibling, write_record, written_by
 from ..runtime.configuration_headattn_rnn import HeadAttnRNNConfig
 from ..saved_files import write_failure
 from ..tokenization import load_tokenizer, tokenizer_fingerprint, train_tokenizer
@@ -193,8 +193,7 @@ def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metri
                          f"{f'from {last}' if last else 'from the start (the run saved no checkpoint)'}") from error
     if trainer.is_world_process_zero():
         (staging / "train_results.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
-        write_record(staging, TRAIN_COMMAND)
-        with_default_permissions(staging)
+        write_record(staging, TRAIN_COMMAND)  # (the weights got their permissions in the trainer's _save)
         if carried := carry_over(output_dir, staging, keep_checkpoints):
             logger.info(f"kept from {output_dir} beside the new model: {', '.join(carried)}")
         replace_folder(output_dir, staging)

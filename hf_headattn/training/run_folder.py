@@ -30,7 +30,7 @@ from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..output_files import recover_interrupted_swap, sibling, written_by
+from ..output_files import TRAIN_COMMAND, recover_interrupted_swap, sibling, written_by
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +42,7 @@ MODEL_FILE_PATTERNS = (
     "added_tokens.json", "vocab.json", "merges.txt", "*.spm", "*.model", "chat_template.*", "training_args.bin",
     "train_results.json", "run_manifest.json",
 )
-TOKENIZER_SCRATCH = ".tokenizer-in-training"
-TRAIN_COMMAND = "hf-headattn-train"  # in the folder's output record (`output_files.write_record`)  # the run's trained tokenizer until its first checkpoint holds it
+TOKENIZER_SCRATCH = ".tokenizer-in-training"  # the run's trained tokenizer until its first checkpoint holds it
 
 
 class RunRefused(RuntimeError):
