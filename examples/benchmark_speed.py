@@ -18,6 +18,11 @@ with the issue's targets.
 
     python examples/benchmark_speed.py --output benchmarks/speed.json --markdown BENCHMARKS.md   # ~12 min, 2 cores
     python examples/benchmark_speed.py --quick                                  # a 1-minute smoke run
+
+On a GPU (--device cuda) the report is a section of its own in BENCHMARKS.md ("Speed (GPU)"), with the GPU targets:
+every variant's train step at most 1.3x softmax's. --autocast bfloat16 runs the training steps under
+`torch.autocast` (the usual mixed precision of transformer-base training); a model that fails is reported with its
+error instead of stopping the run. examples/benchmark_gpu.sh runs it beside the GPU decoding benchmark.
 """
 
 import argparse
@@ -53,7 +58,9 @@ VARIANTS = {
     "csparsemax": {"cross_attention": "csparsemax"},
     "multihop": {"cross_attention": {"type": "multihop", "hops": 1}},
 }
-# (model, anchor, which measurement, largest allowed time ratio) from the speed issue
+# (model, anchor, which measurement, largest allowed time ratio) from the speed issues: the CPU's, and the GPU's
+# (issue 43: every variant's train step under bf16 autocast at most 1.3x softmax's)
+GPU_TARGETS = [(name, "softmax", "train", 1.3) for name in VARIANTS if name != "softmax"]
 TARGETS = [
     ("softmax", "marian", "train", 1.00), ("softmax", "marian", "beam5", 1.00),
     ("mma", "softmax", "train", 1.05), ("dhicm", "softmax", "train", 1.15), ("sparsemax", "softmax", "train", 1.3),
@@ -99,17 +106,21 @@ def make_batches(tokenizer, sources, targets, batch_tokens, count):
     return batches
 
 
-def train_steps(model, batches, device):
-    """Seconds and target tokens of one AdamW step per batch (the optimizer is made once per model)."""
+def train_steps(model, batches, device, autocast=None):
+    """Seconds and target tokens of one AdamW step per batch (the optimizer is made once per model), the forward
+    under `torch.autocast` to `autocast` (a dtype name) if given."""
     model.train()
     optimizer = model._benchmark_optimizer
-    tokens, start = 0, time.perf_counter()
+    tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
+    synchronize(device)
+    start = time.perf_counter()
     for batch in batches:
-        batch = {key: value.to(device) for key, value in batch.items()}
+        batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
         optimizer.zero_grad(set_to_none=True)
-        model(**batch).loss.backward()
+        with torch.autocast(device.type, dtype=getattr(torch, autocast), enabled=autocast is not None):
+            loss = model(**batch).loss
+        loss.backward()
         optimizer.step()
-        tokens += int((batch["labels"] != -100).sum())
     synchronize(device)
     return time.perf_counter() - start, tokens
 
@@ -141,7 +152,7 @@ def probe_memory(args):
     model._benchmark_optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     before = rss_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM to the current RSS
-    train_steps(model, batches * 2, torch.device("cpu"))  # the second pass over them runs with AdamW's state
+    train_steps(model, batches * 2, torch.device("cpu"), args.autocast)  # the second pass over them runs with AdamW's state
     print(json.dumps({"peak_memory_mib": (rss_kib("VmHWM") - before) / 1024}))
 
 
@@ -204,6 +215,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--autocast", choices=["bfloat16", "float16"], help="train steps under torch.autocast")
     parser.add_argument("--skip-kernels", action="store_true")
     parser.add_argument("--quick", action="store_true", help="smoke run: one small shape, few steps")
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "hf_headattn-benchmark"))
@@ -243,11 +255,16 @@ def main(argv=None):
     for shape in args.shapes:
         d_model, layers = (int(part) for part in shape.split("x"))
         print(f"\n=== d_model {d_model}, {layers} layers, {d_model // 64} heads, load {os.getloadavg()[0]:.2f}")
-        models = {}
+        models, failures = {}, {}
         for name in args.models:
-            models[name] = build_model(name, d_model, layers, tokenizer, device)
-            models[name]._benchmark_optimizer = torch.optim.AdamW(models[name].parameters(), lr=1e-4)
-            train_steps(models[name], batches[:1], device)  # warm-up
+            try:
+                models[name] = build_model(name, d_model, layers, tokenizer, device)
+                models[name]._benchmark_optimizer = torch.optim.AdamW(models[name].parameters(), lr=1e-4)
+                train_steps(models[name], batches[:1], device, args.autocast)  # warm-up
+            except Exception as error:  # reported in the table: one model's failure must not cost the others' rows
+                failures[name] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+                models.pop(name, None)
+                print(f"  {name} failed: {failures[name]}")
         timings = {name: {"train_tokens_per_s": [], "greedy_sentences_per_s": [], "beam5_sentences_per_s": []}
                    for name in models}
         if device.type == "cuda":
@@ -260,7 +277,7 @@ def main(argv=None):
                 model = models[name]
                 if device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats()
-                seconds, tokens = train_steps(model, batches, device)
+                seconds, tokens = train_steps(model, batches, device, args.autocast)
                 timings[name]["train_tokens_per_s"].append(tokens / seconds)
                 if device.type == "cuda":
                     timings[name]["peak_memory_mib"] = torch.cuda.max_memory_allocated() / 2**20
@@ -275,18 +292,20 @@ def main(argv=None):
             result[name]["parameters"] = sum(p.numel() for p in models[name].parameters())
         del models
         if device.type == "cpu":
-            for name in args.models:
+            for name in result:
                 probe = subprocess.run(
                     [sys.executable, __file__, "--probe", name, "--probe-d-model", str(d_model), "--probe-layers",
                      str(layers), "--threads", str(args.threads), "--data-dir", args.data_dir, "--train-pairs",
                      str(args.train_pairs), "--batch-tokens", str(args.batch_tokens), "--train-batches",
-                     str(args.train_batches), "--sentences", str(args.sentences), "--cache-dir", args.cache_dir],
+                     str(args.train_batches), "--sentences", str(args.sentences), "--cache-dir", args.cache_dir,
+                     *(["--autocast", args.autocast] if args.autocast else [])],
                     check=True, capture_output=True, text=True)
                 result[name]["peak_memory_mib"] = json.loads(probe.stdout.strip().splitlines()[-1])["peak_memory_mib"]
         report["shapes"][shape] = result
+        report.setdefault("failures", {})[shape] = failures
         print("\n" + shape_table(shape, result))
         print(f"\n({(time.perf_counter() - started) / 60:.1f} min so far)")
-    report["targets"] = check_targets(report["shapes"])
+    report["targets"] = check_targets(report["shapes"], GPU_TARGETS if device.type == "cuda" else TARGETS)
     print("\n" + targets_table(report["targets"]))
     if not args.skip_kernels:
         report["kernels"] = run_kernel_benchmark(args)
@@ -299,6 +318,16 @@ def main(argv=None):
     if args.markdown:
         write_markdown(Path(args.markdown), markdown_report(report))
         print(f"wrote {args.markdown}")
+
+
+def write_markdown(path: Path, text: str) -> None:
+    """BENCHMARKS.md: a CPU run's report is its top, then the sections other benchmarks wrote there, kept as they
+    were; a GPU run's report (it starts with "## ") is its own section, in place of the last GPU run's."""
+    from benchmark_quality import kept_sections, replace_section
+
+    if text.startswith("## "):
+        return replace_section(path, "speed-gpu", text)
+    path.write_text("\n\n".join([text.rstrip("\n"), *kept_sections(path)]) + "\n")
 
 
 def time_ratio(result, name, anchor, key):
@@ -324,11 +353,11 @@ def shape_table(shape, result):
     return "\n".join(lines)
 
 
-def check_targets(shapes):
-    """Each target of the speed issue at each shape: the time ratio of medians and the per-round ratios."""
+def check_targets(shapes, targets):
+    """Each of `targets` at each shape: the time ratio of medians and the per-round ratios."""
     keys = {"train": "train_tokens_per_s", "beam5": "beam5_sentences_per_s"}
     checks = []
-    for name, anchor, what, limit in TARGETS:
+    for name, anchor, what, limit in targets:
         for shape, result in shapes.items():
             if name not in result or anchor not in result:
                 continue
@@ -365,22 +394,19 @@ def kernels_table(kernels):
     return "\n".join(lines)
 
 
-def write_markdown(path: Path, text: str) -> None:
-    """BENCHMARKS.md: this run's report, then the sections other benchmarks wrote there (examples/
-    benchmark_decoding.py's), kept as they were."""
-    from benchmark_quality import kept_sections
-
-    path.write_text("\n\n".join([text.rstrip("\n"), *kept_sections(path)]) + "\n")
-
-
 def markdown_report(report):
-    """The whole run as Markdown (the body of BENCHMARKS.md)."""
+    """The whole run as Markdown: a CPU run is the body of BENCHMARKS.md ("# Speed (CPU)"), a GPU run one section of it
+    ("## Speed (GPU: ...)", its headings one level down)."""
     machine, settings = report["machine"], report["settings"]
     met = sum(check["met"] for check in report["targets"])
+    on_gpu = machine["device"].startswith("cuda")
+    top, sub = ("## ", "### ") if on_gpu else ("# ", "## ")
+    where = f"GPU: {machine['cuda']}" if on_gpu else "CPU"
+    autocast = settings.get("autocast")
     parts = [
-        "# Speed (CPU)\n\nEvery Transformer attention variant next to Transformers' own `MarianMTModel` built from the "
-        "same config, measured side by side in one run of `examples/benchmark_speed.py`:\n\n"
-        f"```\n{report.get('command', 'python examples/benchmark_speed.py')}\n```\n\n"
+        f"{top}Speed ({where})\n\nEvery Transformer attention variant next to Transformers' own `MarianMTModel` built "
+        "from the same config (both with SDPA attention where the variant allows), measured side by side in one run of "
+        f"`examples/benchmark_speed.py`:\n\n```\n{report.get('command', 'python examples/benchmark_speed.py')}\n```\n\n"
         f"{met} of {len(report['targets'])} target checks met.",
         f"Machine: {machine['platform']}, {machine['processor'] or 'CPU'}, {machine['cpus']} CPUs, "
         f"{machine['threads']} torch threads, device {machine['device']}"
@@ -388,18 +414,21 @@ def markdown_report(report):
         f"Whole run: {report['minutes']:.1f} min.",
         f"Settings: {settings['repeats']} interleaved rounds; training on {len(report['batches'])} batches of "
         + ", ".join(f"{b['sentences']} sentences / {b['target_tokens']} target tokens" for b in report["batches"])
+        + (f", forward under torch.autocast to {autocast}" if autocast else "")
         + f"; generation of {settings['sentences']} test_2016_flickr sentences, every output "
         f"{settings['output_length']} tokens. Time ratio = model time / anchor time (below 1: faster).",
-        "## Targets\n\n" + targets_table(report["targets"]),
+        f"{sub}Targets\n\n" + targets_table(report["targets"]),
     ]
     for shape, result in report["shapes"].items():
         d_model, layers = shape.split("x")
-        parts.append(f"## d_model {d_model}, {layers} + {layers} layers, {int(d_model) // 64} heads\n\n"
-                     + shape_table(shape, result))
+        failed = report.get("failures", {}).get(shape, {})
+        parts.append(f"{sub}d_model {d_model}, {layers} + {layers} layers, {int(d_model) // 64} heads\n\n"
+                     + shape_table(shape, result)
+                     + "".join(f"\n\n{name} did not run: {error}" for name, error in failed.items()))
     if "kernels" in report:
         parts.append(
-            "## Sparse kernels (forward + backward)\n\nFrom `examples/benchmark_sparse_kernels.py`. *first call*: the "
-            "untimed warm-up call, which for `csparsemax compiled` (`csparsemax(..., compiled=True)`) includes "
+            f"{sub}Sparse kernels (forward + backward)\n\nFrom `examples/benchmark_sparse_kernels.py`. *first call*: "
+            "the untimed warm-up call, which for `csparsemax compiled` (`csparsemax(..., compiled=True)`) includes "
             "torch.compile of its solver and backward, once per process (faster when inductor's on-disk cache holds "
             "them from an earlier run).\n\n" + kernels_table(report["kernels"]))
     return "\n\n".join(parts) + "\n"

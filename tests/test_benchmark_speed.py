@@ -23,7 +23,7 @@ def test_targets_compare_time_ratios_with_the_limits():
         "softmax": measured(train=[110.0, 90.0], beam5=[8.0, 8.0]),  # median 110 tok/s: time ratio 100/110
         "csparsemax": measured(train=[50.0, 50.0], beam5=[5.0, 5.0]),
     }}
-    checks = {(c["model"], c["anchor"], c["measure"]): c for c in script.check_targets(shapes)}
+    checks = {(c["model"], c["anchor"], c["measure"]): c for c in script.check_targets(shapes, script.TARGETS)}
     softmax_train = checks["softmax", "marian", "train"]
     assert softmax_train["ratio"] == pytest.approx(100 / 110) and softmax_train["met"]
     assert softmax_train["round_ratios"] == pytest.approx([100 / 110, 100 / 90])

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GPU benchmarks in one run, under 10 minutes on one H100 or H200:
+#  1. training: transformer-base (d_model 512, 6 + 6 layers, 8 heads) train steps of every attention variant under
+#     bfloat16 autocast, beside SDPA softmax and MarianMTModel (examples/benchmark_speed.py; target: every variant's
+#     step at most 1.3x softmax's);
+#  2. decoding: 10,000 lines at beam 5, whole processes: the fast path (float32 and bfloat16) against `generate` on
+#     the same weights and CTranslate2's CUDA build (examples/benchmark_decoding.py; target: the fast path at least
+#     2x generate). The softmax zoo model is trained first where --output-dir lacks it (about 2 minutes on an H100).
+# Both write their JSON into RESULTS_DIR and their sections of BENCHMARKS.md ("Speed (GPU: ...)", "Decoding speed:
+# translating a file (GPU: ...)").
+#
+#   bash examples/benchmark_gpu.sh [RESULTS_DIR [DATA_DIR [MODELS_DIR]]]
+#   (defaults: benchmarks, ../shared/data/multi30k, runs/quality)
+set -uo pipefail
+failed=0  # one benchmark's failure does not cost the other its run
+results=${1:-benchmarks}
+data=${2:-../shared/data/multi30k}
+models=${3:-runs/quality}
+cd "$(dirname "$0")/.."
+mkdir -p "$results"
+python examples/benchmark_speed.py --device cuda --shapes 512x6 --autocast bfloat16 --batch-tokens 8000 \
+    --train-batches 4 --repeats 3 --threads 2 --skip-kernels --data-dir "$data" \
+    --output "$results/speed-gpu.json" --markdown BENCHMARKS.md || failed=1
+python examples/benchmark_decoding.py --device cuda --sentences 10000 --beams 5 --rounds 1 --threads 2 --variants \
+    --systems "ours, generate" "ours, fast" "ours, fast bfloat16" "CTranslate2 float32" "CTranslate2 int8_float16" \
+    --data-dir "$data" --output-dir "$models" --output "$results/decoding-gpu.json" --markdown BENCHMARKS.md || failed=1
+exit $failed
