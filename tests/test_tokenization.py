@@ -1,3 +1,5 @@
+import os
+
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -213,3 +215,52 @@ def test_punctuation_is_split_from_words_as_sentencepiece_does():
     assert not mixed, mixed
     for text in ["The fence is white, and a dog sits by the fence.", "3-year-old", "ein hund ."]:
         assert tokenizer.decode(tokenizer(text).input_ids, skip_special_tokens=True) == text
+
+
+def test_encode_pairs_gives_the_calls_ids_and_cuts_long_pairs_as_it_does(tok, corpus):
+    """The fast path (the Rust backend's encode_batch_fast) and the tokenizer's own call agree, long pairs
+    included; a tokenizer of another class goes through the call."""
+    from hf_headattn.tokenization import PreTrainedTokenizerFast as Portable, encode_pairs
+
+    sources = read_lines(corpus["train.src"])[:40] + ["", " ".join(read_lines(corpus["train.src"])[:6])]
+    targets = read_lines(corpus["train.tgt"])[:40] + ["", "kurz"]
+    assert type(tok) is Portable
+    for max_length in (512, 12):
+        encoded = encode_pairs(tok, sources, targets, max_length)
+        called = tok(sources, text_target=targets, max_length=max_length, truncation=True)
+        assert {key: encoded[key] for key in ("input_ids", "attention_mask", "labels")} == dict(called)
+        assert encoded["truncated"] == [len(tok(s)["input_ids"]) > max_length or len(tok(t)["input_ids"]) > max_length
+                                        for s, t in zip(sources, targets)]
+    assert any(encode_pairs(tok, sources, targets, 12)["truncated"])
+
+    class Other(PreTrainedTokenizerFast):  # a subclass may have a target mode of its own: called as usual
+        def __call__(self, *args, **kwargs):
+            self.called = True
+            return super().__call__(*args, **kwargs)
+
+    other = Other(tokenizer_object=tok.backend_tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    assert encode_pairs(other, sources, targets, 512)["labels"] == tok(text_target=targets)["input_ids"]
+    assert other.called
+
+
+def test_tokenisation_uses_every_core_for_a_large_corpus_only(monkeypatch):
+    from hf_headattn.training import data
+
+    monkeypatch.setattr(data.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert data.tokenization_processes(2_900_000, None) == 4
+    assert data.tokenization_processes(1_000, None) is None  # a pool's start-up costs more than it saves
+    assert data.tokenization_processes(2_900_000, 1) == 1  # --preprocessing_num_workers decides
+
+
+def test_tokenisation_over_two_processes_gives_what_one_gives(tok, corpus, monkeypatch):
+    import datasets
+
+    from hf_headattn.training.data import tokenize_parallel
+
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    pairs = datasets.Dataset.from_dict({"source": read_lines(corpus["train.src"])[:300],
+                                        "target": read_lines(corpus["train.tgt"])[:300]})
+    alone = tokenize_parallel(pairs, tok, max_length=16, num_proc=None)
+    pooled = tokenize_parallel(pairs, tok, max_length=16, num_proc=2)
+    assert alone.to_dict() == pooled.to_dict() and alone.column_names == ["input_ids", "attention_mask", "labels"]
+    assert "TOKENIZERS_PARALLELISM" not in os.environ  # set for the pool only

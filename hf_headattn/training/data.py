@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,26 +72,33 @@ def load_hub_translation_dataset(
     return dataset.map(lambda row: {"source": row[source_lang], "target": row[target_lang]}, remove_columns=columns)
 
 
+# Below this many pairs one process tokenises faster than a pool of them, whose start-up costs about a second
+# (examples/benchmark_data_prep.py)
+PARALLEL_TOKENISATION_PAIRS = 50_000
+
+
+def tokenization_processes(pairs: int, requested: int | None) -> int | None:
+    """Processes for tokenising `pairs` pairs: `requested` (--preprocessing_num_workers) if given, else every core
+    this process may run on for a large corpus and one (None: no pool) for a small one."""
+    if requested is not None:
+        return requested
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores if cores > 1 and pairs >= PARALLEL_TOKENISATION_PAIRS else None
+
+
 def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenizer, max_length: int = 128,
                       num_proc: int | None = None, split: str = "training"):
-    """Add `input_ids`, `attention_mask` and `labels` (a batched `datasets.map`, cached on disk; on the fly for a
-    stream). Pairs longer than `max_length` tokens on either side are truncated, with a warning that counts them
-    (for a stream, a warning at the first one); `split` names the data in it (a DatasetDict's own keys win)."""
+    """Add `input_ids`, `attention_mask` and `labels` (`tokenization.encode_pairs` in a batched `datasets.map`,
+    cached on disk, over `num_proc` processes, by default every core for a large corpus; on the fly for a stream).
+    Pairs longer than `max_length` tokens on either side are truncated, with a warning that counts them (for a
+    stream, a warning at the first one); `split` names the data in it (a DatasetDict's own keys win)."""
+    import pyarrow.compute
     from datasets import DatasetDict, IterableDataset
 
+    from ..tokenization import encode_pairs
+
     def encode(batch):
-        # Tokenised whole once, so the long pairs can be counted; only those are tokenised again, truncated.
-        encoded = tokenizer(batch["source"], text_target=batch["target"], verbose=False)
-        encoded["truncated"] = [len(source) > max_length or len(target) > max_length
-                                for source, target in zip(encoded["input_ids"], encoded["labels"])]
-        if long_rows := [row for row, truncated in enumerate(encoded["truncated"]) if truncated]:
-            shortened = tokenizer([batch["source"][row] for row in long_rows],
-                                  text_target=[batch["target"][row] for row in long_rows],
-                                  max_length=max_length, truncation=True)
-            for key, values in shortened.items():
-                for row, value in zip(long_rows, values):
-                    encoded[key][row] = value
-        return encoded
+        return encode_pairs(tokenizer, batch["source"], batch["target"], max_length)
 
     if isinstance(dataset, IterableDataset):
         warned = False
@@ -105,14 +113,31 @@ def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset, tokenize
             return encoded
 
         return dataset.map(encode_and_warn, batched=True, remove_columns=["source", "target"])
-    with datasets_progress_bar():  # the command's own step: minutes at millions of pairs
-        encoded = dataset.map(encode, batched=True, num_proc=num_proc, remove_columns=["source", "target"],
-                              desc="tokenising")
+    pairs = sum(map(len, dataset.values())) if isinstance(dataset, DatasetDict) else len(dataset)
+    with datasets_progress_bar(), tokenizers_parallelism_off():  # the command's own step: minutes at millions
+        encoded = dataset.map(encode, batched=True, num_proc=tokenization_processes(pairs, num_proc),
+                              remove_columns=["source", "target"], desc="tokenising")
     for name, part in encoded.items() if isinstance(encoded, DatasetDict) else [(split, encoded)]:
-        if truncated := sum(part["truncated"]):
+        if truncated := pyarrow.compute.sum(part.with_format("arrow")["truncated"]).as_py():
             logger.warning(f"{truncated} of {len(part)} {name} pairs are longer than --max_length {max_length} "
                            "tokens on one side and are truncated; raise --max_length to keep them whole")
     return encoded.remove_columns("truncated")
+
+
+@contextlib.contextmanager
+def tokenizers_parallelism_off():
+    """TOKENIZERS_PARALLELISM=false inside the block (as it was after it): the tokenisation pool's processes are
+    forked from one whose Rust tokenizer already ran threads (the tokenizer's training), and `tokenizers` would
+    otherwise print a warning from each of them as it turns its threads off there."""
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
 
 
 def data_files(data_args: DataArguments) -> dict[str, PairFiles]:

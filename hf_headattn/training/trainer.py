@@ -146,8 +146,7 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
     def get_train_dataloader(self) -> DataLoader:
         if self.max_tokens is None:
             return super().get_train_dataloader()
-        with self.args.main_process_first(desc="pair lengths"):  # the others read the main process's cache
-            source_lengths, target_lengths = pair_lengths(self.train_dataset)
+        source_lengths, target_lengths = pair_lengths(self.train_dataset)
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=seed,
                                           num_replicas=self.args.world_size, pool_pairs=self.bucket_pool_pairs)
