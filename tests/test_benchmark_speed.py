@@ -64,3 +64,28 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
         "sparsemax", "csoftmax", "csparsemax", "csparsemax compiled"}
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "## Targets" in text and "## Sparse kernels" in text
+
+
+def test_data_prep_report_marks_the_targets(tmp_path):
+    script = load_example("benchmark_data_prep")
+    source, target = script.corpus(MULTI30K if MULTI30K.is_dir() else _toy_multi30k(tmp_path), 50, tmp_path)
+    assert len(source.read_text(encoding="utf-8").splitlines()) == 50 == len(target.read_text().splitlines())
+
+    def run(seconds, peak):
+        return {"seconds": seconds, "peak_mib": peak, "peak_anonymous_mib": peak / 2, "command": "x"}
+    report = {"machine": {"cpu_model": "CPU X", "processor": "x86_64", "cpu_count": 2, "torch": "2.x",
+                          "transformers": "5.x"}, "command": "python examples/benchmark_data_prep.py",
+              "sizes": [{"pairs": 29_000, "by hand": run(10.0, 300), "command": run(11.0, 400), "time_ratio": 1.1,
+                         "memory_ratio": 4 / 3},
+                        {"pairs": 2_900_000, "by hand": run(300.0, 900), "command": run(400.0, 1100),
+                         "time_ratio": 4 / 3, "memory_ratio": 11 / 9}]}
+    text = script.section_text(report)
+    assert "| 29,000 | 10.0 | 300 (150) | 11.0 | 400 (200) | 1.10 | 1.33 | time <= 1.2x: met |" in text
+    assert "| 2,900,000 | 300.0 | 900 (450) | 400.0 | 1100 (550) | 1.33 | 1.22 | time <= 1.2x: not met; peak < 1 GB: " \
+           "not met |" in text
+
+
+def _toy_multi30k(directory):
+    for language in ("de", "en"):
+        (directory / f"train.{language}").write_text("".join(f"{language} {i}\n" for i in range(7)), encoding="utf-8")
+    return directory
