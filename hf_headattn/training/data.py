@@ -222,11 +222,17 @@ def _names(files: PairFiles) -> str:
     return " / ".join(map(str, files.paths))
 
 
-def corpus_texts(dataset: Dataset):
-    """Every source sentence, then every target sentence, read in slices (not all at once)."""
-    for column in ("source", "target"):
-        for batch in dataset.iter(batch_size=10_000):
-            yield from batch[column]
+def corpus_texts(dataset: Dataset, progress: str | None = None):
+    """Every source sentence, then every target sentence, read in slices (not all at once); with `progress`, a
+    progress bar of that name (sentences read, with ETA) while they are read."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=2 * len(dataset), desc=progress, unit=" sentences", unit_scale=True,
+              disable=progress is None) as bar:
+        for column in ("source", "target"):
+            for batch in dataset.iter(batch_size=10_000):
+                yield from batch[column]
+                bar.update(len(batch[column]))
 
 
 @contextlib.contextmanager

@@ -115,7 +115,8 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
         with training_args.main_process_first(desc="tokenizer"):
             if main_process:
                 tokenizer = train_tokenizer(
-                    texts=corpus_texts(train_text), vocab_size=model_args.vocab_size, model=model_args.tokenizer_model,
+                    texts=corpus_texts(train_text, progress="training the tokenizer"), vocab_size=model_args.vocab_size,
+                    model=model_args.tokenizer_model,
                     save_directory=scratch if training_args.world_size > 1 else None,
                     model_max_length=data_args.max_length,
                 )
