@@ -117,7 +117,7 @@ def train_steps(model, batches, device, autocast=None):
     for batch in batches:
         batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=getattr(torch, autocast), enabled=autocast is not None):
+        with torch.autocast(device.type, dtype=getattr(torch, autocast or "float32"), enabled=autocast is not None):
             loss = model(**batch).loss
         loss.backward()
         optimizer.step()
@@ -152,7 +152,8 @@ def probe_memory(args):
     model._benchmark_optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     before = rss_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM to the current RSS
-    train_steps(model, batches * 2, torch.device("cpu"), args.autocast)  # the second pass over them runs with AdamW's state
+    # the second pass over them runs with AdamW's state
+    train_steps(model, batches * 2, torch.device("cpu"), args.autocast)
     print(json.dumps({"peak_memory_mib": (rss_kib("VmHWM") - before) / 1024}))
 
 
@@ -270,6 +271,8 @@ def main(argv=None):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         names = list(models)
+        if not names:
+            raise SystemExit(f"every model failed at {shape}: {failures}")
         for repeat in range(args.repeats):
             # interleaved: every model once per round, starting one model later each round so that no model
             # always runs in the same place (e.g. right after another's memory was freed)
