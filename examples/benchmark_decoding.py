@@ -205,7 +205,8 @@ def run(args) -> dict:
     data = data_files(args)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    sources = repeated(Path(data["test_source"]).read_text(encoding="utf-8").splitlines(), args.sentences)
+    test_sources = Path(data["test_source"]).read_text(encoding="utf-8").splitlines()
+    sources = repeated(test_sources, args.sentences)
     references = repeated(Path(data["test_target"]).read_text(encoding="utf-8").splitlines(), args.sentences)
     input_file = work / "input.de"
     input_file.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
@@ -254,7 +255,7 @@ def run(args) -> dict:
                 "bleu": sacrebleu.corpus_bleu(hypotheses, [references], force=True).score,
                 "command": shlex.join(argv)})
     return {"machine": {**machine(), "threads": args.threads}, "device": args.device,
-            "ctranslate2": folders["ctranslate2"], "sentences": len(sources), "test_lines": test_lines(data),
+            "ctranslate2": folders["ctranslate2"], "sentences": len(sources), "test_lines": len(test_sources),
             "reference": references_used, "failures": failures,
             "rounds": args.rounds,
             "seed": args.seed, "model": str(folders["softmax"]), "minutes": (time.perf_counter() - started) / 60,
@@ -265,11 +266,6 @@ def run(args) -> dict:
 def repeated(lines: list[str], count: int) -> list[str]:
     """The first `count` lines, the file read again from its start as often as `count` needs."""
     return [lines[index % len(lines)] for index in range(count)]
-
-
-def test_lines(data: dict) -> int:
-    with open(data["test_source"], encoding="utf-8") as lines:
-        return sum(1 for _ in lines)
 
 
 def chosen(systems: dict, names: list[str] | None) -> dict:

@@ -3,7 +3,7 @@
 #  1. training: transformer-base (d_model 512, 6 + 6 layers, 8 heads) train steps of every attention variant under
 #     bfloat16 autocast, beside SDPA softmax and MarianMTModel (examples/benchmark_speed.py; target: every variant's
 #     step at most 1.3x softmax's);
-#  2. decoding: 10,000 lines at beam 5, whole processes: the fast path (float32 and bfloat16) against `generate` on
+#  2. decoding: 10,000 lines at beam 5, whole processes: the fast path (float32) against `generate` on
 #     the same weights and CTranslate2's CUDA build (examples/benchmark_decoding.py; target: the fast path at least
 #     2x generate). The softmax zoo model is trained first where --output-dir lacks it (about 2 minutes on an H100).
 # Both write their JSON into RESULTS_DIR and their sections of BENCHMARKS.md ("Speed (GPU: ...)", "Decoding speed:
