@@ -11,9 +11,12 @@ mask, so later steps cost only the sentences still being translated. The search 
   `LogitsProcessorList` (`_get_logits_processor`), so `max_new_tokens`, `min_length`, `no_repeat_ngram_size`,
   `bad_words_ids`, forced tokens and the rest mean what they mean there;
 * greedy search takes the argmax of the processed logits, as `generate`'s `_sample` does without sampling;
-* beam search calls `generate`'s own beam-search steps (`_get_top_k_continuations`,
-  `_get_running_beams_for_next_iteration`, `_update_finished_beams`, `_check_early_stop_heuristic`), one call per
-  step for the whole batch, and reorders the cache with `reorder_cache` as `generate` does.
+* beam search calls `generate`'s own beam-search steps (`_get_running_beams_for_next_iteration`,
+  `_update_finished_beams`, `_check_early_stop_heuristic`), one call per step for the whole batch, and reorders the
+  cache with `reorder_cache` as `generate` does; its `_get_top_k_continuations` is rewritten here only to find the
+  top-k through chunk maxima (:func:`top_k`, the same values and indices 4x faster);
+* `min_length` and `min_new_tokens` suppress the end of sentence in place (:class:`SuppressEndBelowLength`) instead
+  of through Transformers' processors, which copy the scores at every step.
 
 A sentence is dropped once nothing can change its result any more: greedy, when it produced its end of sentence;
 beam search, when `generate`'s early-stopping heuristic says no running hypothesis can beat its finished ones (it
@@ -35,6 +38,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import logging
+import math
 import numbers
 import time
 
@@ -53,6 +57,7 @@ class FastPathUnsupported(ValueError):
     """The options or the model ask for something the fast path does not decode; `generate` does."""
 
 BEAM_BUFFER_COLUMNS = 32  # beam search's first token buffers, doubled when full
+TOP_K_CHUNK = 32  # beam search's candidates are ranked in chunks of this many (see `top_k`)
 
 # Processors that look at each row alone and keep no state across rows: a row's scores do not change when other
 # rows leave the batch.
@@ -72,6 +77,48 @@ GENERATION_COUNTS = {
     "num_beams": "1: greedy search or sampling; more: beam search",
     "num_return_sequences": "sequences returned per input, at most num_beams",
 }
+
+
+class SuppressEndBelowLength:
+    """`MinLengthLogitsProcessor` and `MinNewTokensLengthLogitsProcessor` in place: the end-of-sentence scores set
+    to -inf while the rows are shorter than `min_length` (prompt included). Transformers' processors copy the whole
+    [rows, vocab] scores at every step, the minimum reached or not (a sixth of a beam-5 step on the CPU when every
+    sentence is held to a fixed length); the search owns its scores, so they are changed where they are."""
+
+    def __init__(self, min_length: int, eos_token_id: torch.Tensor):
+        self.min_length = min_length
+        self.eos_token_id = eos_token_id.reshape(-1)
+
+    @classmethod
+    def replacing(cls, processor):
+        """The in-place equivalent of `processor`, or `processor` itself where it is neither of the two."""
+        if type(processor) is logits_process.MinLengthLogitsProcessor:
+            return cls(processor.min_length, processor.eos_token_id)
+        if type(processor) is logits_process.MinNewTokensLengthLogitsProcessor:
+            return cls(processor.prompt_length_to_skip + processor.min_new_tokens, processor.eos_token_id)
+        return processor
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[-1] < self.min_length:
+            ends = self.eos_token_id.to(scores.device)
+            scores.index_fill_(-1, ends[(ends >= 0) & (ends < scores.shape[-1])], -math.inf)
+        return scores
+
+
+def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.topk(scores, k)` of [rows, n] scores (sorted, largest first), through chunk maxima: the k best values
+    lie in the k chunks with the best maxima (a chunk holding one of them has at most k - 1 chunks above it), so
+    one pass over the scores for the chunks' maxima and a top-k over k * `chunk` candidates replace the top-k over
+    all of them (beam search's candidates: beams x vocabulary; 4x faster on the CPU at 5 x 8,000)."""
+    rows, n, chunk = *scores.shape, TOP_K_CHUNK
+    if n < 4 * k * chunk:
+        return torch.topk(scores, k)
+    padded = scores if n % chunk == 0 else nn.functional.pad(scores, (0, -n % chunk), value=-math.inf)
+    padded = padded.view(rows, -1, chunk)
+    best_chunks = padded.amax(dim=-1).topk(k).indices  # [rows, k]
+    candidates = padded.gather(1, best_chunks[:, :, None].expand(-1, -1, chunk)).view(rows, -1)
+    values, positions = candidates.topk(k)
+    return values, best_chunks.gather(1, positions // chunk) * chunk + positions % chunk
 
 
 def check_generation_counts(model, generate_kwargs: dict) -> None:
@@ -161,6 +208,8 @@ def fast_search(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor
     if batch_wide:
         raise FastPathUnsupported(f"The fast decoding path does not decode with logits processors "
                                   f"{', '.join(batch_wide)}")
+    processors = logits_process.LogitsProcessorList(SuppressEndBelowLength.replacing(processor)
+                                                    for processor in processors)
     with torch.inference_mode():
         encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
         search = _BatchDecoder(model, encoder_outputs, attention_mask, generation_config, processors, started)
@@ -243,6 +292,21 @@ class _BatchDecoder:
                 running, sentence_of_row = running[rows], [sentence_of_row[row] for row in rows.tolist()]
 
     # ------------------------------------------------------------------ beam search (generate's _beam_search)
+    def top_k_continuations(self, log_probs: torch.Tensor, running: torch.Tensor, running_indices: torch.Tensor,
+                            length: int, beams_to_keep: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """generate's `_get_top_k_continuations` without sampling (its decoder prompt: the start token), with the
+        top-k of :func:`top_k`: the `beams_to_keep` best continuations of each sentence's [beams * vocab] scores,
+        their sequences (the new token written at `length`) and beam indices (the sentence's offset added)."""
+        batch, num_beams = running.shape[:2]
+        top_log_probs, top_positions = top_k(log_probs, beams_to_keep)
+        vocab_size = log_probs.shape[-1] // num_beams
+        beams = top_positions // vocab_size
+        top_indices = self.model._gather_beams(running_indices, beams)
+        top_sequences = self.model._gather_beams(running, beams)
+        top_sequences[:, :, length] = top_positions % vocab_size
+        top_indices[:, :, length - 1] = beams + torch.arange(batch, device=beams.device)[:, None] * num_beams
+        return top_log_probs, top_sequences, top_indices
+
     def beam_search(self) -> tuple[torch.LongTensor, torch.Tensor]:
         model, config = self.model, self.config
         num_beams, early_stopping, length_penalty = config.num_beams, config.early_stopping, config.length_penalty
@@ -285,10 +349,8 @@ class _BatchDecoder:
                 logits = self.next_token_logits(flat[:, -1])
             log_probs = self.processors(flat, torch.log_softmax(logits, dim=-1))
             log_probs = (log_probs.view(batch, num_beams, -1) + running_scores[:, :, None]).view(batch, -1)
-            top_log_probs, top_sequences, top_indices = model._get_top_k_continuations(
-                accumulated_log_probs=log_probs, running_sequences=running, running_beam_indices=running_indices,
-                cur_len=length, decoder_prompt_len=1, do_sample=False, beams_to_keep=beams_to_keep,
-                num_beams=num_beams, batch_size=batch)
+            top_log_probs, top_sequences, top_indices = self.top_k_continuations(
+                log_probs, running, running_indices, length, beams_to_keep)
             hits_stop = self.ends(top_sequences[:, :, length]) | (length + 1 >= self.max_length) | self.out_of_time()
             running, running_scores, running_indices = model._get_running_beams_for_next_iteration(
                 topk_log_probs=top_log_probs, topk_running_sequences=top_sequences,

@@ -5,7 +5,8 @@ decode go to `generate`."""
 import pytest
 import torch
 
-from hf_headattn.decoding import FastPathUnsupported, fast_generate, generate_sequences
+from hf_headattn import decoding
+from hf_headattn.decoding import FastPathUnsupported, fast_generate, generate_sequences, top_k
 
 from helpers import (EOS, RNN_CONFIGS, RNN_EOS_BIAS, VARIANT_CONFIGS, random_model, random_rnn_model, rnn_config,
                      source_batch, tiny_config)
@@ -20,6 +21,8 @@ SEARCHES = {
     "beam-4-length-penalty-no-repeated-bigrams": dict(num_beams=4, length_penalty=0.5, no_repeat_ngram_size=2),
     "beam-3-early-stopping": dict(num_beams=3, early_stopping=True, **NO_REPEAT),
     "beam-3-repeats-allowed": dict(num_beams=3),
+    "greedy-min-length": dict(num_beams=1, min_length=5, **NO_REPEAT),
+    "beam-4-min-new-tokens": dict(num_beams=4, min_new_tokens=4, **NO_REPEAT),
 }
 
 
@@ -86,6 +89,32 @@ def test_fast_path_gives_the_ids_of_generate(model, search, max_new_tokens):
         expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
     fast = fast_generate(model, input_ids, attention_mask, **options)
     assert up_to_end(fast) == up_to_end(expected)
+
+
+@pytest.mark.parametrize("name", ["transformer-softmax", "transformer-csparsemax-guided", "lstm-2x2-dependent"])
+def test_beam_search_ranked_in_chunks_gives_the_ids_of_generate(name, monkeypatch):
+    """The test models' vocabularies are too small for the chunked top-k (it starts at 4 k chunks): small chunks
+    put it to work."""
+    monkeypatch.setattr(decoding, "TOP_K_CHUNK", 2)
+    model = MODELS[name]()
+    add_eos_bias(model, EOS_BIASES[name])
+    input_ids, attention_mask = source_batch(LENGTHS)
+    for options in (SEARCHES["beam-5-3-best"], SEARCHES["beam-4-min-new-tokens"]):
+        with torch.inference_mode():
+            expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=12, **options)
+        assert up_to_end(fast_generate(model, input_ids, attention_mask, max_new_tokens=12, **options)) == \
+            up_to_end(expected)
+
+
+@pytest.mark.parametrize("shape", [(3, 40_000), (2, 8_001), (4, 1_000)])
+def test_top_k_through_chunk_maxima_is_torch_topk(shape):
+    torch.manual_seed(0)
+    scores = torch.log_softmax(torch.randn(shape), dim=-1)
+    scores[0, :shape[1] // 2] = -1e9  # beams that count only from the first step on
+    scores[:, 7] = -float("inf")  # an end of sentence suppressed below the minimum length
+    values, indices = top_k(scores, 10)
+    expected = torch.topk(scores, 10)
+    assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
 
 
 @pytest.mark.parametrize("name", ["transformer-softmax", "transformer-csparsemax-guided", "lstm-2x2-dependent"])

@@ -248,6 +248,24 @@ def test_translate_command_gives_an_exports_greedy_lines_as_the_model_s(flags, v
     assert len(set(ours)) >= 10 and len({len(line.split()) for line in ours}) >= 4 and "" in ours[6:]
 
 
+@pytest.mark.parametrize("beams", ["1", "3"])
+def test_min_new_tokens_holds_every_translation_to_a_length_through_model_and_export(beams, varied_folder, test_files,
+                                                                                      capsys):
+    """`--min_new_tokens` reaches generate, the fast path and CTranslate2 (min_decoding_length): the varied model's
+    empty translations are gone, and its lines are the same through each."""
+    source = str(test_files[0])
+    held = ["--min_new_tokens", "6", "--max_new_tokens", "6", "--num_beams", beams]
+    free = translate_command(["--model", str(varied_folder[0]), "--input", source, "--num_beams", beams], capsys)
+    assert "" in free.out.splitlines()[6:]
+    runs = ((varied_folder[0], []), (varied_folder[0], ["--decoding", "generate"]), (varied_folder[1], []))
+    ours, generated, theirs = (translate_command(["--model", str(model), "--input", source, *held, *extra], capsys)
+                               for model, extra in runs)
+    lines = ours.out.splitlines()
+    assert lines[5] == "" and "" not in lines[6:] and generated.out == ours.out
+    if beams == "1":  # CTranslate2's beam search stops a sentence when its best beam ends (docs/deploying.md)
+        assert theirs.out == ours.out
+
+
 def test_translate_command_gives_an_exports_beam_lines_and_nbest_lists(folder, folder_export, varied_folder,
                                                                        test_files, capsys, caplog):
     """Beam search: the trained folder's n-best lists with alignments through the export are the model's (the

@@ -100,6 +100,8 @@ def make_parser() -> argparse.ArgumentParser:
     decoding = parser.add_argument_group("decoding (None: the model's generation config)")
     decoding.add_argument("--num_beams", type=positive_int, default=None, help="beam size (1: greedy)")
     decoding.add_argument("--max_new_tokens", type=positive_int, default=None, help="longest translation in tokens")
+    decoding.add_argument("--min_new_tokens", type=non_negative_int, default=None,
+                          help="shortest translation in tokens (the end of sentence is not chosen before)")
     decoding.add_argument("--length_penalty", type=finite_float, default=None,
                           help="exponent of the length dividing beam scores")
     decoding.add_argument("--no_repeat_ngram_size", type=non_negative_int, default=None,
@@ -128,8 +130,8 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-GENERATION_FLAGS = ("num_beams", "max_new_tokens", "length_penalty", "no_repeat_ngram_size", "top_k", "top_p",
-                    "temperature")
+GENERATION_FLAGS = ("num_beams", "max_new_tokens", "min_new_tokens", "length_penalty", "no_repeat_ngram_size",
+                    "top_k", "top_p", "temperature")
 
 
 def _check_paths(parser, args) -> None:
