@@ -122,7 +122,23 @@ def test_decoding_benchmark_end_to_end(tmp_path):
     assert text.startswith("# Speed (CPU)\n\n<!-- section written by examples/benchmark_decoding.py -->")
     assert "| ours, fast int8 |" in text and "### Beam 5" in text
     sparsemax_row = next(line for line in text.splitlines() if line.startswith("| transformer sparsemax, fast |"))
-    assert sparsemax_row.rstrip(" |").endswith(("(target <= 1.5x: met)", "(target <= 1.5x: not met)"))
+    assert sparsemax_row.rstrip(" |").endswith(("(target <= 1.2x: met)", "(target <= 1.2x: not met)"))
+    assert all(row["decoding"] == pytest.approx(row["median"] - row["startup"]) for row in report["rows"]["5"])
+    assert "| start-up s | decoding s |" in text and "(target <= 1.0x: " in text
+    # full batches: every line held to 5 tokens, in a section of its own
+    script.main([*data_flags(data), "--rounds", "1", "--sentences", "12", "--output-dir", str(tmp_path / "runs"),
+                 "--work-dir", str(tmp_path / "work-full"), "--output", str(tmp_path / "decoding-full.json"),
+                 "--markdown", str(markdown), "--variants", "--full-length", "5", "--beams", "3", "--systems",
+                 "anchor: MarianMTModel.generate", "ours, fast", "CTranslate2 float32",
+                 "--transformer-flags", f"{TINY} --d_model 16 --ffn_dim 32"])
+    full = json.loads((tmp_path / "decoding-full.json").read_text())
+    assert full["full_length"] == 5 and [row["system"] for row in full["rows"]["3"]] == [
+        "anchor: MarianMTModel.generate", "ours, fast", "CTranslate2 float32"]
+    outputs = sorted((tmp_path / "work-full" / "outputs").glob("*.beam3.txt"))
+    assert len(outputs) == 3 and all(len(output.read_text().splitlines()) == 12 for output in outputs)
+    text = markdown.read_text()
+    assert "## Decoding speed: every sentence held to 5 tokens (CPU)" in text
+    assert "## Decoding speed: translating a file (CPU)" in text
     load_example("benchmark_speed").write_markdown(markdown, "# Speed (CPU)\n\nnew run\n")
     assert markdown.read_text().startswith("# Speed (CPU)\n\nnew run\n\n<!-- section written by")
 
@@ -139,19 +155,47 @@ def test_decoding_systems_on_a_gpu(tmp_path):
     for name, (argv, _) in systems.items():
         assert "cuda" in argv and "int8" not in argv, name
     folders.update({"ct2 float32": tmp_path / "ct2-float32", "ct2 int8": tmp_path / "ct2-int8"})
-    ctranslate2 = {name: argv[-1] for name, (argv, _) in commands(folders, tmp_path / "input.de", tmp_path, 5, 2,
+    ctranslate2 = {name: argv[-2] for name, (argv, _) in commands(folders, tmp_path / "input.de", tmp_path, 5, 2,
                                                                    "cuda").items() if name.startswith("CTranslate2")}
     assert ctranslate2 == {"CTranslate2 float32": "float32", "CTranslate2 float16": "float16",
                            "CTranslate2 int8_float16": "int8_float16"}
 
 
+def test_full_batches_hold_every_systems_translations_to_the_length(tmp_path):
+    """--full-length N reaches every process: min = max new tokens for ours and the anchor, min = max decoding
+    length for CTranslate2; 0 (real lengths) adds nothing."""
+    commands = load_example("benchmark_decoding").commands
+    folders = {"marian": tmp_path / "marian", "softmax": tmp_path / "ours", "max_length": 128, "variants": {},
+               "ct2 float32": tmp_path / "ct2-float32", "ct2 int8": tmp_path / "ct2-int8"}
+    held = commands(folders, tmp_path / "input.de", tmp_path, 5, 2, "cpu", full_length=30)
+    free = commands(folders, tmp_path / "input.de", tmp_path, 5, 2, "cpu")
+    for name in ("ours, generate", "ours, fast", "ours, fast int8"):
+        assert {"--min_new_tokens=30", "--max_new_tokens=30"} <= set(held[name][0]), name
+        assert not any("new_tokens" in argument for argument in free[name][0]), name
+    for name in ("anchor: MarianMTModel.generate", "CTranslate2 float32", "CTranslate2 int8"):
+        assert held[name][0][-1] == "30" and free[name][0][-1] == "0", name
+
+
 def test_decoding_rows_compare_each_variant_with_its_familys_softmax():
     relative = load_example("benchmark_decoding").relative_to_softmax
     medians = {"ours, fast": 10.0, "ours, fast int8": 8.0, "lstm baseline 1x1, fast": 4.0,
-               "transformer sparsemax, fast": 16.0, "transformer mma, fast int8": 12.0,
-               "lstm sparsemax, fast": 5.0, "lstm 2x2 dependent, fast": 6.0}
-    assert relative("transformer sparsemax, fast", medians) == "1.60x (target <= 1.5x: not met)"
-    assert relative("transformer mma, fast int8", medians) == "1.50x"
-    assert relative("lstm sparsemax, fast", medians) == "1.25x (target <= 1.5x: met)"
-    assert relative("lstm 2x2 dependent, fast", medians) == "1.50x"
+               "transformer sparsemax, fast": 16.0, "transformer mma, fast int8": 9.0,
+               "lstm sparsemax, fast": 5.0, "lstm 2x2 dependent, fast": 4.8}
+    assert relative("transformer sparsemax, fast", medians) == "1.60x (target <= 1.2x: not met)"
+    assert relative("transformer mma, fast int8", medians) == "1.12x (target <= 1.2x: met)"
+    assert relative("lstm sparsemax, fast", medians) == "1.25x (target <= 1.2x: not met)"
+    assert relative("lstm 2x2 dependent, fast", medians) == "1.20x (target <= 1.2x: met)"
     assert relative("ours, fast", medians) == relative("lstm baseline 1x1, fast", medians) == ""
+
+
+def test_decoding_rows_compare_decoding_time_with_ctranslate2_of_the_same_precision():
+    relative = load_example("benchmark_decoding").relative_to_ctranslate2
+    decodings = {"ours, fast": 9.0, "ours, fast int8": 6.0, "ours, generate": 12.0, "ours, fast bfloat16": 5.0,
+                 "CTranslate2 float32": 6.0, "CTranslate2 int8": 6.0, "transformer mma, fast int8": 3.0,
+                 "anchor: MarianMTModel.generate": None}
+    assert relative("ours, fast", decodings) == "1.50x (target <= 1.0x: not met)"
+    assert relative("ours, fast int8", decodings) == "1.00x (target <= 1.0x: met)"
+    assert relative("ours, generate", decodings) == "2.00x" and relative("transformer mma, fast int8", decodings) == \
+        "0.50x"
+    assert relative("ours, fast bfloat16", decodings) == relative("CTranslate2 int8", decodings) == \
+        relative("anchor: MarianMTModel.generate", decodings) == ""
