@@ -11,8 +11,9 @@ a file; its wall time, from start to exit (imports and loading included), is wha
 * `hf-headattn-translate`: the fast path (hf_headattn/decoding.py; the command's default batches of 128 sentences,
   4,096 source tokens), float32, with `--quantize int8`, and with `--dtype bfloat16` (fast only on CPUs with native
   bfloat16 arithmetic, e.g. AVX512-BF16; it warns elsewhere);
-* CTranslate2 float32 and int8 on the same weights (`hf-headattn-export --format ctranslate2`), through
-  `ctranslate2.Translator.translate_batch` (batches of 32, as it sorts them);
+* CTranslate2 float32 and int8 on the same weights (`hf-headattn-export --format ctranslate2`), used by hand:
+  the export's tokenizer through `tokenizers` and `ctranslate2.Translator.translate_batch` (batches of 32, as it sorts
+  them), no Transformers imported;
 * every other variant trained by examples/benchmark_quality.py (the fast path, float32 and int8), beside softmax,
   with its time over its family's softmax model's on the same path (the Transformer's: "ours"; the LSTM's:
   "lstm baseline 1x1"), which issue 43 wants within 1.2x for every variant.
@@ -100,13 +101,21 @@ def anchor_process(model_dir: str, input_file: str, output_file: str, num_beams:
 
 def ctranslate2_process(model_dir: str, input_file: str, output_file: str, num_beams: int, threads: int,
                         max_decoding_length: int, device: str, compute_type: str, full_length: int = 0) -> None:
-    from hf_headattn.export import translate_with_ctranslate2
+    """What a CTranslate2 user writes (no hf_headattn, no Transformers imported): the export's tokenizer through
+    `tokenizers`, `Translator.translate_batch` over the whole file in batches of 32 (CTranslate2 sorts them by
+    length), the best hypothesis decoded. Its lines are those `hf-headattn-translate` gives with the export."""
+    import ctranslate2
+    from tokenizers import Tokenizer
 
+    tokenizer = Tokenizer.from_file(str(Path(model_dir) / "tokenizer" / "tokenizer.json"))
+    translator = ctranslate2.Translator(model_dir, device=device, compute_type=compute_type, intra_threads=threads)
     lines = Path(input_file).read_text(encoding="utf-8").splitlines()
-    held = {"max_decoding_length": full_length, "min_decoding_length": full_length} if full_length else {}
-    translations = translate_with_ctranslate2(model_dir, lines, beam_size=num_beams, batch_size=ANCHOR_BATCH,
-                                              intra_threads=threads, device=device, compute_type=compute_type,
-                                              **{"max_decoding_length": max_decoding_length, **held})
+    lengths = {"max_decoding_length": full_length, "min_decoding_length": full_length} if full_length else {
+        "max_decoding_length": max_decoding_length}
+    results = translator.translate_batch([encoding.tokens for encoding in tokenizer.encode_batch(lines)],
+                                         beam_size=num_beams, max_batch_size=ANCHOR_BATCH, **lengths)
+    translations = [tokenizer.decode([tokenizer.token_to_id(token) for token in result.hypotheses[0]]).strip()
+                    if line.strip() else "" for line, result in zip(lines, results)]
     Path(output_file).write_text("".join(text + "\n" for text in translations), encoding="utf-8")
 
 
@@ -409,8 +418,6 @@ def section_text(report: dict) -> str:
 
 
 def main(argv=None) -> None:
-    from benchmark_quality import add_data_arguments, replace_section
-
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--anchor-process":
         model_dir, input_file, output_file, beams, threads, device, full_length = argv[1:8]
@@ -419,6 +426,10 @@ def main(argv=None) -> None:
         model_dir, input_file, output_file, beams, threads, length, device, compute_type, full_length = argv[1:10]
         return ctranslate2_process(model_dir, input_file, output_file, int(beams), int(threads), int(length), device,
                                    compute_type, int(full_length))
+    # imported after the processes' dispatch: each timed process imports only what its user would (benchmark_quality
+    # brings torch, Transformers and this package, seconds a CTranslate2 process would otherwise be charged)
+    from benchmark_quality import add_data_arguments, replace_section
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
