@@ -87,7 +87,8 @@ class SuppressEndBelowLength:
 
     def __init__(self, min_length: int, eos_token_id: torch.Tensor):
         self.min_length = min_length
-        self.eos_token_id = eos_token_id.reshape(-1)
+        self.eos_ids = [int(token) for token in eos_token_id.reshape(-1).tolist()]  # read once per search
+        self.columns = None  # the end-of-sentence columns the scores have, on their device (built on first use)
 
     @classmethod
     def replacing(cls, processor):
@@ -100,8 +101,10 @@ class SuppressEndBelowLength:
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         if input_ids.shape[-1] < self.min_length:
-            ends = self.eos_token_id.to(scores.device)
-            scores.index_fill_(-1, ends[(ends >= 0) & (ends < scores.shape[-1])], -math.inf)
+            if self.columns is None or self.columns.device != scores.device:
+                self.columns = torch.tensor([token for token in self.eos_ids if 0 <= token < scores.shape[-1]],
+                                            dtype=torch.long, device=scores.device)
+            scores.index_fill_(-1, self.columns, -math.inf)
         return scores
 
 
