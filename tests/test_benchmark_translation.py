@@ -124,7 +124,8 @@ def test_decoding_benchmark_end_to_end(tmp_path):
     sparsemax_row = next(line for line in text.splitlines() if line.startswith("| transformer sparsemax, fast |"))
     assert sparsemax_row.rstrip(" |").endswith(("(target <= 1.2x: met)", "(target <= 1.2x: not met)"))
     assert all(row["decoding"] == pytest.approx(row["median"] - row["startup"]) for row in report["rows"]["5"])
-    assert "| start-up s | decoding s |" in text and "(target <= 1.0x: " in text
+    # (the CTranslate2 marks need decoding times above zero, which 12 lines do not always give: see the unit test)
+    assert "| start-up s | decoding s | sentences/s | speed-up | decoding / CTranslate2 |" in text
     # full batches: every line held to 5 tokens, in a section of its own
     script.main([*data_flags(data), "--rounds", "1", "--sentences", "12", "--output-dir", str(tmp_path / "runs"),
                  "--work-dir", str(tmp_path / "work-full"), "--output", str(tmp_path / "decoding-full.json"),
