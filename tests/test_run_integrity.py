@@ -328,6 +328,8 @@ CHANGED_SETTINGS = {  # flags -> a line of the refusal
     "learning rate": (["--learning_rate", "0.001"], "--learning_rate: 0.0005 there, 0.001 now"),
     "schedule": (["--lr_scheduler_type", "linear"], '--lr_scheduler_type: "inverse_sqrt" there, "linear" now'),
     "fewer pairs": (["--max_train_pairs", "100"], "--max_train_pairs: null there, 100 now"),
+    "loss normalization": (["--loss_normalization", "sentences"],
+                           '--loss_normalization: "tokens" there, "sentences" now'),
 }
 
 
@@ -406,6 +408,18 @@ def test_a_checkpoint_from_before_manifests_resumes_with_a_warning(data, resumab
     with caplog.at_level(logging.WARNING, logger="hf_headattn"):
         train(command(data, output_dir))
     assert "checkpoint-4 has no run_manifest.json (saved by an older version): only its model config" in caplog.text
+
+
+def test_a_manifest_from_before_the_run_flags_were_recorded_resumes(data, resumable, tmp_path):
+    """Manifests written before --lr_decay and --loss_normalization were recorded lack them: not compared."""
+    output_dir = copy_of(resumable, tmp_path)
+    manifest_file = output_dir / "checkpoint-4" / "run_manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    for flag in ("--lr_decay", "--lr_decay_factor", "--lr_decay_start_at", "--loss_normalization"):
+        del manifest["identity"][flag]
+    manifest_file.write_text(json.dumps(manifest))
+    train(command(data, output_dir, "--loss_normalization", "sentences"))
+    assert (output_dir / "train_results.json").is_file()
 
 
 def test_a_resume_under_other_package_versions_is_warned_about(data, resumable, tmp_path, caplog):

@@ -232,6 +232,12 @@ class RunArguments:
     lr_decay_start_at: int = field(default=8, metadata={
         "help": "with --lr_decay opennmt, the epoch after whose validation decay starts at the latest (OpenNMT's "
                 "-start_decay_at: 8 halves the rate from epoch 9 on)"})
+    loss_normalization: str = field(default="tokens", metadata={
+        "choices": ["tokens", "sentences"],
+        "help": "what an optimizer step's summed token loss is divided by before the backward pass: its target tokens "
+                "(Transformers' default), or its sentences (OpenNMT-py 2017's, which Malaviya et al. trained with: "
+                "gradients, and so what --max_grad_norm clips and SGD steps by, grow by the mean target length); "
+                "the logged loss is per token either way"})
     early_stopping_patience: int | None = field(default=None, metadata={
         "help": "stop after this many evaluations without improvement of --metric_for_best_model (needs "
                 "--load_best_model_at_end)"})

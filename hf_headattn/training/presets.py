@@ -45,7 +45,8 @@ TRAINING_PRESETS = {
     # bidirectional LSTM encoder (250 units a direction), a 2-layer decoder of 500 with input feeding, Luong's
     # general attention, embeddings of 500, dropout 0.3 (between LSTM layers and on the attentional output, none on
     # the embeddings), uniform initialisation +-0.1, SGD at 1.0 halved from epoch
-    # 9 or once validation perplexity rises, gradient norm 5, 64 sentences a batch, 13 epochs, no label smoothing,
+    # 9 or once validation perplexity rises, the summed token loss divided by the batch's sentences (OpenNMT-py
+    # 2017's `loss.div(batch.batch_size)`), gradient norm 5, 64 sentences a batch, 13 epochs, no label smoothing,
     # and the <SINK> token appended to every source sentence (whatever the transform). Their joint BPE had 32,000
     # merges on 150k-560k pairs; the vocabulary stays the user's choice (--vocab_size).
     "malaviya2018": dict(
@@ -68,6 +69,7 @@ TRAINING_PRESETS = {
         lr_decay_factor=0.5,
         lr_decay_start_at=8,
         max_grad_norm=5.0,
+        loss_normalization="sentences",
         per_device_train_batch_size=64,
         num_train_epochs=13,
         max_steps=-1,

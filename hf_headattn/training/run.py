@@ -160,6 +160,7 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
         reset_optimizer=run_args.reset_optimizer,
         lr_decay=(dict(factor=run_args.lr_decay_factor, start_decay_at=run_args.lr_decay_start_at)
                   if run_args.lr_decay == "opennmt" else None),
+        loss_normalization=run_args.loss_normalization,
     )
     if main_process and written_by(output_dir) is None:  # the folder is this run's from now on
         output_dir.mkdir(parents=True, exist_ok=True)

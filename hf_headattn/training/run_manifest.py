@@ -47,6 +47,9 @@ TRAINER_FLAGS_MAY_CHANGE = (
     "generation_max_length", "generation_num_beams", "load_best_model_at_end", "metric_for_best_model", "bf16",
     "fp16", "dataloader_num_workers",
 )
+# The package's run flags that change the optimizer steps (manifests written before they were recorded lack them,
+# and are not compared on them)
+RUN_IDENTITY_FLAGS = ("lr_decay", "lr_decay_factor", "lr_decay_start_at", "loss_normalization")
 VERSIONED_PACKAGES = ("hf_headattn", "transformers", "torch", "datasets", "tokenizers")
 
 
@@ -67,6 +70,8 @@ def build_manifest(model_args, data_args, run_args, training_args, *, tokenizer_
     for name in TRAINER_IDENTITY_FLAGS:
         identity[f"--{name}"] = _plain(getattr(training_args, name))
     identity["processes"] = training_args.world_size
+    for name in RUN_IDENTITY_FLAGS:
+        identity[f"--{name}"] = _plain(getattr(run_args, name))
     for name in TRAINER_FLAGS_MAY_CHANGE:
         may_change[f"--{name}"] = _plain(getattr(training_args, name))
     may_change["--early_stopping_patience"] = run_args.early_stopping_patience
@@ -127,7 +132,9 @@ def read_manifest(folder: str | Path) -> dict | None:
 def manifest_differences(saved: dict, current: dict) -> tuple[list[str], list[str], list[str]]:
     """(identity changes, accepted changes, version changes) from the `saved` manifest to the `current` one, each
     a line naming the setting and both values ("there" = saved, "now" = current)."""
-    return (_differences(saved["identity"], current["identity"]),
+    unrecorded = {f"--{name}" for name in RUN_IDENTITY_FLAGS} - set(saved["identity"])
+    current_identity = {key: value for key, value in current["identity"].items() if key not in unrecorded}
+    return (_differences(saved["identity"], current_identity),
             _differences(saved.get("may_change", {}), current["may_change"])
             + _differences(saved.get("files", {}), current["files"]),
             _differences(saved.get("versions", {}), current["versions"]))

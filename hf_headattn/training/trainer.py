@@ -31,6 +31,7 @@ from .run_manifest import write_manifest
 logger = logging.getLogger(__name__)
 
 LOSS_GROWTH_WARNING = 2.0  # a logged training loss this many times the run's first is warned about
+LOSS_NORMALIZATIONS = ("tokens", "sentences")
 
 
 class TrainingDiverged(RunRefused):
@@ -109,7 +110,9 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
     run's first is warned about. `run_manifest` is written into every checkpoint and the saved model
     (`run_manifest.py`); with `reset_optimizer`, a resumed run starts a fresh optimizer and schedule. With
     `lr_decay` (the keyword arguments of `OpenNMTDecay`), the learning rate follows OpenNMT-py's per-epoch decay
-    instead of `lr_scheduler_type`.
+    instead of `lr_scheduler_type`. `loss_normalization` says what the summed token loss of an optimizer step is
+    divided by before the backward pass: "tokens" (its target tokens, Transformers' default) or "sentences" (its
+    sentences, OpenNMT-py 2017's `loss.div(batch.batch_size)`); the logged training loss is per token either way.
 
     The model computes its own label-smoothed loss (`config.label_smoothing`) so that the auxiliary loss is part
     of it; Trainer's `label_smoothing_factor` would recompute the loss from the logits alone and drop that term,
@@ -119,8 +122,13 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
 
     def __init__(self, *args, max_tokens: int | None = None, bucket_pool_pairs: int | None = None,
                  run_manifest: dict | None = None, reset_optimizer: bool = False, lr_decay: dict | None = None,
-                 **kwargs):
+                 loss_normalization: str = "tokens", **kwargs):
         super().__init__(*args, **kwargs)
+        if loss_normalization not in LOSS_NORMALIZATIONS:
+            raise ValueError(f"loss_normalization={loss_normalization!r}: give one of {', '.join(LOSS_NORMALIZATIONS)}")
+        if loss_normalization == "sentences" and not self.model_accepts_loss_kwargs:
+            raise ValueError(f"loss_normalization='sentences' rescales a loss normalised over the step's target tokens "
+                             f"(`num_items_in_batch`), which {type(self.model).__name__}'s forward does not take")
         if self.args.label_smoothing_factor:
             raise ValueError(
                 f"label_smoothing_factor={self.args.label_smoothing_factor} makes Trainer recompute the loss from the "
@@ -137,6 +145,8 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
         self.run_manifest = run_manifest
         self.reset_optimizer = reset_optimizer
         self.lr_decay = lr_decay
+        self.loss_normalization = loss_normalization
+        self._tokens_per_sentence: torch.Tensor | None = None  # of the optimizer step being taken ("sentences")
         self._first_loss: tuple[int, float] | None = None  # (step, loss) of the run's first training log
         self._loss_warned_below = 0.0  # after a warning, the loss must grow as much again to be warned about
         self._loss_parts: dict[str, list] = {}
@@ -176,10 +186,27 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
                         self._loss_parts.setdefault(name, []).append(outputs[name].detach())
             self._real_tokens.append(inputs["attention_mask"].sum() + (inputs["labels"] != -100).sum())
             self._padded_tokens += inputs["input_ids"].numel() + inputs["labels"].numel()
+            if self.loss_normalization == "sentences":
+                # the model divided the step's summed loss by its tokens; OpenNMT-py 2017 divides by its sentences:
+                # gradients (what max_grad_norm clips and SGD steps by) grow by the mean target length
+                loss = loss * self._tokens_per_sentence
         return (loss, outputs) if return_outputs else loss
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self.loss_normalization == "sentences" and batch_samples:
+            labels = [batch["labels"] for batch in batch_samples]
+            counts = torch.stack([sum(label.ne(-100).sum() for label in labels).to(device),
+                                  torch.tensor(sum(len(label) for label in labels), device=device)])
+            if self.args.average_tokens_across_devices and self.args.world_size > 1:
+                counts = self.accelerator.gather(counts[None]).sum(0)  # the loss is normalised over every process
+            self._tokens_per_sentence = counts[0] / counts[1]
+        return batch_samples, num_items_in_batch
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.loss_normalization == "sentences":
+            loss = loss / self._tokens_per_sentence  # logged per token, as OpenNMT-py logged xent
         if not torch.isfinite(loss).item():
             self._diverged(f"the loss is {loss.item()}")
         return loss
