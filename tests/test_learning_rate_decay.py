@@ -67,6 +67,7 @@ def test_the_malaviya2018_preset_is_the_papers_recipe(tmp_path):
                                                                                      "predicted")
     assert (config.sink, config.sink_every_transform, config.exhaustion) == ("token", True, 0.2)
     assert (training_args.optim, training_args.learning_rate, training_args.max_grad_norm) == ("sgd", 1.0, 5.0)
+    assert training_args.train_sampling_strategy == "group_by_length"  # OpenNMT-py's (torchtext's) pooled batches
     assert run_args.loss_normalization == "sentences"  # OpenNMT-py 2017: the summed loss over the batch's sentences
     assert (training_args.per_device_train_batch_size, training_args.num_train_epochs) == (64, 13)
     assert training_args.eval_strategy == "epoch" and training_args.metric_for_best_model == "loss"

@@ -46,7 +46,8 @@ TRAINING_PRESETS = {
     # general attention, embeddings of 500, dropout 0.3 (between LSTM layers and on the attentional output, none on
     # the embeddings), uniform initialisation +-0.1, SGD at 1.0 halved from epoch
     # 9 or once validation perplexity rises, the summed token loss divided by the batch's sentences (OpenNMT-py
-    # 2017's `loss.div(batch.batch_size)`), gradient norm 5, 64 sentences a batch, 13 epochs, no label smoothing,
+    # 2017's `loss.div(batch.batch_size)`), gradient norm 5, 64 sentences a batch sorted by length within pools
+    # (torchtext's pools of 100 batches; Transformers' group_by_length, pools of 50), 13 epochs, no label smoothing,
     # and the <SINK> token appended to every source sentence (whatever the transform). Their joint BPE had 32,000
     # merges on 150k-560k pairs; the vocabulary stays the user's choice (--vocab_size).
     "malaviya2018": dict(
@@ -71,6 +72,7 @@ TRAINING_PRESETS = {
         max_grad_norm=5.0,
         loss_normalization="sentences",
         per_device_train_batch_size=64,
+        train_sampling_strategy="group_by_length",
         num_train_epochs=13,
         max_steps=-1,
         eval_strategy="epoch",
