@@ -158,6 +158,16 @@ def test_the_code_a_space_needs_follows_relative_imports_through_subpackages(tmp
         _code_closure(tmp_path, "app/__init__.py")
 
 
+def test_a_mistyped_run_folder_is_not_written_in_as_a_hub_id(folders, tmp_path, monkeypatch):
+    """`runs/typo` has the form of a Hub id user/name, but `runs` is a folder here: a typo, refused as the
+    commands refuse it."""
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="model runs/typo: no such folder .*runs is a folder here.*check the path"):
+        write_space([folders[0], "runs/typo"], "space")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["runs"]
+
+
 def test_bad_input_is_refused_before_anything_is_written(folders, tmp_path):
     softmax, _ = folders
     incomplete = shutil.copytree(softmax, tmp_path / "incomplete")

@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from huggingface_hub.utils import validate_repo_id
 
+from ..cli import model_path_problem
 from ..publish.cards import load_config, markdown_table_cell
 from ..publish.upload import (
     TOKENIZER_VOCAB_FILES,
@@ -252,6 +253,9 @@ def write_space(
                 validate_repo_id(str(model))
             except ValueError:
                 raise ValueError(f"{model} is neither a model folder nor a Hub model id") from None
+            problem = model_path_problem(model, flag="model")  # a mistyped folder is never written in as a Hub id
+            if problem:
+                raise ValueError(problem)
             entries.append((str(model), str(model), False, None))
     if problems:
         raise ValueError("Cannot write the Space; missing: " + " | ".join(problems))
