@@ -38,6 +38,8 @@ from .checkpoints import find_checkpoint
 from .presets import TRAINING_PRESETS, preset_defaults
 
 VARIANTS = ", ".join(sorted(ATTENTION_VARIANTS))
+# What a training step's summed token loss may be divided by (`HeadAttnSeq2SeqTrainer`'s loss_normalization)
+LOSS_NORMALIZATIONS = ("tokens", "sentences")
 
 # Trainer's defaults are for fine-tuning; these fit training an NMT model from scratch. Flags and args files
 # override them.
@@ -233,7 +235,7 @@ class RunArguments:
         "help": "with --lr_decay opennmt, the epoch after whose validation decay starts at the latest (OpenNMT's "
                 "-start_decay_at: 8 halves the rate from epoch 9 on)"})
     loss_normalization: str = field(default="tokens", metadata={
-        "choices": ["tokens", "sentences"],
+        "choices": list(LOSS_NORMALIZATIONS),
         "help": "what an optimizer step's summed token loss is divided by before the backward pass: its target tokens "
                 "(Transformers' default), or its sentences (OpenNMT-py 2017's, which Malaviya et al. trained with: "
                 "gradients, and so what --max_grad_norm clips and SGD steps by, grow by the mean target length); "

@@ -22,6 +22,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from ..metrics import score_translations
 from ..output_files import with_default_permissions
 from ..saved_files import write_failure
+from .arguments import LOSS_NORMALIZATIONS
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
 from .checkpoints import last_complete_checkpoint
 from .learning_rate_decay import OpenNMTDecay
@@ -31,7 +32,6 @@ from .run_manifest import write_manifest
 logger = logging.getLogger(__name__)
 
 LOSS_GROWTH_WARNING = 2.0  # a logged training loss this many times the run's first is warned about
-LOSS_NORMALIZATIONS = ("tokens", "sentences")
 
 
 class TrainingDiverged(RunRefused):
