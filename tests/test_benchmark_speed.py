@@ -89,3 +89,42 @@ def _toy_multi30k(directory):
     for language in ("de", "en"):
         (directory / f"train.{language}").write_text("".join(f"{language} {i}\n" for i in range(7)), encoding="utf-8")
     return directory
+
+
+def _compiled_step_report(eager_ms, compiled_ms, break_even):
+    return {"machine": {"cpu_model": "CPU X", "cpu_count": 2, "torch": "2.x", "transformers": "5.x"},
+            "sentences": 128, "num_beams": 5, "rows": 640, "steps": 20, "threads": 2, "rounds": [{}, {}, {}],
+            "compile_s": 60.0, "warm_compile_s": 20.0, "eager_step_ms": eager_ms, "compiled_step_ms": compiled_ms,
+            "ratio": compiled_ms / eager_ms, "break_even_steps": break_even, "same_tokens": True,
+            "command": "python examples/benchmark_compiled_step.py"}
+
+
+def test_compiled_step_report_gives_the_break_even_or_never():
+    script = load_example("benchmark_compiled_step")
+    text = script.section_text(_compiled_step_report(80.0, 75.0, 4000.0))
+    assert "| 60.0 | 20.0 | 80.0 | 75.0 | 0.94 | 4,000 steps | yes |" in text
+    assert "128 sentences x 5 beams = 640 rows" in text
+    slower = script.section_text(_compiled_step_report(80.0, 90.0, None))
+    assert "| 1.12 | never (the compiled step is not faster) |" in slower
+
+
+def test_compiled_step_benchmark_steps_the_cached_decoder_as_a_full_forward_would():
+    """The benchmark's step loop (one token a row, the cache carried) chooses the tokens that re-reading the whole
+    prefix without a cache chooses: it times the fast path's step, not some other computation."""
+    import torch
+
+    from helpers.models import random_model, source_batch, tiny_config
+
+    script = load_example("benchmark_compiled_step")
+    model = random_model(tiny_config())
+    input_ids, attention_mask = source_batch()
+    with torch.inference_mode():
+        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        rows = {"encoder_outputs": encoder_outputs, "attention_mask": attention_mask}
+        seconds, tokens = script.decode_steps(model, model, rows, steps=4)
+        prefix = torch.full((3, 1), model.config.decoder_start_token_id)
+        for _ in range(4):
+            logits = model(**rows, decoder_input_ids=prefix, use_cache=False).logits
+            prefix = torch.cat([prefix, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    assert len(seconds) == 4 and all(second > 0 for second in seconds)
+    assert torch.equal(tokens, prefix[:, 1:])
