@@ -37,7 +37,8 @@ from benchmark_quality import (SYSTEMS, add_data_arguments, data_files, replace_
 from hf_headattn.loading import load_model_and_tokenizer  # noqa: E402
 from hf_headattn.metrics import drop_alignment_runs  # noqa: E402
 from hf_headattn.training import train  # noqa: E402
-from hf_headattn.translation import align, default_alignment_layer, read_lines  # noqa: E402
+from hf_headattn.translation import (align, cross_attention_layers, default_alignment_layer,  # noqa: E402
+                                     read_lines)
 
 DEFAULT_SYSTEMS = ["transformer softmax", "transformer sparsemax", "transformer csoftmax predicted",
                    "transformer csparsemax predicted", "transformer multihop", "lstm baseline 1x1",
@@ -94,9 +95,8 @@ def measure(system: str, seed: int, data: dict, runs: list[list[set]], args) -> 
     sources, references = read_lines(data["test_source"]), read_lines(data["test_target"])
     if args.sentences:
         sources, references = sources[:args.sentences], references[:args.sentences]
-    layers = 1 if model.config.model_type == "headattn_rnn" else model.config.decoder_layers
     rows = []
-    for layer in range(layers):
+    for layer in range(cross_attention_layers(model)):
         for heads in ("mean", "hop"):
             started = time.perf_counter()
             try:
@@ -136,9 +136,10 @@ def table(records: list[dict], baselines: dict) -> str:
     for name, summary in baselines["rows"].items():
         lines.append(f"| {name} | | | | {fmt(summary)} | {summary['links'] / words:.2f} |")
     for record in records:
-        default_layer = default_alignment_layer(max(row["layer"] for row in record["rows"]) + 1)
+        layers = max(row["layer"] for row in record["rows"]) + 1
+        default_layer = default_alignment_layer(layers)
         for row in record["rows"]:
-            layer = "(one attention)" if record["system"].startswith("lstm") else str(row["layer"])
+            layer = "(one attention)" if layers == 1 else str(row["layer"])
             marker = " (default)" if row["layer"] == default_layer and row["heads"] == "mean" else ""
             lines.append(f"| {record['system']} | {record['seed']} | {layer}{marker} | {row['heads']} | "
                          f"{fmt(row)} | {row['links'] / words:.2f} |")

@@ -23,7 +23,7 @@ torch, Transformers and the models are imported where they are used, so that imp
 command's ``--help``) is instant. Tooling, not model runtime: never copied into a checkpoint.
 """
 
-from .alignments import ALIGNMENT_HEADS, default_alignment_layer
+from .alignments import ALIGNMENT_HEADS, cross_attention_layers, default_alignment_layer
 from .batches import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, length_sorted_batches, source_token_limit
 from .forced_alignment import align
 from .quantization import QUANTIZATIONS, quantize
@@ -41,6 +41,7 @@ __all__ = [
     "HypothesisAttention",
     "Translation",
     "align",
+    "cross_attention_layers",
     "default_alignment_layer",
     "format_translation",
     "length_sorted_batches",

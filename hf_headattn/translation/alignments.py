@@ -16,8 +16,8 @@ Tooling, not model runtime: never copied into a checkpoint.
 
 from __future__ import annotations
 
-__all__ = ["ALIGNMENT_HEADS", "alignment_layer_index", "decoded_word_indices", "default_alignment_layer", "pharaoh",
-           "reduced_attention", "source_word_indices", "word_of_character"]
+__all__ = ["ALIGNMENT_HEADS", "alignment_layer_index", "cross_attention_layers", "decoded_word_indices",
+           "default_alignment_layer", "pharaoh", "reduced_attention", "source_word_indices", "word_of_character"]
 
 ALIGNMENT_HEADS = ("mean", "hop")
 
@@ -27,14 +27,19 @@ def default_alignment_layer(layers: int) -> int:
     return layers - 1
 
 
+def cross_attention_layers(model) -> int:
+    """How many cross-attention layers alignments can be read from: this package's configs count them (the LSTM
+    family has one); other models have one a decoder layer."""
+    return getattr(model.config, "cross_attention_layers", getattr(model.config, "decoder_layers", 1))
+
+
 def alignment_layer_index(model, alignment_layer: int | None) -> int:
     """The decoder layer alignments are read from (0 for the LSTM family, whose attention is one).
 
     Raises:
         ValueError: a layer the model's decoder lacks.
     """
-    # this package's configs count their cross-attention layers (the LSTM has one); other models have one a layer
-    layers = getattr(model.config, "cross_attention_layers", getattr(model.config, "decoder_layers", 1))
+    layers = cross_attention_layers(model)
     if alignment_layer is None:
         return default_alignment_layer(layers)
     if not -layers <= alignment_layer < layers:
