@@ -256,13 +256,14 @@ class _BatchDecoder:
         return outputs.logits[:, -1, :].to(dtype=torch.float32)
 
     def worth_dropping(self, finished_rows: int, rows: int) -> bool:
-        """Whether to drop the `finished_rows` of the `rows` now, after a step that spent a row's step on each.
+        """Whether to drop the `finished_rows` of the `rows` now; called once a step, each call counting the step
+        every finished row costs if it stays.
 
         A drop copies the cache and inputs of every row that stays, about half a row's decoding step each (measured
         on CPUs with this package's models: the copy grows with the cache, as the attention does); keeping a finished
-        row costs a row's step at every later step. So they are dropped once the steps spent on finished rows since
-        the last drop reach half the rows that stay: a ski-rental rule, within twice the cheaper of dropping at
-        once and never."""
+        row costs a row's step at every later step. So they are dropped once the steps counted for finished rows
+        since the last drop reach half the rows that stay: a ski-rental rule, within twice the cheaper of dropping
+        at once and never."""
         self.finished_row_steps += finished_rows
         return finished_rows > 0 and self.finished_row_steps >= (rows - finished_rows) / 2
 
