@@ -259,11 +259,11 @@ class _BatchDecoder:
         """Whether to drop the `finished_rows` of the `rows` now; called once a step, each call counting the step
         every finished row costs if it stays.
 
-        A drop copies the cache and inputs of every row that stays, about half a row's decoding step each (profiled
-        on 2 Xeon cores with a 256 x 3 Transformer: the copy grows with the cache, as the attention does); keeping a finished
-        row costs a row's step at every later step. So they are dropped once the steps counted for finished rows
-        since the last drop reach half the rows that stay: a ski-rental rule, within twice the cheaper of dropping
-        at once and never."""
+        A drop copies the cache and inputs of every row that stays, about half a row's decoding step each
+        (profiled on 2 Xeon cores with a 256 x 3 Transformer: the copy grows with the cache, as the attention
+        does); keeping a finished row costs a row's step at every later step. So they are dropped once the steps
+        counted for finished rows since the last drop reach half the rows that stay: a ski-rental rule, within
+        twice the cheaper of dropping at once and never."""
         self.finished_row_steps += finished_rows
         return finished_rows > 0 and self.finished_row_steps >= (rows - finished_rows) / 2
 
