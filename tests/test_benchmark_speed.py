@@ -128,3 +128,22 @@ def test_compiled_step_benchmark_steps_the_cached_decoder_as_a_full_forward_woul
             prefix = torch.cat([prefix, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
     assert len(seconds) == 4 and all(second > 0 for second in seconds)
     assert torch.equal(tokens, prefix[:, 1:])
+
+
+@pytest.mark.slow
+def test_compiled_step_benchmark_runs_on_a_tiny_model(tmp_path):
+    """The whole script on a tiny trained model: it compiles, times both steps, finds the same tokens and writes its
+    JSON and its BENCHMARKS.md section."""
+    from helpers.runs import toy_data, train_tiny_model
+
+    script = load_example("benchmark_compiled_step")
+    data = toy_data(tmp_path / "data")
+    model_dir = train_tiny_model(data, tmp_path / "model", "transformer")
+    (tmp_path / script.TEST_SOURCE).write_text(data["test.src"].read_text(encoding="utf-8"), encoding="utf-8")
+    script.main(["--model", str(model_dir), "--data-dir", str(tmp_path), "--sentences", "4", "--num-beams", "2",
+                 "--steps", "3", "--rounds", "1", "--threads", "1", "--output", str(tmp_path / "compiled.json"),
+                 "--markdown", str(tmp_path / "BENCHMARKS.md")])
+    report = json.loads((tmp_path / "compiled.json").read_text())
+    assert report["rows"] == 8 and report["same_tokens"]
+    assert report["compile_s"] > 0 and report["warm_compile_s"] > 0 and report["eager_step_ms"] > 0
+    assert "## Compiled decoding step (CPU)" in (tmp_path / "BENCHMARKS.md").read_text()
