@@ -12,8 +12,8 @@ fed the argmax of the last (the cache grows as it does in decoding). Three numbe
   TORCHINDUCTOR_CACHE_DIR unless one is set), as a new install pays it; and again after `torch._dynamo.reset()`
   with that cache filled, as every later process pays it (dynamo traces again; Inductor's code is reused);
 * the steps' time, eager and compiled, in interleaved rounds after that (median of --rounds);
-* break-even: the decoding steps a process must run before the compile time is paid back (none when the compiled
-  step is not faster).
+* break-even: the decoding steps a process must run before the filled-cache compile time is paid back (none when
+  the compiled step is not faster).
 
 The compiled step's tokens are checked against the eager step's (the argmax at every step, every row).
 
@@ -91,7 +91,7 @@ def measure(args) -> dict:
         started = time.perf_counter()
         decode_steps(compiled, model, rows, args.steps)
         warm_compile_seconds = time.perf_counter() - started
-        _, eager_tokens = decode_steps(model, model, rows, args.steps)
+        _, eager_tokens = decode_steps(model, model, rows, args.steps)  # also the eager path's warm-up
         rounds = []
         for _ in range(args.rounds):
             eager, _ = decode_steps(model, model, rows, args.steps)
@@ -102,8 +102,9 @@ def measure(args) -> dict:
     saving = eager_step - compiled_step
     return {"machine": machine(), "model": args.model, "rows": rows["attention_mask"].shape[0],
             "sentences": len(lines), "num_beams": args.num_beams, "steps": args.steps, "threads": args.threads,
-            "compile_s": compile_seconds, "warm_compile_s": warm_compile_seconds, "rounds": rounds, "eager_step_ms": 1000 * eager_step,
-            "compiled_step_ms": 1000 * compiled_step, "ratio": compiled_step / eager_step,
+            "compile_s": compile_seconds, "warm_compile_s": warm_compile_seconds, "rounds": rounds,
+            "eager_step_ms": 1000 * eager_step, "compiled_step_ms": 1000 * compiled_step,
+            "ratio": compiled_step / eager_step,
             "break_even_steps": warm_compile_seconds / saving if saving > 0 else None,
             "same_tokens": bool(torch.equal(compiled_tokens, eager_tokens)),
             "command": shlex.join(["python", "examples/benchmark_compiled_step.py", *args.argv])}
