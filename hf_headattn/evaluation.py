@@ -54,13 +54,16 @@ def _check_positive_int(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def decoding_name(num_beams: int, max_length: int | None = None, coverage_penalty: float = 0.0) -> str:
+def decoding_name(num_beams: int, max_length: int | None = None, coverage_penalty: float = 0.0,
+                  length_penalty: float | None = None) -> str:
     """The decoding settings as they appear in output file names, so that runs with different settings never
-    overwrite each other: ``"greedy"`` or ``"beam4"``, plus ``"-cp0.4"`` with a coverage penalty and
-    ``"-maxlen64"`` when `max_length` overrides the folder's generation config."""
+    overwrite each other: ``"greedy"`` or ``"beam4"``, plus ``"-cp0.4"`` with a coverage penalty, ``"-lp0"`` when
+    `length_penalty` overrides the folder's generation config, and ``"-maxlen64"`` when `max_length` does."""
     name = "greedy" if num_beams == 1 else f"beam{num_beams}"
     if coverage_penalty:
         name += f"-cp{coverage_penalty:g}"
+    if length_penalty is not None:
+        name += f"-lp{length_penalty:g}"
     return name if max_length is None else f"{name}-maxlen{max_length}"
 
 
@@ -128,6 +131,7 @@ def evaluate_model(
     drop_runs: int = DROP_ALIGNMENT_RUNS,
     drop_cache_dir: str | Path | None = None,
     coverage_penalty: float = 0.0,
+    length_penalty: float | None = None,
     tokenizer: str | Path | None = None,
     force: bool = False,
     overwrite: bool = False,
@@ -155,6 +159,9 @@ def evaluate_model(
         max_length: Overrides the folder's ``generation_config.max_length`` (tokens, counting the start token).
         coverage_penalty: beta of Wu et al.'s coverage penalty, which re-ranks the beam (LSTM models only, with
             ``num_beams >= 2``; Malaviya et al.'s COVPENALTY baseline); 0 decodes without it.
+        length_penalty: Overrides the folder's ``generation_config.length_penalty``: beam hypotheses are ranked by
+            log-probability / length ** length_penalty (Transformers' default 1.0; 0 ranks by the log-probability
+            alone, as OpenNMT-py's translate did by default with ``-alpha 0``). None keeps the folder's.
         buckets: Source-length bucket boundaries of BLEU by length (:func:`hf_headattn.metrics.bleu_by_length`).
         tokenize: Word tokenisation of REP and DROP: ``"13a"`` (the default; sacrebleu's tokenizer splits
             punctuation off words, as the raw test text needs) or ``"whitespace"``.
@@ -190,6 +197,9 @@ def evaluate_model(
         raise ValueError(f"coverage_penalty must be a finite number >= 0, got {coverage_penalty!r}")
     if coverage_penalty and num_beams < 2:
         raise ValueError(f"the coverage penalty re-ranks beam hypotheses: use num_beams >= 2, got {num_beams}")
+    if length_penalty is not None and (isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float))
+                                       or not math.isfinite(length_penalty)):
+        raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
     if tokenize not in TOKENIZE_CHOICES:
         raise ValueError(f"Unknown tokenize={tokenize!r}; accepted: {', '.join(TOKENIZE_CHOICES)}")
     if (train_source is None) != (train_target is None):
@@ -202,7 +212,7 @@ def evaluate_model(
         check_export_options(export, coverage_penalty=coverage_penalty, tokenizer=tokenizer)
         ctranslate2_device(device)  # ctranslate2 installed, the device one it sees
     test_name = test_name if test_name is not None else _test_set_name(source_path)
-    decoding = decoding_name(num_beams, max_length, coverage_penalty)
+    decoding = decoding_name(num_beams, max_length, coverage_penalty, length_penalty)
     hypotheses_path, metrics_path = _output_paths(Path(output_dir), test_name, decoding, reference_path, overwrite)
     from .metrics import all_metrics
     from .parallel_data import read_parallel_files
@@ -219,7 +229,8 @@ def evaluate_model(
     translate = _translate_with_model if export is None else _translate_with_export
     hypotheses, model_record, decoding_record = translate(
         model_dir, sources, num_beams=num_beams, batch_size=batch_size, device=device, max_length=max_length,
-        coverage_penalty=coverage_penalty, tokenizer=tokenizer, force=force, desc=f"translating {source_path.name}")
+        coverage_penalty=coverage_penalty, length_penalty=length_penalty, tokenizer=tokenizer, force=force,
+        desc=f"translating {source_path.name}")
     # One hypothesis per line: a decoded line end ("\r" ends one too) would shift every later line of the file.
     hypotheses = [hypothesis.replace("\r", " ").replace("\n", " ") for hypothesis in hypotheses]
 
@@ -274,7 +285,7 @@ def evaluate_model(
 
 
 def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
-                          coverage_penalty, tokenizer, force, desc) -> tuple[list[str], dict, dict]:
+                          coverage_penalty, length_penalty, tokenizer, force, desc) -> tuple[list[str], dict, dict]:
     """(hypotheses, the JSON's "model", the JSON's "decoding" device, max_length and time) of a saved model."""
     from .loading import load_model_and_tokenizer
     from .translation import translate_sentences
@@ -288,6 +299,8 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
     model.to(torch_device)
     if max_length is not None:
         model.generation_config.max_length = max_length
+    if length_penalty is not None:
+        model.generation_config.length_penalty = length_penalty
     started = time.perf_counter()
     hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
                                      **({"coverage_penalty": coverage_penalty} if coverage_penalty else {}))
@@ -296,11 +309,17 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
                     "model_type": model.config.model_type, "architecture": type(model).__name__,
                     "parameters": sum(parameter.numel() for parameter in model.parameters())}
     return hypotheses, model_record, {"device": str(torch_device), "max_length": model.generation_config.max_length,
+                                      "length_penalty": _effective_length_penalty(model.generation_config),
                                       "translation_seconds": seconds}
 
 
-def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length, desc,
-                           **_) -> tuple[list[str], dict, dict]:
+def _effective_length_penalty(generation_config) -> float:
+    """The exponent beam search ranks by: the config's, or generate's default 1.0 where the config leaves it unset."""
+    return 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
+
+
+def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
+                           length_penalty, desc, **_) -> tuple[list[str], dict, dict]:
     """The same of a CTranslate2 export (its tokenizer and coverage penalty were refused by evaluate_model)."""
     from .translation.ctranslate2_backend import load_export, translate_export
 
@@ -308,10 +327,11 @@ def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, ba
     started = time.perf_counter()
     translations = translate_export(export, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
                                     max_new_tokens=None if max_length is None else max(max_length - 1, 1),
-                                    progress=True)
+                                    length_penalty=length_penalty, progress=True)
     seconds = time.perf_counter() - started
     return [translation.text for translation in translations], export.describe(), {
         "device": export.device, "max_length": export.generation["max_length"] if max_length is None else max_length,
+        "length_penalty": export.generation["length_penalty"] if length_penalty is None else length_penalty,
         "translation_seconds": seconds, "backend": "ctranslate2", "compute_type": export.compute_type}
 
 

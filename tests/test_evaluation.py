@@ -120,6 +120,7 @@ def test_example_script_runs_the_command(models, data, tmp_path, monkeypatch, ca
 def test_decoding_settings_name_the_outputs_so_runs_never_overwrite_each_other(models, data, tmp_path):
     runs = {  # file stem -> settings; all written into one folder
         "greedy": dict(num_beams=1), "beam2": dict(num_beams=2), "beam2-maxlen6": dict(num_beams=2, max_length=6),
+        "beam2-lp0": dict(num_beams=2, length_penalty=0.0),
     }
     results = {}
     for name, settings in runs.items():
@@ -133,6 +134,24 @@ def test_decoding_settings_name_the_outputs_so_runs_never_overwrite_each_other(m
         hypotheses = (tmp_path / f"test.{name}.hyp.tgt").read_text(encoding="utf-8").splitlines()
         assert hypotheses[0] == result["examples"][0]["hypothesis"]
     assert results["beam2-maxlen6"]["decoding"]["max_length"] == 6
+    assert results["beam2"]["decoding"]["length_penalty"] == 1.0  # the folder's (Transformers' default)
+    assert results["beam2-lp0"]["decoding"]["length_penalty"] == 0.0
+
+
+def test_the_length_penalty_overrides_the_folders_and_ranks_as_generate_does(models, data, tmp_path):
+    """length_penalty=0 (OpenNMT-py's -alpha 0: the log-probability alone) gives generate's output at that setting."""
+    from hf_headattn.loading import load_model_and_tokenizer
+
+    result = evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=3, length_penalty=0.0,
+                            batch_size=16, device="cpu", output_dir=tmp_path)
+    model, tokenizer = load_model_and_tokenizer(models["rnn"])
+    sources = data["test.src"].read_text(encoding="utf-8").splitlines()[:3]
+    output = model.generate(**tokenizer(sources, return_tensors="pt", padding=True), num_beams=3, length_penalty=0.0)
+    assert [text.strip() for text in tokenizer.batch_decode(output, skip_special_tokens=True)] == [
+        example["hypothesis"] for example in result["examples"][:3]]
+    with pytest.raises(ValueError, match="length_penalty must be a finite number, got nan"):
+        evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=3, length_penalty=float("nan"),
+                       device="cpu", output_dir=tmp_path)
 
 
 def test_the_coverage_penalty_reranks_the_lstm_beam_and_names_its_files(models, data, tmp_path):
