@@ -26,7 +26,6 @@ report records it.
 """
 
 import argparse
-import json
 import os
 import platform
 import shlex
@@ -380,14 +379,9 @@ def main(argv=None):
         "targets": check_targets(results, args.measures, torch.device(args.device).type),
         "minutes": (time.perf_counter() - start) / 60,
     }
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    text = section_text(report)
-    if args.markdown:
-        from benchmark_quality import replace_section
+    from benchmark_quality import publish
 
-        replace_section(Path(args.markdown), SECTION, text)
-    print(text)
+    publish(report, Path(args.output), SECTION, section_text(report), Path(args.markdown) if args.markdown else None)
     return report
 
 

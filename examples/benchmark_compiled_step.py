@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import os
 import shlex
 import shutil
@@ -135,7 +134,7 @@ def section_text(report: dict) -> str:
 
 
 def main(argv=None) -> None:
-    from benchmark_quality import replace_section
+    from benchmark_quality import publish
 
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -151,10 +150,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     args.argv = argv
     report = measure(args)
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
-    replace_section(Path(args.markdown), "compiled_step", section_text(report))
-    print(section_text(report))
+    publish(report, Path(args.output), "compiled_step", section_text(report), Path(args.markdown))
 
 
 if __name__ == "__main__":

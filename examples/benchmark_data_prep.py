@@ -190,7 +190,7 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--by-hand":
         return by_hand(*argv[1:4])
-    from benchmark_quality import DEFAULT_DATA_DIR, machine, replace_section
+    from benchmark_quality import DEFAULT_DATA_DIR, machine, publish
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, nargs="+", default=[29_000, 290_000, 2_900_000])
@@ -209,10 +209,7 @@ def main(argv=None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         report = {"machine": machine(), "command": shlex.join(["python", "examples/benchmark_data_prep.py", *argv]),
                   "sizes": [run_size(pairs, args, workdir) for pairs in args.pairs]}
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
-    replace_section(Path(args.markdown), "data_prep", section_text(report))
-    print(section_text(report))
+    publish(report, Path(args.output), "data_prep", section_text(report), Path(args.markdown))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,6 @@ with the same command and flags. Results: --output (JSON) and a section of BENCH
 """
 
 import argparse
-import json
 import os
 import shlex
 import statistics
@@ -428,7 +427,7 @@ def main(argv=None) -> None:
                                    compute_type, int(full_length))
     # imported after the processes' dispatch: each timed process imports only what its user would (benchmark_quality
     # brings torch, Transformers and this package, seconds a CTranslate2 process would otherwise be charged)
-    from benchmark_quality import add_data_arguments, replace_section
+    from benchmark_quality import add_data_arguments, publish
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=1000)
@@ -466,10 +465,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as temporary:
         args.work_dir = args.work_dir or temporary
         report = run(args)
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
-    replace_section(Path(args.markdown), section, section_text(report))
-    print(section_text(report))
+    publish(report, Path(args.output), section, section_text(report), Path(args.markdown))
 
 
 if __name__ == "__main__":

@@ -690,6 +690,18 @@ def replace_section(results_file: Path, name: str, text: str) -> None:
     os.replace(temporary, results_file)
 
 
+def publish(report: dict, json_path: Path, section: str, text: str, markdown: Path | None) -> None:
+    """A benchmark's results: `report` as the JSON `json_path` (its folder created) and `text` as section `section` of
+    the report `markdown` (None: no section), each file replaced whole, then `text` printed."""
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = json_path.with_name(f".{json_path.name}.partial")
+    temporary.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, json_path)
+    if markdown is not None:
+        replace_section(markdown, section, text)
+    print(text)
+
+
 # ------------------------------------------------------------------------------------------------ the command
 DEFAULT_DATA_DIR = "../shared/data/multi30k"
 
