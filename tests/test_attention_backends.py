@@ -200,26 +200,6 @@ def test_sdpa_equals_eager_in_training_and_cached_decoding(variant):
         torch.testing.assert_close(gradients["sdpa"][name], gradient, atol=1e-5, rtol=1e-4)
 
 
-def test_sdpa_leaves_one_query_steps_on_the_cpu_to_the_eager_matmuls(monkeypatch):
-    """A cached decoding step (one query a sequence) under sdpa runs the eager function on the CPU, which is faster
-    there (attention_backends.one_query_on_cpu); forwards over several queries still call SDPA."""
-    calls = []
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def counting(query, *args, **kwargs):
-        calls.append(query.shape[2])
-        return sdpa(query, *args, **kwargs)
-
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
-    model = random_model(tiny_config(), std=0.1)
-    _logits(model, "sdpa")
-    assert calls and all(queries > 1 for queries in calls)
-    calls.clear()
-    reference = _cached_step_logits(model, "eager")
-    torch.testing.assert_close(_cached_step_logits(model, "sdpa"), reference, atol=1e-5, rtol=1e-5)
-    assert calls and 1 not in calls  # the two-token prefix called SDPA, the one-token steps did not
-
-
 def _assert_flex_equals_eager(model):
     torch.testing.assert_close(_logits(model, "flex_attention"), _logits(model, "eager"), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(_cached_step_logits(model, "flex_attention"), _cached_step_logits(model, "eager"),

@@ -175,13 +175,6 @@ def block_mask(mask, head_mask, batch: int, heads: int, num_queries: int, num_ke
     return mask.derived(("block", head_mask.key if head_mask is not None else None, needs_backward), build)
 
 
-def one_query_on_cpu(implementation: str, query: torch.Tensor) -> bool:
-    """Whether SDPA would take one query a sequence on the CPU (a cached decoding step), where the eager function's two
-    matmuls are faster: SDPA's CPU kernel, 1.3-2.3x slower over caches of 20-30 keys (640 rows, 4 heads of 64, one
-    thread of a Xeon), cost a decoder 8% of beam search's time (examples/benchmark_decoding.py's model)."""
-    return implementation == SDPA and query.shape[2] == 1 and query.device.type == "cpu"
-
-
 def describe_module(module) -> str:
     """`module` (an attention variant) as its site and layer, for error messages."""
     return f"`{module.site}` of layer {module.layer_idx} ({module.name})"
@@ -205,7 +198,7 @@ def softmax_attention(
     computed by the eager function, whatever the implementation (fused kernels do not return them)."""
     implementation = module.config._attn_implementation
     dropout = module.attention_dropout if module.training else 0.0
-    if need_weights or implementation is None or implementation == EAGER or one_query_on_cpu(implementation, query):
+    if need_weights or implementation is None or implementation == EAGER:
         return eager_attention_forward(module, query, key, value, additive_mask(mask, head_mask, query.dtype),
                                        scaling=module.scaling, dropout=dropout)
     kind = mask_format(implementation)
