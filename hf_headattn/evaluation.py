@@ -161,7 +161,8 @@ def evaluate_model(
             ``num_beams >= 2``; Malaviya et al.'s COVPENALTY baseline); 0 decodes without it.
         length_penalty: Overrides the folder's ``generation_config.length_penalty``: beam hypotheses are ranked by
             log-probability / length ** length_penalty (Transformers' default 1.0; 0 ranks by the log-probability
-            alone, as OpenNMT-py's translate did by default with ``-alpha 0``). None keeps the folder's.
+            alone, as OpenNMT-py's translate did by default with ``-alpha 0``; with ``num_beams >= 2``). None keeps
+            the folder's.
         buckets: Source-length bucket boundaries of BLEU by length (:func:`hf_headattn.metrics.bleu_by_length`).
         tokenize: Word tokenisation of REP and DROP: ``"13a"`` (the default; sacrebleu's tokenizer splits
             punctuation off words, as the raw test text needs) or ``"whitespace"``.
@@ -200,6 +201,8 @@ def evaluate_model(
     if length_penalty is not None and (isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float))
                                        or not math.isfinite(length_penalty)):
         raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    if length_penalty is not None and num_beams < 2:
+        raise ValueError(f"the length penalty ranks beam hypotheses: use num_beams >= 2, got {num_beams}")
     if tokenize not in TOKENIZE_CHOICES:
         raise ValueError(f"Unknown tokenize={tokenize!r}; accepted: {', '.join(TOKENIZE_CHOICES)}")
     if (train_source is None) != (train_target is None):

@@ -152,6 +152,9 @@ def test_the_length_penalty_overrides_the_folders_and_ranks_as_generate_does(mod
     with pytest.raises(ValueError, match="length_penalty must be a finite number, got nan"):
         evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=3, length_penalty=float("nan"),
                        device="cpu", output_dir=tmp_path)
+    with pytest.raises(ValueError, match="the length penalty ranks beam hypotheses: use num_beams >= 2, got 1"):
+        evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=1, length_penalty=0.0,
+                       device="cpu", output_dir=tmp_path)
 
 
 def test_the_coverage_penalty_reranks_the_lstm_beam_and_names_its_files(models, data, tmp_path):
