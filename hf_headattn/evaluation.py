@@ -290,6 +290,7 @@ def evaluate_model(
 def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
                           coverage_penalty, length_penalty, tokenizer, force, desc) -> tuple[list[str], dict, dict]:
     """(hypotheses, the JSON's "model", the JSON's "decoding" device, max_length and time) of a saved model."""
+    from .decoding import resolve_generation_config
     from .loading import load_model_and_tokenizer
     from .translation import translate_sentences
 
@@ -302,23 +303,19 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
     model.to(torch_device)
     if max_length is not None:
         model.generation_config.max_length = max_length
-    if length_penalty is not None:
-        model.generation_config.length_penalty = length_penalty
+    generate_kwargs = {"coverage_penalty": coverage_penalty} if coverage_penalty else {}
+    ranking = {} if length_penalty is None else {"length_penalty": length_penalty}
     started = time.perf_counter()
     hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
-                                     **({"coverage_penalty": coverage_penalty} if coverage_penalty else {}))
+                                     **generate_kwargs, **ranking)
     seconds = time.perf_counter() - started
     model_record = {"path": str(model_dir.resolve()), "name": model_dir.resolve().name,
                     "model_type": model.config.model_type, "architecture": type(model).__name__,
                     "parameters": sum(parameter.numel() for parameter in model.parameters())}
+    # the exponent beam search ranked by: the override, else the folder's, else generate's default
+    ranked_by = resolve_generation_config(model, num_beams=num_beams, **ranking)[0].length_penalty
     return hypotheses, model_record, {"device": str(torch_device), "max_length": model.generation_config.max_length,
-                                      "length_penalty": _effective_length_penalty(model.generation_config),
-                                      "translation_seconds": seconds}
-
-
-def _effective_length_penalty(generation_config) -> float:
-    """The exponent beam search ranks by: the config's, or generate's default 1.0 where the config leaves it unset."""
-    return 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
+                                      "length_penalty": ranked_by, "translation_seconds": seconds}
 
 
 def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
