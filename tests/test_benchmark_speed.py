@@ -2,6 +2,8 @@
 --quick smoke run on Multi30k."""
 
 import json
+import os
+import sys
 
 import pytest
 
@@ -72,7 +74,8 @@ def test_data_prep_report_marks_the_targets(tmp_path):
     assert len(source.read_text(encoding="utf-8").splitlines()) == 50 == len(target.read_text().splitlines())
 
     def run(seconds, peak):
-        return {"seconds": seconds, "peak_mib": peak, "peak_anonymous_mib": peak / 2, "command": "x"}
+        return {"seconds": seconds, "seconds_to_exit": seconds + 2, "peak_mib": peak, "peak_anonymous_mib": peak / 2,
+                "command": "x"}
     report = {"machine": {"cpu_model": "CPU X", "processor": "x86_64", "cpu_count": 2, "torch": "2.x",
                           "transformers": "5.x"}, "command": "python examples/benchmark_data_prep.py",
               "sizes": [{"pairs": 29_000, "by hand": run(10.0, 300), "command": run(11.0, 400), "time_ratio": 1.1,
@@ -80,9 +83,24 @@ def test_data_prep_report_marks_the_targets(tmp_path):
                         {"pairs": 2_900_000, "by hand": run(300.0, 900), "command": run(400.0, 1100),
                          "time_ratio": 4 / 3, "memory_ratio": 11 / 9}]}
     text = script.section_text(report)
-    assert "| 29,000 | 10.0 | 300 (150) | 11.0 | 400 (200) | 1.10 | 1.33 | time <= 1.2x: met |" in text
-    assert "| 2,900,000 | 300.0 | 900 (450) | 400.0 | 1100 (550) | 1.33 | 1.22 | time <= 1.2x: not met; peak < 1 GB: " \
-           "not met |" in text
+    assert "| 29,000 | 10.0 | 300 (150) | 11.0 | 13.0 | 400 (200) | 1.10 | 1.33 | time <= 1.2x: met |" in text
+    assert "| 2,900,000 | 300.0 | 900 (450) | 400.0 | 402.0 | 1100 (550) | 1.33 | 1.22 | time <= 1.2x: not met; " \
+           "peak < 1 GB: not met |" in text
+
+
+def test_data_prep_times_a_process_to_its_first_logged_step(tmp_path):
+    """The command's time is taken when its output first shows a logged loss, even where the line is split between
+    two reads, and a process that never shows one is an error naming its log."""
+    script = load_example("benchmark_data_prep")
+    printer = ("import sys, time; sys.stdout.write('prep\\r 0/1\\rlo'); sys.stdout.flush(); time.sleep(0.3); "
+               "print('ss 9.25 | grad_norm 1'); sys.stdout.flush(); time.sleep(0.6)")
+    result = script.measure([sys.executable, "-c", printer], dict(os.environ), 0.05, tmp_path / "log",
+                            until=script.FIRST_STEP_LOGGED)
+    assert 0.3 <= result["seconds"] < result["seconds_to_exit"] and result["seconds_to_exit"] >= 0.9
+    assert "loss 9.25 | grad_norm 1" in (tmp_path / "log").read_text()
+    silent = [sys.executable, "-c", "print('eval_loss 3.2 | epoch 1')"]  # an evaluation's loss is not the step's
+    with pytest.raises(RuntimeError, match="never wrote a line matching .*log"):
+        script.measure(silent, dict(os.environ), 0.05, tmp_path / "silent.log", until=script.FIRST_STEP_LOGGED)
 
 
 def _toy_multi30k(directory):

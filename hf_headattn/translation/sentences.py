@@ -165,7 +165,7 @@ def distributed_state():
 
 def _translate_batch(model, tokenizer, texts, *, nbest, limit, fast, scores, alignments, alignment_layer,
                      alignment_heads, generate_kwargs, attention=False) -> list[list[Hypothesis]]:
-    from ..decoding import search_sequences
+    from ..decoding import resolve_generation_config, search_sequences
 
     batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=limit is not None, max_length=limit,
                       return_token_type_ids=False).to(model.device)
@@ -183,8 +183,7 @@ def _translate_batch(model, tokenizer, texts, *, nbest, limit, fast, scores, ali
         for hypothesis, score in zip(hypotheses, search_scores.tolist()):
             hypothesis.score = score
     elif scores or alignments or attention:
-        length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
-        length_penalty = 1.0 if length_penalty is None else length_penalty
+        length_penalty = resolve_generation_config(model, **generate_kwargs)[0].length_penalty  # generate's own
         scored = teacher_forced(model, batch["input_ids"], batch["attention_mask"], sequences,
                                 sequences_per_source=nbest, length_penalty=length_penalty,
                                 alignments=alignments or attention,
