@@ -11,6 +11,8 @@ a file; its wall time, from start to exit (imports and loading included), is wha
 * `hf-headattn-translate`: the fast path (hf_headattn/decoding.py; the command's default batches of 128 sentences,
   4,096 source tokens), float32, with `--quantize int8`, and with `--dtype bfloat16` (fast only on CPUs with native
   bfloat16 arithmetic, e.g. AVX512-BF16; it warns elsewhere);
+* at beam search on real lengths, the fast path (float32 and int8) with `--early_stopping true`, CTranslate2's rule
+  for ending a sentence's search, so that both decode the same steps;
 * CTranslate2 float32 and int8 on the same weights (`hf-headattn-export --format ctranslate2`), used by hand:
   the export's tokenizer through `tokenizers` and `ctranslate2.Translator.translate_batch` (batches of 32, as it sorts
   them), no Transformers imported;
@@ -66,7 +68,10 @@ TARGETS = {  # issue 35: speed-up over the anchor at beam 5, and agreement with 
     ("ours, fast", 5): 1.5, ("ours, fast int8", 5): 2.5}
 GPU_TARGETS = {("ours, fast", 5): 2.0}  # issue 43: on a GPU, speed-up over "ours, generate" at beam 5
 # issue 43: the fast path's decoding time (time less start-up) at most CTranslate2's of the same precision
-CTRANSLATE2_TARGETS = {"ours, fast": "CTranslate2 float32", "ours, fast int8": "CTranslate2 int8"}
+EARLY_STOPPING = ", early stopping"  # the rows that end beam search by CTranslate2's rule (--early_stopping true)
+CTRANSLATE2_TARGETS = {"ours, fast": "CTranslate2 float32", "ours, fast int8": "CTranslate2 int8",
+                       f"ours, fast{EARLY_STOPPING}": "CTranslate2 float32",
+                       f"ours, fast int8{EARLY_STOPPING}": "CTranslate2 int8"}
 ANCHOR, GENERATE = "anchor: MarianMTModel.generate", "ours, generate"
 STARTUP = "start-up"  # the plan's key of the start-up runs (the first line alone)
 DEFAULT_VARIANTS = ["transformer sparsemax", "transformer csoftmax predicted", "transformer csparsemax predicted",
@@ -214,6 +219,13 @@ def commands(folders: dict, input_file: Path, outputs: Path, num_beams: int, thr
     add("ours, fast", ours(folders["softmax"]))
     for name, flags in reduced.items():
         add(f"ours, fast {name}", ours(folders["softmax"], *flags))
+    if num_beams > 1 and not full_length:
+        # CTranslate2 ends a sentence's beam search once it has num_beams finished hypotheses, where generate's
+        # default searches on: these rows take its rule, so that they and CTranslate2 decode the same steps
+        add(f"ours, fast{EARLY_STOPPING}", ours(folders["softmax"], "--early_stopping", "true"))
+        if "int8" in reduced:
+            add(f"ours, fast int8{EARLY_STOPPING}", ours(folders["softmax"], "--early_stopping", "true",
+                                                         *reduced["int8"]))
     if "ct2 float32" in folders:
         for name, (export, compute_type) in ctranslate2_rows.items():
             add(f"CTranslate2 {name}", [python, this, "--ctranslate2-process", str(folders[f"ct2 {export}"]),
@@ -288,11 +300,16 @@ def run(args) -> dict:
         rows[beams] = []
         for name, (argv, output) in ran.items():
             hypotheses = output.read_text(encoding="utf-8").splitlines()
+            counterpart = ctranslate2_counterpart(name)
+            counterpart_lines = (ran[counterpart][1].read_text(encoding="utf-8").splitlines()
+                                 if counterpart in ran and counterpart != name else None)
             median = statistics.median(seconds[beams][name])
             rows[beams].append({
                 "system": name, "seconds": seconds[beams][name], "median": median,
                 "sentences_per_second": len(sources) / median, "speedup": anchor_median / median,
                 "same_as_anchor": sum(a == b for a, b in zip(hypotheses, anchor_lines)) / len(sources),
+                "same_as_ctranslate2": None if counterpart_lines is None else
+                sum(a == b for a, b in zip(hypotheses, counterpart_lines)) / len(sources),
                 "bleu": sacrebleu.corpus_bleu(hypotheses, [references], force=True).score,
                 "startup": startup.get(name),
                 "decoding": median - startup[name] if name in startup else None,
@@ -339,14 +356,19 @@ def relative_to_softmax(name: str, medians: dict) -> str:
     return f"{ratio:.2f}x (target <= {VARIANT_TARGET}x: {'met' if ratio <= VARIANT_TARGET else 'not met'})"
 
 
+def ctranslate2_counterpart(name: str) -> str | None:
+    """The CTranslate2 row of a row's precision: int8 for the int8 rows, float32 for the others, none for the
+    half-precision rows and CTranslate2's own."""
+    if name.startswith("CTranslate2") or "float16" in name:  # bfloat16 too
+        return None
+    return "CTranslate2 int8" if "int8" in name else "CTranslate2 float32"
+
+
 def relative_to_ctranslate2(name: str, decodings: dict) -> str:
-    """A row's decoding time (its time less its start-up) over CTranslate2's of the same precision (float32, or
-    int8 for the int8 rows; none for CTranslate2's own rows and other precisions), with issue 43's mark (at most
-    1.0x) on the fast path's rows."""
-    if name.startswith("CTranslate2") or name.endswith(("float16", "bfloat16")):
-        return ""
-    counterpart = "CTranslate2 int8" if name.endswith("int8") else "CTranslate2 float32"
-    if decodings.get(name) is None or decodings.get(counterpart) is None or min(decodings[name],
+    """A row's decoding time (its time less its start-up) over CTranslate2's of the same precision
+    (:func:`ctranslate2_counterpart`), with issue 43's mark (at most 1.0x) on the fast path's rows."""
+    counterpart = ctranslate2_counterpart(name)
+    if counterpart is None or decodings.get(name) is None or decodings.get(counterpart) is None or min(decodings[name],
                                                                                decodings[counterpart]) <= 0:
         return ""  # no start-up measured, or a run too short to tell decoding from start-up
     ratio = decodings[name] / decodings[counterpart]
@@ -387,7 +409,14 @@ def section_text(report: dict) -> str:
         lines += ["", "Start-up = the median time of the same process translating the first line alone (greedy): "
                       "imports, loading and exit. Decoding = time - start-up. Decoding / CTranslate2 = a row's "
                       "decoding time over CTranslate2's of the same precision (float32; int8 for the int8 rows), "
-                      "which issue 43 wants at most 1.0x for the fast path."]
+                      "which issue 43 wants at most 1.0x for the fast path; \"same as CTranslate2\" compares their "
+                      "lines."]
+    if any(EARLY_STOPPING in row["system"] for table in report["rows"].values() for row in table):
+        lines += ["", f"The rows ending in \"{EARLY_STOPPING[2:]}\" end a sentence's beam search by CTranslate2's rule "
+                      "(`--early_stopping true`: once it has num_beams finished hypotheses), where the others give "
+                      "generate's lines (its default searches on while a running beam is likely to score better): "
+                      "they decode the steps CTranslate2 decodes, so their decoding / CTranslate2 compares a step "
+                      "with a step."]
     if report.get("ctranslate2", "ran") != "ran":
         lines += ["", f"CTranslate2 did not run: {report['ctranslate2']}."]
     for name, error in report.get("failures", {}).items():
@@ -396,8 +425,8 @@ def section_text(report: dict) -> str:
         lines += ["", f"### Beam {beams}" if beams != "1" else "### Greedy", "",
                   f"| system | seconds | start-up s | decoding s | sentences/s | speed-up | decoding / CTranslate2 | "
                   f"same as {'anchor' if report.get('reference', {}).get(beams, ANCHOR) == ANCHOR else 'generate'} | "
-                  "BLEU | time / family's softmax |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "same as CTranslate2 | BLEU | time / family's softmax |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         medians = {row["system"]: row["median"] for row in table}
         decodings = {row["system"]: row.get("decoding") for row in table}
         for row in table:
@@ -407,10 +436,12 @@ def section_text(report: dict) -> str:
             mark = f" (target {target}x: {'met' if row['speedup'] >= target else 'not met'})" if target else ""
             startup, decoding = (f"{row[key]:.1f}" if row.get(key) is not None else "" for key in ("startup",
                                                                                                   "decoding"))
+            same_as_ctranslate2 = ("" if row.get("same_as_ctranslate2") is None else
+                                   f"{100 * row['same_as_ctranslate2']:.1f}%")
             lines.append(f"| {row['system']} | {row['median']:.1f} [{min(row['seconds']):.1f}-"
                          f"{max(row['seconds']):.1f}] | {startup} | {decoding} | {row['sentences_per_second']:.1f} | "
                          f"{row['speedup']:.2f}x{mark} | {relative_to_ctranslate2(row['system'], decodings)} | "
-                         f"{100 * row['same_as_anchor']:.1f}% | {row['bleu']:.2f} | "
+                         f"{100 * row['same_as_anchor']:.1f}% | {same_as_ctranslate2} | {row['bleu']:.2f} | "
                          f"{relative_to_softmax(row['system'], medians)} |")
     lines += ["", "Command:", "", "```", report["command"], "```"]
     return "\n".join(lines)

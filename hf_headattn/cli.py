@@ -165,6 +165,16 @@ def probability(text: str) -> float:
     return _checked(text, float, "a number in (0, 1]", lambda value: 0 < value <= 1)
 
 
+EARLY_STOPPING = {"true": True, "false": False, "never": "never"}  # generate's early_stopping values, as spelled
+
+
+def early_stopping(text: str) -> bool | str:
+    """generate's `early_stopping`: true, false or never."""
+    if text.lower() not in EARLY_STOPPING:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(EARLY_STOPPING)}")
+    return EARLY_STOPPING[text.lower()]
+
+
 # ------------------------------------------------------------------------------------------------ --model as a path
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")  # how a Hugging Face Hub repository id is written: name or user/name
 

@@ -112,8 +112,14 @@ def test_decoding_benchmark_end_to_end(tmp_path):
     assert set(report["rows"]) == {"1", "5"}
     systems = [row["system"] for row in report["rows"]["5"]]
     assert systems == ["anchor: MarianMTModel.generate", "ours, generate", "ours, fast", "ours, fast int8",
-                       "ours, fast bfloat16", "CTranslate2 float32", "CTranslate2 int8", "transformer sparsemax, fast",
+                       "ours, fast bfloat16", "ours, fast, early stopping", "ours, fast int8, early stopping",
+                       "CTranslate2 float32", "CTranslate2 int8", "transformer sparsemax, fast",
                        "transformer sparsemax, fast int8"]
+    beam = {row["system"]: row for row in report["rows"]["5"]}
+    # CTranslate2's stopping rule gives CTranslate2's lines
+    assert beam["ours, fast, early stopping"]["same_as_ctranslate2"] >= max(
+        0.9, beam["ours, fast"]["same_as_ctranslate2"])
+    assert beam["CTranslate2 float32"]["same_as_ctranslate2"] is None
     rows = {row["system"]: row for row in report["rows"]["1"]}
     assert rows["anchor: MarianMTModel.generate"]["same_as_anchor"] == 1.0 and rows["ours, fast"]["speedup"] > 0
     # the same weights: the fast path and CTranslate2's greedy search translate as the anchor does
@@ -152,7 +158,8 @@ def test_decoding_systems_on_a_gpu(tmp_path):
                "variants": {"transformer sparsemax": tmp_path / "sparsemax"}}
     systems = commands(folders, tmp_path / "input.de", tmp_path, 5, 2, "cuda")
     assert list(systems) == ["anchor: MarianMTModel.generate", "ours, generate", "ours, fast", "ours, fast float16",
-                             "ours, fast bfloat16", "transformer sparsemax, fast", "transformer sparsemax, fast float16"]
+                             "ours, fast bfloat16", "ours, fast, early stopping", "transformer sparsemax, fast",
+                             "transformer sparsemax, fast float16"]
     for name, (argv, _) in systems.items():
         assert "cuda" in argv and "int8" not in argv, name
     folders.update({"ct2 float32": tmp_path / "ct2-float32", "ct2 int8": tmp_path / "ct2-int8"})
@@ -175,6 +182,14 @@ def test_full_batches_hold_every_systems_translations_to_the_length(tmp_path):
         assert not any("new_tokens" in argument for argument in free[name][0]), name
     for name in ("anchor: MarianMTModel.generate", "CTranslate2 float32", "CTranslate2 int8"):
         assert held[name][0][-1] == "30" and free[name][0][-1] == "0", name
+    # CTranslate2's stopping rule: beam search on real lengths only (held to a length, every hypothesis ends there)
+    early = {name: argv for name, (argv, _) in free.items() if name.endswith(", early stopping")}
+    assert list(early) == ["ours, fast, early stopping", "ours, fast int8, early stopping"]
+    assert all(" ".join(argv).count("--early_stopping true") == 1 for argv in early.values())
+    assert "--quantize" in early["ours, fast int8, early stopping"]
+    assert not any(name.endswith(", early stopping") for name in held)
+    assert not any(name.endswith(", early stopping") for name in commands(folders, tmp_path / "input.de", tmp_path, 1,
+                                                                          2, "cpu"))
 
 
 def test_decoding_rows_compare_each_variant_with_its_familys_softmax():
@@ -198,5 +213,9 @@ def test_decoding_rows_compare_decoding_time_with_ctranslate2_of_the_same_precis
     assert relative("ours, fast int8", decodings) == "1.00x (target <= 1.0x: met)"
     assert relative("ours, generate", decodings) == "2.00x" and relative("transformer mma, fast int8", decodings) == \
         "0.50x"
+    decodings.update({"ours, fast, early stopping": 5.4, "ours, fast int8, early stopping": 7.2})
+    assert relative("ours, fast, early stopping", decodings) == "0.90x (target <= 1.0x: met)"
+    assert relative("ours, fast int8, early stopping", decodings) == "1.20x (target <= 1.0x: not met)"
+    assert relative("ours, fast bfloat16", decodings) == relative("CTranslate2 int8", decodings) == ""
     assert relative("ours, fast bfloat16", decodings) == relative("CTranslate2 int8", decodings) == \
         relative("anchor: MarianMTModel.generate", decodings) == ""

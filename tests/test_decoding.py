@@ -20,6 +20,7 @@ SEARCHES = {
     "beam-5-3-best": dict(num_beams=5, num_return_sequences=3, **NO_REPEAT),
     "beam-4-length-penalty-no-repeated-bigrams": dict(num_beams=4, length_penalty=0.5, no_repeat_ngram_size=2),
     "beam-3-early-stopping": dict(num_beams=3, early_stopping=True, **NO_REPEAT),
+    "beam-3-never-stopping-early": dict(num_beams=3, early_stopping="never", **NO_REPEAT),
     "beam-3-repeats-allowed": dict(num_beams=3),
     "greedy-min-length": dict(num_beams=1, min_length=5, **NO_REPEAT),
     "beam-4-min-new-tokens": dict(num_beams=4, min_new_tokens=4, **NO_REPEAT),

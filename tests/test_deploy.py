@@ -270,7 +270,7 @@ def test_translate_command_gives_an_exports_beam_lines_and_nbest_lists(folder, f
                                                                        test_files, capsys, caplog):
     """Beam search: the trained folder's n-best lists with alignments through the export are the model's (the
     sources longer than its 12 tokens cut alike); where the random model's differ, CTranslate2 ended the search
-    earlier (on the top beam's end of sentence) with a finished hypothesis the model's search outscored."""
+    earlier (once it had num_beams finished hypotheses) with one the model's search outscored."""
     source = str(test_files[0])
     flags = ["--input", source, "--num_beams", "4", "--nbest", "2", "--alignments"]
     ours, theirs = (translate_command(["--model", str(model), *flags], capsys) for model in (folder, folder_export))
@@ -287,6 +287,37 @@ def test_translate_command_gives_an_exports_beam_lines_and_nbest_lists(folder, f
     for a, b, equal in zip(ours, theirs, same):
         a, b = scores_of([a]), scores_of([b])
         assert b == pytest.approx(a, abs=2e-3) if equal else b[0] <= a[0] + 2e-3, (a, b)
+
+
+def test_early_stopping_true_is_ctranslate2s_stopping_rule(varied_folder, test_files, capsys):
+    """--early_stopping true ends a sentence's beam search once it has num_beams finished hypotheses, CTranslate2's
+    rule: the varied model's beam lines through the model are then its export's, every one (with generate's default,
+    False, the model searches on past some of them); greedy search is refused the flag, and an export refuses the
+    other values, before reading the input."""
+    source = str(test_files[0])
+    outputs = {}
+    for name, extra in (("default", []), ("true", ["--early_stopping", "true"])):
+        flags = ["--input", source, "--num_beams", "4", "--output_format", "jsonl", *extra]
+        outputs[name] = [without_scores(jsonl_lines(translate_command(["--model", str(model), *flags], capsys).out))
+                         for model in varied_folder]
+    assert outputs["true"][1] == outputs["true"][0] and len(outputs["true"][0]) == 41
+    assert outputs["default"][1] != outputs["default"][0]
+    generated = translate_command(["--model", str(varied_folder[0]), "--input", source, "--num_beams", "4",
+                                   "--early_stopping", "true", "--decoding", "generate", "--output_format", "jsonl"],
+                                  capsys)
+    assert without_scores(jsonl_lines(generated.out)) == outputs["true"][0]
+    for model, flags, named in [
+            (varied_folder[0], [], "--early_stopping true ends beam search; the model decodes greedily"),
+            (varied_folder[1], [], "--early_stopping with greedy search (num_beams 1)"),
+            (varied_folder[1], ["--num_beams", "4"], "CTranslate2's beam search ends a sentence once it has "
+                                                     "num_beams finished hypotheses")]:
+        value = "true" if not flags else "never"
+        with pytest.raises(SystemExit) as refused:
+            translate_command(["--model", str(model), "--input", source, "--early_stopping", value, *flags], capsys)
+        assert refused.value.code == 2 and named in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        translate_command(["--model", str(varied_folder[0]), "--early_stopping", "soon"], capsys)
+    assert refused.value.code == 2 and "'soon' is not one of true, false, never" in capsys.readouterr().err
 
 
 def test_evaluate_command_scores_an_export_as_the_model(folder, folder_export, test_files, tmp_path, capsys):

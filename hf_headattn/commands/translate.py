@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
-                   configure_logging, finite_float, non_negative_int, positive_float, positive_int, probability,
-                   random_seed)
+                   configure_logging, early_stopping, finite_float, non_negative_int,
+                   positive_float, positive_int, probability, random_seed)
 from ..output_files import new_file
 from ..translation import (ALIGNMENT_HEADS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, OUTPUT_FORMATS, QUANTIZATIONS,
                            format_translation, quantize, read_lines, translate)
@@ -106,6 +106,11 @@ def make_parser() -> argparse.ArgumentParser:
                           help="exponent of the length dividing beam scores")
     decoding.add_argument("--no_repeat_ngram_size", type=non_negative_int, default=None,
                           help="forbid repeating n-grams of this size (0: off)")
+    decoding.add_argument("--early_stopping", type=early_stopping, default=None, metavar="{true,false,never}",
+                          help="when beam search ends a sentence: true, once it has --num_beams finished hypotheses "
+                               "(fairseq's and CTranslate2's rule; fewer steps); false (Transformers' default), once "
+                               "no running beam is likely to overtake them (a length-based estimate); never, once "
+                               "none can")
     decoding.add_argument("--decoding", default="fast", choices=DECODINGS,
                           help="fast: greedy and beam search that drop finished sentences from their batch (the "
                                "translations of generate); generate: Transformers' generate (sampling always uses it)")
@@ -131,7 +136,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 GENERATION_FLAGS = ("num_beams", "max_new_tokens", "min_new_tokens", "length_penalty", "no_repeat_ngram_size",
-                    "top_k", "top_p", "temperature")
+                    "early_stopping", "top_k", "top_p", "temperature")
 
 
 def _check_paths(parser, args) -> None:
@@ -219,6 +224,9 @@ def _load_and_translate(parser, args, sources, state):
     num_beams = generate_kwargs.get("num_beams", model.generation_config.num_beams or 1)
     if args.nbest > num_beams:
         parser.error(f"--nbest {args.nbest} is more than the model's num_beams {num_beams}: pass --num_beams")
+    if args.early_stopping is not None and num_beams == 1:
+        parser.error(f"--early_stopping {str(args.early_stopping).lower()} ends beam search; the model "
+                     "decodes greedily (num_beams 1): pass --num_beams 2 or more")
     if args.seed is not None:
         from transformers import set_seed
 

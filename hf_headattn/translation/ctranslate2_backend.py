@@ -8,7 +8,9 @@ and ``hf-headattn-evaluate`` run when ``--model`` names one, and :func:`hf_heada
   naming each flag: ``--decoding generate`` (an export decodes with CTranslate2's search), ``--tokenizer`` (an export
   splits text with its own ``tokenizer/``), ``--coverage_penalty`` (this package's Transformer decodes without one),
   ``--alignment_layer`` other than the exported one and ``--alignment_heads hop``, ``--alignments`` with an export
-  written before exports kept their alignment heads, ``--do_sample`` with beams, and several processes (torchrun).
+  written before exports kept their alignment heads, ``--do_sample`` with beams, ``--early_stopping`` false or never
+  (CTranslate2 ends a sentence's beam search once it has ``num_beams`` finished hypotheses, as ``--early_stopping
+  true`` does; the flag with greedy search), and several processes (torchrun).
 * :func:`load_export` loads the tokenizer and a ``ctranslate2.Translator`` (``--device`` auto/cpu/cuda/cuda:N;
   ``--dtype`` and ``--quantize`` become CTranslate2's compute type, :func:`compute_type_of`, by default the type the
   export was written in; the CPU threads PyTorch would use).
@@ -28,9 +30,11 @@ and ``hf-headattn-evaluate`` run when ``--model`` names one, and :func:`hf_heada
   ``--alignment_heads mean`` does; CTranslate2 4.x's beam search returns the first step's attention of padded
   batches wrongly (other rows), so that step's attention comes from a one-step greedy pass, which computes the same.
 
-What differs: beam search can end differently on some lines (CTranslate2 decides differently when a sentence's
-search is over, and applies ``no_repeat_ngram_size`` differently within the beam); greedy search gives the same
-lines, up to the kernels' rounding.
+What differs: beam search can end differently on some lines (CTranslate2 ends a sentence's search once it has
+``num_beams`` finished hypotheses, Transformers' ``early_stopping=True``, where a model's generation config usually
+leaves Transformers' default, False, which searches on while a running beam may still overtake them; and it applies
+``no_repeat_ngram_size`` differently within the beam); greedy search gives the same lines, up to the kernels'
+rounding.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -183,6 +187,14 @@ def check_export_options(folder: str | Path, **options) -> None:
     num_beams = options.get("num_beams") or defaults.get("num_beams", 1)
     if do_sample and num_beams > 1:
         refused.append(f"--do_sample with {num_beams} beams (CTranslate2 samples with beam 1: pass --num_beams 1)")
+    early_stopping = options.get("early_stopping")
+    if early_stopping is not None and early_stopping is not True:
+        refused.append(f"--early_stopping {str(early_stopping).lower()} (CTranslate2's beam search ends a "
+                       "sentence once it has num_beams finished hypotheses: --early_stopping true, what an export "
+                       "always does)")
+    elif early_stopping is not None and num_beams == 1:
+        refused.append("--early_stopping with greedy search (num_beams 1): it ends beam search; pass --num_beams 2 "
+                       "or more")
     if refused:
         raise ValueError(f"{folder} is a CTranslate2 export, which cannot take " + "; ".join(refused))
 
@@ -315,6 +327,7 @@ def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[s
 
     if not isinstance(export, CTranslate2Export):
         export = load_export(export)
+    early_stopping = generate_kwargs.pop("early_stopping", None)  # CTranslate2's rule is True's: checked below
     unknown = sorted(set(generate_kwargs) - set(GENERATION_OPTIONS))
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: no CTranslate2 counterpart; accepted: {', '.join(GENERATION_OPTIONS)}")
@@ -326,7 +339,8 @@ def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[s
         raise ValueError(f"nbest={nbest} is more than num_beams={num_beams}: beam search keeps num_beams "
                          "hypotheses, so ask for at most that many (or raise num_beams)")
     check_export_options(export.folder, alignments=alignments, alignment_layer=alignment_layer,
-                         alignment_heads=alignment_heads, do_sample=settings["do_sample"], num_beams=num_beams)
+                         alignment_heads=alignment_heads, do_sample=settings["do_sample"], num_beams=num_beams,
+                         early_stopping=early_stopping)
     ctranslate2 = import_ctranslate2()
     options = {"beam_size": num_beams, "num_hypotheses": nbest, "max_decoding_length": settings["max_new_tokens"],
                "min_decoding_length": settings["min_new_tokens"],  # CTranslate2's default, 1, forbids an empty one
