@@ -66,6 +66,28 @@ def test_unicode_line_separators_stay_inside_lines_and_empty_pairs_are_skipped_a
     assert "skipped 2 pairs with an empty line, kept 4" in caplog.text
 
 
+def test_tokenisation_pool_forks_from_a_heap_frozen_out_of_the_garbage_collector(monkeypatch):
+    """The pool's workers are forked while every object is frozen (gc.freeze), so that the collector does not copy
+    the command's heap into each of them; afterwards the heap is collected as before."""
+    import gc
+
+    frozen_during_map = []
+    real_map = Dataset.map
+
+    def recording_map(self, *args, **kwargs):
+        frozen_during_map.append(gc.get_freeze_count())
+        return real_map(self, *args, **kwargs)
+
+    monkeypatch.setattr(Dataset, "map", recording_map)
+    pairs = make_toy_corpus(20, seed=0)
+    tokenizer = train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=150)
+    before = gc.get_freeze_count()
+    dataset = tokenize_parallel(Dataset.from_dict({"source": [s for s, _ in pairs], "target": [t for _, t in pairs]}),
+                                tokenizer, num_proc=2)
+    assert len(dataset) == 20 and frozen_during_map[0] > before + 1000
+    assert gc.get_freeze_count() == before
+
+
 def test_pairs_longer_than_max_length_are_truncated_and_counted(caplog):
     pairs = make_toy_corpus(40, seed=0)
     tokenizer = train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=150)
