@@ -136,6 +136,9 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
     if checkpoint is None:  # a checkpoint holds what this learns
         prepare_fertility(model, tokenizer, train_text["source"], train_text["target"],
                           predictor_epochs=model_args.fertility_predictor_epochs, seed=training_args.seed)
+    # The text is read. Its memory-mapped Arrow pages, every one touched by the tokenizer's training, would count in
+    # this process's memory for the whole run (at millions of pairs most of what it maps): let them go.
+    del train_text, valid_text
     model.generation_config.max_length = data_args.max_length
     if training_args.ddp_find_unused_parameters is None:
         # Every parameter gets a gradient except the PREDICTED fertility tagger's (trained above, by its own loop),
