@@ -288,6 +288,10 @@ def run(args) -> dict:
                       f"{seconds[beams][name][-1]:.1f} s", file=sys.stderr)
     startup = {name: statistics.median(times) for name, times in seconds.pop(STARTUP).items() if times}
     del plan[STARTUP]
+    for name in {name for systems in plan.values() for name in systems if name.endswith(EARLY_STOPPING)}:
+        # the start-up runs are greedy, which has no beam search to end: the same process as the row without it
+        if name.removesuffix(EARLY_STOPPING) in startup:
+            startup[name] = startup[name.removesuffix(EARLY_STOPPING)]
     rows, references_used = {}, {}
     for beams, systems in plan.items():
         ran = {name: value for name, value in systems.items() if seconds[beams][name]}
