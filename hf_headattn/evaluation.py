@@ -55,15 +55,18 @@ def _check_positive_int(name: str, value) -> None:
 
 
 def decoding_name(num_beams: int, max_length: int | None = None, coverage_penalty: float = 0.0,
-                  length_penalty: float | None = None) -> str:
+                  length_penalty: float | None = None, early_stopping: bool | str | None = None) -> str:
     """The decoding settings as they appear in output file names, so that runs with different settings never
     overwrite each other: ``"greedy"`` or ``"beam4"``, plus ``"-cp0.4"`` with a coverage penalty, ``"-lp0"`` when
-    `length_penalty` overrides the folder's generation config, and ``"-maxlen64"`` when `max_length` does."""
+    `length_penalty` overrides the folder's generation config, ``"-estrue"`` (``-esfalse``, ``-esnever``) when
+    `early_stopping` does, and ``"-maxlen64"`` when `max_length` does."""
     name = "greedy" if num_beams == 1 else f"beam{num_beams}"
     if coverage_penalty:
         name += f"-cp{coverage_penalty:g}"
     if length_penalty is not None:
         name += f"-lp{length_penalty:g}"
+    if early_stopping is not None:
+        name += f"-es{str(early_stopping).lower()}"
     return name if max_length is None else f"{name}-maxlen{max_length}"
 
 
@@ -132,6 +135,7 @@ def evaluate_model(
     drop_cache_dir: str | Path | None = None,
     coverage_penalty: float = 0.0,
     length_penalty: float | None = None,
+    early_stopping: bool | str | None = None,
     tokenizer: str | Path | None = None,
     force: bool = False,
     overwrite: bool = False,
@@ -163,6 +167,10 @@ def evaluate_model(
             log-probability / length ** length_penalty (Transformers' default 1.0; 0 ranks by the log-probability
             alone, as OpenNMT-py's translate did by default with ``-alpha 0``; with ``num_beams >= 2``). None keeps
             the folder's.
+        early_stopping: Overrides the folder's ``generation_config.early_stopping``: True ends a sentence's beam
+            search once it has `num_beams` finished hypotheses (fairseq's and CTranslate2's rule), False
+            (Transformers' default) once no running beam is likely to overtake them, ``"never"`` once none can (with
+            ``num_beams >= 2``; an export takes True only). None keeps the folder's.
         buckets: Source-length bucket boundaries of BLEU by length (:func:`hf_headattn.metrics.bleu_by_length`).
         tokenize: Word tokenisation of REP and DROP: ``"13a"`` (the default; sacrebleu's tokenizer splits
             punctuation off words, as the raw test text needs) or ``"whitespace"``.
@@ -203,6 +211,10 @@ def evaluate_model(
         raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
     if length_penalty is not None and num_beams < 2:
         raise ValueError(f"the length penalty ranks beam hypotheses: use num_beams >= 2, got {num_beams}")
+    if early_stopping is not None and not (isinstance(early_stopping, bool) or early_stopping == "never"):
+        raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+    if early_stopping is not None and num_beams < 2:
+        raise ValueError(f"early_stopping ends beam search: use num_beams >= 2, got {num_beams}")
     if tokenize not in TOKENIZE_CHOICES:
         raise ValueError(f"Unknown tokenize={tokenize!r}; accepted: {', '.join(TOKENIZE_CHOICES)}")
     if (train_source is None) != (train_target is None):
@@ -212,10 +224,11 @@ def evaluate_model(
 
     export = find_export(model_dir)  # a CTranslate2 export, or None for a model folder
     if export is not None:
-        check_export_options(export, coverage_penalty=coverage_penalty, tokenizer=tokenizer)
+        check_export_options(export, coverage_penalty=coverage_penalty, tokenizer=tokenizer,
+                             early_stopping=early_stopping, num_beams=num_beams)
         ctranslate2_device(device)  # ctranslate2 installed, the device one it sees
     test_name = test_name if test_name is not None else _test_set_name(source_path)
-    decoding = decoding_name(num_beams, max_length, coverage_penalty, length_penalty)
+    decoding = decoding_name(num_beams, max_length, coverage_penalty, length_penalty, early_stopping)
     hypotheses_path, metrics_path = _output_paths(Path(output_dir), test_name, decoding, reference_path, overwrite)
     from .metrics import all_metrics
     from .parallel_data import read_parallel_files
@@ -232,7 +245,8 @@ def evaluate_model(
     translate = _translate_with_model if export is None else _translate_with_export
     hypotheses, model_record, decoding_record = translate(
         model_dir, sources, num_beams=num_beams, batch_size=batch_size, device=device, max_length=max_length,
-        coverage_penalty=coverage_penalty, length_penalty=length_penalty, tokenizer=tokenizer, force=force,
+        coverage_penalty=coverage_penalty, length_penalty=length_penalty, early_stopping=early_stopping,
+        tokenizer=tokenizer, force=force,
         desc=f"translating {source_path.name}")
     # One hypothesis per line: a decoded line end ("\r" ends one too) would shift every later line of the file.
     hypotheses = [hypothesis.replace("\r", " ").replace("\n", " ") for hypothesis in hypotheses]
@@ -288,7 +302,8 @@ def evaluate_model(
 
 
 def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
-                          coverage_penalty, length_penalty, tokenizer, force, desc) -> tuple[list[str], dict, dict]:
+                          coverage_penalty, length_penalty, early_stopping, tokenizer, force,
+                          desc) -> tuple[list[str], dict, dict]:
     """(hypotheses, the JSON's "model", the JSON's "decoding" device, max_length and time) of a saved model."""
     from .decoding import resolve_generation_config
     from .loading import load_model_and_tokenizer
@@ -304,7 +319,8 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
     if max_length is not None:
         model.generation_config.max_length = max_length
     generate_kwargs = {"coverage_penalty": coverage_penalty} if coverage_penalty else {}
-    ranking = {} if length_penalty is None else {"length_penalty": length_penalty}
+    ranking = {name: value for name, value in (("length_penalty", length_penalty), ("early_stopping", early_stopping))
+               if value is not None}
     started = time.perf_counter()
     hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
                                      **generate_kwargs, **ranking)
@@ -312,14 +328,15 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
     model_record = {"path": str(model_dir.resolve()), "name": model_dir.resolve().name,
                     "model_type": model.config.model_type, "architecture": type(model).__name__,
                     "parameters": sum(parameter.numel() for parameter in model.parameters())}
-    # the exponent beam search ranked by: the override, else the folder's, else generate's default
-    ranked_by = resolve_generation_config(model, num_beams=num_beams, **ranking)[0].length_penalty
+    # how beam search ranked and stopped: the overrides, else the folder's, else generate's defaults
+    searched = resolve_generation_config(model, num_beams=num_beams, **ranking)[0]
     return hypotheses, model_record, {"device": str(torch_device), "max_length": model.generation_config.max_length,
-                                      "length_penalty": ranked_by, "translation_seconds": seconds}
+                                      "length_penalty": searched.length_penalty,
+                                      "early_stopping": searched.early_stopping, "translation_seconds": seconds}
 
 
 def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
-                           length_penalty, desc, **_) -> tuple[list[str], dict, dict]:
+                           length_penalty, early_stopping, desc, **_) -> tuple[list[str], dict, dict]:
     """The same of a CTranslate2 export (its tokenizer and coverage penalty were refused by evaluate_model)."""
     from .translation.ctranslate2_backend import load_export, translate_export
 
@@ -327,11 +344,12 @@ def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, ba
     started = time.perf_counter()
     translations = translate_export(export, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
                                     max_new_tokens=None if max_length is None else max(max_length - 1, 1),
-                                    length_penalty=length_penalty, progress=True)
+                                    length_penalty=length_penalty, early_stopping=early_stopping, progress=True)
     seconds = time.perf_counter() - started
     return [translation.text for translation in translations], export.describe(), {
         "device": export.device, "max_length": export.generation["max_length"] if max_length is None else max_length,
         "length_penalty": export.generation["length_penalty"] if length_penalty is None else length_penalty,
+        "early_stopping": True,  # CTranslate2's rule (num_beams finished hypotheses), whatever the flag
         "translation_seconds": seconds, "backend": "ctranslate2", "compute_type": export.compute_type}
 
 

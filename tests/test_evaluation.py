@@ -120,7 +120,7 @@ def test_example_script_runs_the_command(models, data, tmp_path, monkeypatch, ca
 def test_decoding_settings_name_the_outputs_so_runs_never_overwrite_each_other(models, data, tmp_path):
     runs = {  # file stem -> settings; all written into one folder
         "greedy": dict(num_beams=1), "beam2": dict(num_beams=2), "beam2-maxlen6": dict(num_beams=2, max_length=6),
-        "beam2-lp0": dict(num_beams=2, length_penalty=0.0),
+        "beam2-lp0": dict(num_beams=2, length_penalty=0.0), "beam2-estrue": dict(num_beams=2, early_stopping=True),
     }
     results = {}
     for name, settings in runs.items():
@@ -136,6 +136,8 @@ def test_decoding_settings_name_the_outputs_so_runs_never_overwrite_each_other(m
     assert results["beam2-maxlen6"]["decoding"]["max_length"] == 6
     assert results["beam2"]["decoding"]["length_penalty"] == 1.0  # the folder's (Transformers' default)
     assert results["beam2-lp0"]["decoding"]["length_penalty"] == 0.0
+    assert results["beam2"]["decoding"]["early_stopping"] is False  # the folder's (Transformers' default)
+    assert results["beam2-estrue"]["decoding"]["early_stopping"] is True
 
 
 def test_the_length_penalty_overrides_the_folders_and_ranks_as_generate_does(models, data, tmp_path):
@@ -154,6 +156,29 @@ def test_the_length_penalty_overrides_the_folders_and_ranks_as_generate_does(mod
                        device="cpu", output_dir=tmp_path)
     with pytest.raises(ValueError, match="the length penalty ranks beam hypotheses: use num_beams >= 2, got 1"):
         evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=1, length_penalty=0.0,
+                       device="cpu", output_dir=tmp_path)
+
+
+def test_early_stopping_overrides_the_folders_and_stops_as_generate_does(models, data, tmp_path):
+    """early_stopping=True (fairseq's and CTranslate2's rule) and "never" give generate's output at those settings;
+    a value generate does not take, and greedy search, are refused before the model loads."""
+    from hf_headattn.loading import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(models["transformer"])
+    sources = data["test.src"].read_text(encoding="utf-8").splitlines()
+    for value in (True, "never"):
+        result = evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], num_beams=3,
+                                early_stopping=value, batch_size=16, device="cpu", output_dir=tmp_path)
+        output = model.generate(**tokenizer(sources, return_tensors="pt", padding=True), num_beams=3,
+                                early_stopping=value)
+        assert [text.strip() for text in tokenizer.batch_decode(output, skip_special_tokens=True)][:3] == [
+            example["hypothesis"] for example in result["examples"][:3]]
+        assert result["decoding"]["early_stopping"] == value
+    with pytest.raises(ValueError, match="early_stopping must be True, False or 'never', got 1"):
+        evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=3, early_stopping=1,
+                       device="cpu", output_dir=tmp_path)
+    with pytest.raises(ValueError, match="early_stopping ends beam search: use num_beams >= 2, got 1"):
+        evaluate_model(models["rnn"], data["test.src"], data["test.tgt"], num_beams=1, early_stopping=True,
                        device="cpu", output_dir=tmp_path)
 
 
