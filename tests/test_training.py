@@ -68,7 +68,8 @@ def test_unicode_line_separators_stay_inside_lines_and_empty_pairs_are_skipped_a
 
 def test_tokenisation_pool_forks_from_a_heap_frozen_out_of_the_garbage_collector(monkeypatch):
     """The pool's workers are forked while every object is frozen (gc.freeze), so that the collector does not copy
-    the command's heap into each of them; afterwards the heap is collected as before."""
+    the command's heap into each of them; afterwards the heap is collected as before. Without a pool nothing is
+    frozen (the freeze's collection would only cost time)."""
     import gc
 
     frozen_during_map = []
@@ -86,6 +87,9 @@ def test_tokenisation_pool_forks_from_a_heap_frozen_out_of_the_garbage_collector
                                 tokenizer, num_proc=2)
     assert len(dataset) == 20 and frozen_during_map[0] > before + 1000
     assert gc.get_freeze_count() == before
+    tokenize_parallel(Dataset.from_dict({"source": [s for s, _ in pairs], "target": [t for _, t in pairs]}),
+                      tokenizer)  # 20 pairs: one process
+    assert frozen_during_map[1] == before
 
 
 def test_pairs_longer_than_max_length_are_truncated_and_counted(caplog):
