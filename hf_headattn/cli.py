@@ -175,6 +175,15 @@ def early_stopping(text: str) -> bool | str:
     return EARLY_STOPPING[text.lower()]
 
 
+def add_early_stopping_argument(parser) -> None:
+    """`--early_stopping`, as the commands that run beam search share it (`parser`: a parser or an argument group)."""
+    parser.add_argument("--early_stopping", type=early_stopping, default=None, metavar="{true,false,never}",
+                        help="when beam search ends a sentence (None: the model's generation config): true, once it "
+                             "has --num_beams finished hypotheses (fairseq's and CTranslate2's rule; fewer steps); "
+                             "false (Transformers' default), once no running beam is likely to overtake them; never, "
+                             "once none can")
+
+
 # ------------------------------------------------------------------------------------------------ --model as a path
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")  # how a Hugging Face Hub repository id is written: name or user/name
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_json_argument, add_verbose_and_version_arguments,
-                   check_model_flag, configure_logging, early_stopping, finite_float, non_negative_float,
-                   positive_int)
+from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_argument, add_json_argument,
+                   add_verbose_and_version_arguments, check_model_flag, configure_logging, finite_float,
+                   non_negative_float, positive_int)
 from ..evaluation import TOKENIZE_CHOICES, evaluate_model
 from ..metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS
 
@@ -54,11 +54,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--length_penalty", type=finite_float, default=None,
                         help="beam scores are log-probability / length ** this (None: the model's generation config, "
                              "Transformers' 1.0; 0: the log-probability alone, OpenNMT-py's -alpha 0)")
-    parser.add_argument("--early_stopping", type=early_stopping, default=None, metavar="{true,false,never}",
-                        help="when beam search ends a sentence (None: the model's generation config): true, once it "
-                             "has --num_beams finished hypotheses (fairseq's and CTranslate2's rule); false "
-                             "(Transformers' default), once no running beam is likely to overtake them; never, once "
-                             "none can")
+    add_early_stopping_argument(parser)
     parser.add_argument("--length_buckets", type=positive_int, nargs="+", default=list(DEFAULT_LENGTH_BUCKETS),
                         metavar="N", help="source-length bucket boundaries of BLEU by length")
     parser.add_argument("--tokenize", default="13a", choices=TOKENIZE_CHOICES, help="word tokenisation of REP/DROP")
@@ -100,7 +96,8 @@ def main(argv=None) -> None:
             train_source=args.train_source, train_target=args.train_target, output_dir=args.output_dir,
             max_length=args.max_length, buckets=args.length_buckets, tokenize=args.tokenize, test_name=args.test_name,
             drop_runs=args.drop_runs, drop_cache_dir=args.drop_cache_dir, coverage_penalty=args.coverage_penalty,
-            length_penalty=args.length_penalty, early_stopping=args.early_stopping, tokenizer=args.tokenizer, force=args.force, overwrite=args.overwrite,
+            length_penalty=args.length_penalty, early_stopping=args.early_stopping, tokenizer=args.tokenizer,
+            force=args.force, overwrite=args.overwrite,
         )
     except (OSError, ValueError) as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")

@@ -22,9 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
-                   configure_logging, early_stopping, finite_float, non_negative_int,
-                   positive_float, positive_int, probability, random_seed)
+from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_argument,
+                   add_verbose_and_version_arguments, check_model_flag, configure_logging, finite_float,
+                   non_negative_int, positive_float, positive_int, probability, random_seed)
 from ..output_files import new_file
 from ..translation import (ALIGNMENT_HEADS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, OUTPUT_FORMATS, QUANTIZATIONS,
                            format_translation, quantize, read_lines, translate)
@@ -106,11 +106,7 @@ def make_parser() -> argparse.ArgumentParser:
                           help="exponent of the length dividing beam scores")
     decoding.add_argument("--no_repeat_ngram_size", type=non_negative_int, default=None,
                           help="forbid repeating n-grams of this size (0: off)")
-    decoding.add_argument("--early_stopping", type=early_stopping, default=None, metavar="{true,false,never}",
-                          help="when beam search ends a sentence: true, once it has --num_beams finished hypotheses "
-                               "(fairseq's and CTranslate2's rule; fewer steps); false (Transformers' default), once "
-                               "no running beam is likely to overtake them (a length-based estimate); never, once "
-                               "none can")
+    add_early_stopping_argument(decoding)
     decoding.add_argument("--decoding", default="fast", choices=DECODINGS,
                           help="fast: greedy and beam search that drop finished sentences from their batch (the "
                                "translations of generate); generate: Transformers' generate (sampling always uses it)")
