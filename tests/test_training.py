@@ -4,22 +4,25 @@ and (slow) real-data and two-process runs."""
 import json
 import logging
 import os
+import pickle
 import shutil
 import subprocess
 import sys
 import warnings
 
+import datasets
+import pyarrow
 import pytest
-from datasets import Dataset
+from datasets import Dataset, Features, List, Value
 
 from hf_headattn import HeadAttnForConditionalGeneration, demo
 from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
 from hf_headattn.evaluation import translate_and_score
-from hf_headattn.parallel_data import read_parallel_files
-from hf_headattn.training import arguments, checkpoints, run
+from hf_headattn.parallel_data import PairFiles, pairs_on_disk, read_pairs, read_parallel_files
+from hf_headattn.training import arguments, checkpoints, data, run
 from hf_headattn.training.arguments import parse_args
-from hf_headattn.training.data import load_hub_translation_dataset, tokenize_parallel
+from hf_headattn.training.data import PairChunkReader, load_hub_translation_dataset, tokenize_parallel
 from hf_headattn.training.run import train
 from hf_headattn.training.trainer import HeadAttnSeq2SeqTrainer
 from hf_headattn.translation import translate_sentences
@@ -92,6 +95,54 @@ def test_tokenisation_pool_forks_from_a_heap_frozen_out_of_the_garbage_collector
     assert frozen_during_map[1] == before
 
 
+def test_training_pairs_are_tokenised_from_their_files_in_chunks_as_their_dataset_is(tmp_path, monkeypatch):
+    """`PairsOnDisk` (the training command's pairs from files: blank pairs skipped, the first --max_train_pairs,
+    the held-out tail split off) tokenised in chunks read from the files give the rows of tokenising the Dataset
+    that `read_pairs` builds of the same pairs, over two processes and chunks that cut them unevenly; the text is
+    never copied into an Arrow file of the datasets cache."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    monkeypatch.setattr(data, "TOKENISED_CHUNK_PAIRS", 4)
+    pairs = make_toy_corpus(57, seed=1)
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    sources[3], targets[10] = "", "  "
+    (tmp_path / "train.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(sources, targets)))
+    files = PairFiles(file=tmp_path / "train.tsv")
+    tokenizer = train_tokenizer(texts=sources + targets, vocab_size=150)
+
+    on_disk = pairs_on_disk(files, max_pairs=50, skip_empty=True)
+    assert (on_disk.read, on_disk.skipped_empty, len(on_disk.dataset)) == (57, 2, 50)
+    kept, held_out = on_disk.dataset.split(40)
+    in_arrow = read_pairs(files, max_pairs=50, skip_empty=True).dataset
+    assert held_out.columns() == (list(in_arrow["source"])[40:], list(in_arrow["target"])[40:])
+    arrow_files = set((tmp_path / "cache").rglob("*.arrow"))
+    for part, rows in ((kept, range(40)), (held_out, range(40, 50))):
+        chunked = tokenize_parallel(part, tokenizer, num_proc=2)
+        assert chunked.to_dict() == tokenize_parallel(in_arrow.select(rows), tokenizer).to_dict()
+        assert chunked.features == Features({"input_ids": List(Value("int32")), "labels": List(Value("int32"))})
+    made = set((tmp_path / "cache").rglob("*.arrow")) - arrow_files  # the chunks and the tokenised pairs
+    assert len(made) >= 4
+    for path in made:
+        assert "source" not in pyarrow.ipc.open_stream(pyarrow.OSFile(str(path))).schema.names, path
+
+    reader = PairChunkReader(kept)  # consecutive chunks read on; one elsewhere starts over
+    read = ([], [])
+    for first, count in ((8, 4), (12, 2), (0, 3)):
+        reader.read(first, count, *read)
+    every_source, every_target = kept.columns()
+    assert read == (every_source[8:14] + every_source[:3], every_target[8:14] + every_target[:3])
+    assert pickle.loads(pickle.dumps(reader))._next is None  # a process's copy starts with nothing read
+
+
+def test_fertility_reads_no_text_for_a_model_without_fertility_bounds():
+    class Unread:
+        def columns(self):
+            raise AssertionError("the training text was read")
+
+        __getitem__ = columns
+
+    run.prepare_fertility(HeadAttnForConditionalGeneration(tiny_config()), tokenizer=None, train_text=Unread())
+
+
 def test_pairs_longer_than_max_length_are_truncated_and_counted(caplog):
     pairs = make_toy_corpus(40, seed=0)
     tokenizer = train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=150)
@@ -106,7 +157,8 @@ def test_pairs_longer_than_max_length_are_truncated_and_counted(caplog):
                                     split="validation")
     assert ("2 of 42 validation pairs are longer than --max_length 24 tokens on one side and are truncated"
             in caplog.text)
-    assert dataset.column_names == ["input_ids", "attention_mask", "labels"]
+    # the ids as 32-bit integers, no attention mask (all ones until the collator pads a batch and writes it)
+    assert dataset.features == Features({"input_ids": List(Value("int32")), "labels": List(Value("int32"))})
     assert len(dataset[40]["input_ids"]) == len(dataset[41]["labels"]) == max_length
     direct = tokenizer(sources, text_target=targets, max_length=max_length, truncation=True)
     assert dataset.to_dict() == {key: direct[key] for key in dataset.column_names}
@@ -115,7 +167,7 @@ def test_pairs_longer_than_max_length_are_truncated_and_counted(caplog):
     stream = Dataset.from_dict({"source": sources, "target": targets}).to_iterable_dataset()
     with caplog.at_level(logging.WARNING, logger="hf_headattn.training"):
         rows = list(tokenize_parallel(stream, tokenizer, max_length))
-    assert len(rows) == 42 and set(rows[0]) == {"input_ids", "attention_mask", "labels"}
+    assert len(rows) == 42 and set(rows[0]) == {"input_ids", "labels"}
     assert caplog.text.count("a training pair is longer than --max_length 24 tokens and is truncated") == 1
 
     caplog.clear()

@@ -26,7 +26,7 @@ from ..saved_files import write_failure
 from ..tokenization import load_tokenizer, tokenizer_fingerprint, train_tokenizer
 from .arguments import DataArguments, ModelArguments, RunArguments, build_config, parse_args
 from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint, last_complete_checkpoint
-from .data import corpus_texts, load_data, scan_data_files, tokenize_parallel
+from .data import corpus_texts, load_data, pair_columns, scan_data_files, tokenize_parallel
 from .run_folder import (TOKENIZER_SCRATCH, TRAIN_COMMAND, RunLock, RunRefused, carry_over, check_run_folder,
                          clean_leftovers)
 from .run_manifest import build_manifest, check_resume
@@ -134,7 +134,7 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
 
     model = build_model(config)
     if checkpoint is None:  # a checkpoint holds what this learns
-        prepare_fertility(model, tokenizer, train_text["source"], train_text["target"],
+        prepare_fertility(model, tokenizer, train_text,
                           predictor_epochs=model_args.fertility_predictor_epochs, seed=training_args.seed)
     # The text is read. Its memory-mapped Arrow pages, every one touched by the tokenizer's training, would count in
     # this process's memory for the whole run (at millions of pairs most of what it maps): let them go.
@@ -234,18 +234,18 @@ def build_model(config):
     return HeadAttnForConditionalGeneration(config)
 
 
-def prepare_fertility(model, tokenizer, sources: list[str], targets: list[str], predictor_epochs: int = 5,
-                      seed: int = 0) -> None:
+def prepare_fertility(model, tokenizer, train_text, predictor_epochs: int = 5, seed: int = 0) -> None:
     """Fill in what the GUIDED and PREDICTED fertility strategies (Malaviya et al., 2018, Sec. 4) learn from the
-    training data: eflomal alignments of its subword tokens give each source token's fertility; GUIDED keeps
-    the largest per token id in the encoder's `source_fertility.guided_fertility` table, PREDICTED trains the
-    encoder's bi-LSTM `source_fertility.fertility_predictor` on them (+1 slack). Works for both model families;
-    nothing to do for CONSTANT or models without constrained attention."""
+    training pairs `train_text` (`load_data`'s): eflomal alignments of its subword tokens give each source token's
+    fertility; GUIDED keeps the largest per token id in the encoder's `source_fertility.guided_fertility` table,
+    PREDICTED trains the encoder's bi-LSTM `source_fertility.fertility_predictor` on them (+1 slack). Works for both
+    model families; nothing to do (and no text read) for CONSTANT or models without constrained attention."""
     from ..alignment import corpus_token_fertilities, guided_fertility_table, train_fertility_predictor
 
     config, bounds = model.config, model.get_encoder().source_fertility
     if bounds is None or config.fertility == "constant":
         return
+    sources, targets = pair_columns(train_text)
     source_ids, fertilities = corpus_token_fertilities(
         tokenizer, list(sources), list(targets), seed=seed,
         progress=f"fertility: aligning {len(sources):,} training pairs (eflomal)")
