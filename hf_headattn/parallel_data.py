@@ -6,13 +6,14 @@ line), each optionally compressed (``.gz``, ``.xz``).
   at (U+2028, U+0085, form feeds: they occur inside sentences); a UTF-8 byte-order mark is dropped.
 * Input that is not UTF-8 is refused, naming the file, the line and the byte.
 
-Every command reads text this way, through this module: training (`read_pairs`), evaluation (`read_parallel_files`),
-translation and the demo (`read_lines`, which also reads standard input), tokenizer training from files, and the web
-page's text box (`text_lines`).
+Every command reads text this way, through this module: training (`pairs_on_disk` for the training pairs,
+`read_pairs` for validation files), evaluation (`read_parallel_files`), translation and the demo (`read_lines`, which
+also reads standard input), tokenizer training from files, and the web page's text box (`text_lines`).
 * A source and a target of identical contents (the same file given twice, say) are refused: a model trained on
   them learns to copy. A plain text file that looks like JSON lines or TSV is refused with a hint.
-* The Dataset is built with `datasets` (`Dataset.from_generator`, memory-mapped in its cache) under a key that
-  holds the files' content hashes, so an edited file is read again whatever its size and modification time.
+* `read_pairs` builds a Dataset with `datasets` (`Dataset.from_generator`, memory-mapped in its cache) under a key
+  that holds the files' content hashes, so an edited file is read again whatever its size and modification time.
+  `pairs_on_disk` keeps no copy: its `PairsOnDisk` reads the files again whenever its pairs are asked for.
 
 `scan_text_file` makes one pass over a file for its hash, line count and encoding check; the training command
 records the hashes in its run manifest (`run_manifest`). `iter_lines` then yields the lines of a scanned file.
@@ -221,9 +222,9 @@ def _refuse_other_formats(scan: TextFileScan) -> None:
 class PairsOnDisk:
     """Pairs `start` to `stop` of a split's files (numbered in file order after the pairs with a blank side, with
     `skip_empty`), read from the files whenever they are asked for: nothing of the text is held in memory or copied
-    into an Arrow cache. A training corpus of millions of pairs is handled so (`training.data`): an Arrow copy of
-    its text is memory-mapped, and every page of it that the tokenizer's training and the tokenising processes read
-    counts in the training command's memory (at 2.9M pairs, 409 MB of the peak)."""
+    into an Arrow cache. The training command's corpus is read so (`training.data`): an Arrow copy of its text is
+    memory-mapped, and every page of it that the tokenizer's training and the tokenising processes read counts in
+    the command's memory (at 2.9M pairs the copy is 409 MB, and it kept the command's peak over 1 GB)."""
 
     files: PairFiles
     content: str  # the files' content hashes: the key of what is made of these pairs
