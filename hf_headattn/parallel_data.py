@@ -218,6 +218,11 @@ def _refuse_other_formats(scan: TextFileScan) -> None:
                          "--train_file / --validation_file, with a .tsv name)")
 
 
+def holds_pair(source: str, target: str) -> bool:
+    """Whether neither side is blank: `skip_empty` drops the pairs that are not."""
+    return bool(source.strip() and target.strip())
+
+
 @dataclass(frozen=True)
 class PairsOnDisk:
     """Pairs `start` to `stop` of a split's files (numbered in file order after the pairs with a blank side, with
@@ -241,7 +246,7 @@ class PairsOnDisk:
         stop = len(self) if stop is None else min(stop, len(self))
         rows = iter_pairs(self.files)
         if self.skip_empty:
-            rows = (row for row in rows if row["source"].strip() and row["target"].strip())
+            rows = (row for row in rows if holds_pair(row["source"], row["target"]))
         for row in itertools.islice(rows, self.start + start, self.start + stop):
             yield row["source"], row["target"]
 
@@ -280,9 +285,14 @@ class PairsRead:
 def iter_pairs(files: PairFiles) -> Iterator[dict[str, str]]:
     """The split's pairs in file order, as `{"source": ..., "target": ...}`, each format read as `read_pairs`
     reads it (a TSV or JSON lines line that holds no pair raises ValueError naming the file and line)."""
-    paths = {f"path{index}": str(path) for index, path in enumerate(files.paths)}
+    return _PAIR_GENERATORS[files.format](**_generator_arguments(files), content="")
+
+
+def _generator_arguments(files: PairFiles) -> dict[str, str]:
+    """What the format's pair generator reads: the files' paths (resolved) and a JSON lines file's languages."""
+    paths = {f"path{index}": str(path.resolve()) for index, path in enumerate(files.paths)}
     languages = {"source_lang": files.source_lang, "target_lang": files.target_lang} if files.format == "jsonl" else {}
-    return _PAIR_GENERATORS[files.format](**paths, **languages, content="")
+    return {**paths, **languages}
 
 
 def pairs_on_disk(files: PairFiles, scans: dict[Path, TextFileScan] | None = None, max_pairs: int | None = None,
@@ -293,11 +303,10 @@ def pairs_on_disk(files: PairFiles, scans: dict[Path, TextFileScan] | None = Non
     read = kept = 0
     for row in iter_pairs(files):
         read += 1
-        kept += not skip_empty or bool(row["source"].strip() and row["target"].strip())
+        kept += not skip_empty or holds_pair(row["source"], row["target"])
     skipped = read - kept
-    if skipped:
-        logger.warning(f"{' / '.join(map(str, files.paths))}: skipped {skipped} pairs with an empty line, kept {kept}")
-    content = " ".join(scans[path].sha256 for path in files.paths)
+    _warn_skipped(files, skipped, kept)
+    content = _content_key(files, scans)
     stop = kept if max_pairs is None else min(max_pairs, kept)
     return PairsRead(PairsOnDisk(files, content, skip_empty, 0, stop), read, skipped)
 
@@ -314,29 +323,35 @@ def read_pairs(files: PairFiles, scans: dict[Path, TextFileScan] | None = None, 
     if all(scans[path].lines == 0 for path in files.paths):  # `datasets` cannot infer columns from nothing
         return PairsRead(Dataset.from_dict({"source": [], "target": []}), 0, 0)
     # the content hashes are part of the cache key (no lists in gen_kwargs: `datasets` would take them for shards)
-    content = " ".join(scans[path].sha256 for path in files.paths)
-    paths = {f"path{index}": str(path.resolve()) for index, path in enumerate(files.paths)}
-    languages = {"source_lang": files.source_lang, "target_lang": files.target_lang} if files.format == "jsonl" else {}
+    content = _content_key(files, scans)
     try:
         dataset = Dataset.from_generator(_PAIR_GENERATORS[files.format],
-                                         gen_kwargs={**paths, **languages, "content": content})
+                                         gen_kwargs={**_generator_arguments(files), "content": content})
     except DatasetGenerationError as error:
         if isinstance(error.__cause__, ValueError):  # ours, naming the file and line
             raise error.__cause__ from None
         raise
     read, skipped = len(dataset), 0
     if skip_empty:
-        kept = dataset.filter(lambda batch: [bool(source.strip() and target.strip())
+        kept = dataset.filter(lambda batch: [holds_pair(source, target)
                                              for source, target in zip(batch["source"], batch["target"])],
                               batched=True, desc="dropping empty lines")
         skipped = len(dataset) - len(kept)
-        if skipped:
-            logger.warning(f"{' / '.join(map(str, files.paths))}: skipped {skipped} pairs with an empty line, kept "
-                           f"{len(kept)}")
+        _warn_skipped(files, skipped, len(kept))
         dataset = kept
     if max_pairs is not None:
         dataset = dataset.select(range(min(max_pairs, len(dataset))))
     return PairsRead(dataset, read, skipped)
+
+
+def _content_key(files: PairFiles, scans: dict[Path, TextFileScan]) -> str:
+    """The files' content hashes: the key of what is made of their pairs."""
+    return " ".join(scans[path].sha256 for path in files.paths)
+
+
+def _warn_skipped(files: PairFiles, skipped: int, kept: int) -> None:
+    if skipped:
+        logger.warning(f"{' / '.join(map(str, files.paths))}: skipped {skipped} pairs with an empty line, kept {kept}")
 
 
 def read_parallel_files(source_path: str | Path, target_path: str | Path, max_pairs: int | None = None,

@@ -136,8 +136,8 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
     if checkpoint is None:  # a checkpoint holds what this learns
         prepare_fertility(model, tokenizer, train_text,
                           predictor_epochs=model_args.fertility_predictor_epochs, seed=training_args.seed)
-    # The text is read. Its memory-mapped Arrow pages, every one touched by the tokenizer's training, would count in
-    # this process's memory for the whole run (at millions of pairs most of what it maps): let them go.
+    # The text is read. A --dataset's is memory-mapped Arrow whose pages, every one touched by the tokenizer's
+    # training, would count in this process's memory for the whole run: let them go (files' pairs hold no text).
     del train_text, valid_text
     model.generation_config.max_length = data_args.max_length
     if training_args.ddp_find_unused_parameters is None:
