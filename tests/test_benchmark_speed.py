@@ -165,3 +165,49 @@ def test_compiled_step_benchmark_runs_on_a_tiny_model(tmp_path):
     assert report["rows"] == 8 and report["same_tokens"]
     assert report["compile_s"] > 0 and report["warm_compile_s"] > 0 and report["eager_step_ms"] > 0
     assert "## Compiled decoding step (CPU)" in (tmp_path / "BENCHMARKS.md").read_text()
+
+
+def _fast_path_report():
+    def model(greedy, beam5, same=True):
+        return {"seconds": {"greedy": greedy, "beam5": beam5}, "same_as_generate": {"greedy": True, "beam5": same}}
+    return {"machine": {"cpu_model": "CPU X", "cpu_count": 2, "torch": "2.x", "transformers": "5.x"}, "threads": 2,
+            "sentences": 128, "output_length": 30, "rounds": 3, "minutes": 4.2,
+            "families": {"transformer": {"softmax": model([1.0, 2.0, 1.1], [4.0, 4.0, 5.0]),
+                                         "csparsemax predicted": model([1.3, 1.2, 1.4], [4.0, 4.4, 4.8])},
+                         "lstm": {"softmax": model([2.0, 2.0, 2.0], [5.0, 5.0, 5.0]),
+                                  "sparsemax": model([2.2, 2.2, 2.2], [7.0, 6.0, 8.0], same=False)}},
+            "command": "python examples/benchmark_fast_path.py"}
+
+
+def test_fast_path_report_compares_each_variant_with_its_familys_softmax():
+    """Each variant's median time over its own family's softmax model's (not the other family's), against 1.2x, and
+    which decodings differ from generate's."""
+    script = load_example("benchmark_fast_path")
+    report = _fast_path_report()
+    checks = {(family, name, mode): (round(ratio, 3), met) for family, name, mode, ratio, met in
+              script.targets(report)}
+    assert checks == {("transformer", "csparsemax predicted", "greedy"): (round(1.3 / 1.1, 3), True),
+                      ("transformer", "csparsemax predicted", "beam5"): (1.1, True),
+                      ("lstm", "sparsemax", "greedy"): (1.1, True),
+                      ("lstm", "sparsemax", "beam5"): (1.4, False)}
+    text = script.section_text(report)
+    assert "3 of 4 target checks met." in text
+    assert "| csparsemax predicted | 1.30 [1.20-1.40] | 1.18 (met) | 4.40 [4.00-4.80] | 1.10 (met) | yes |" in text
+    assert "| sparsemax | 2.20 [2.20-2.20] | 1.10 (met) | 7.00 [6.00-8.00] | 1.40 (not met) | greedy: yes, " \
+           "beam5: no |" in text
+    assert text.index("### Transformer") < text.index("### LSTM")
+
+
+@pytest.mark.slow
+def test_fast_path_benchmark_quick_run(tmp_path):
+    """The --quick run on Multi30k: every model of both families decodes, its ids are generate's, and the JSON and
+    the BENCHMARKS.md section are written."""
+    script = load_example("benchmark_fast_path")
+    script.main(["--quick", "--threads", "1", "--data-dir", str(MULTI30K), "--cache-dir", str(tmp_path / "cache"),
+                 "--output", str(tmp_path / "fast_path.json"), "--markdown", str(tmp_path / "BENCHMARKS.md")])
+    report = json.loads((tmp_path / "fast_path.json").read_text())
+    assert set(report["families"]["transformer"]) == set(script.TRANSFORMER_MODELS)
+    assert set(report["families"]["lstm"]) == set(script.LSTM_MODELS)
+    assert all(all(model["same_as_generate"].values()) for family in report["families"].values()
+               for model in family.values())
+    assert "## Fast path: every variant against its family's softmax (CPU)" in (tmp_path / "BENCHMARKS.md").read_text()

@@ -1,0 +1,228 @@
+#!/usr/bin/env python
+"""Every variant's fast decoding path against its family's softmax model, in one process.
+
+Issue 43 wants every variant's fast path (hf_headattn/decoding.py) within 1.2x of its family's softmax model. The
+file benchmark (examples/benchmark_decoding.py --variants) measures it on trained zoo models, which cost a training
+run each; this measures the decoding itself on models built from their configs (their initial weights), where every
+translation is held to --output-length tokens (`min_new_tokens` = `max_new_tokens`), so that each model runs the same
+steps over the same rows whatever its weights make of the sentences:
+
+* the Transformer family at the anchor's shape (d_model 256, 3 + 3 layers, 4 heads, FFN 1024, swish): softmax and
+  each variant where its paper puts it (examples/benchmark_speed.py's `VARIANTS`), the constrained ones with
+  predicted fertility, as the zoo's systems;
+* the LSTM family at `--preset malaviya2018`'s shape (2-layer bidirectional encoder, 2-layer decoder of 500 with
+  input feeding, embeddings of 500, general attention, the <SINK> token read by the encoder): softmax, sparsemax,
+  csoftmax and csparsemax (predicted fertility), and Iida et al.'s 2 heads x 2 hops (dependent) at the same shape.
+
+Timings: seconds of `fast_search` on the first --sentences lines of test_2016_flickr.de as one batch (the fast path's
+default batch is 128 sentences), greedy and beam 5, --rounds interleaved rounds (every model once a round, each
+round starting one model later), median [min-max]; "same as generate" checks each model's fast-path ids against its
+own `generate` once, untimed. Initial weights make attention near uniform, so the sparse and constrained transforms'
+solvers may take other iteration counts than a trained model's: the zoo models' file benchmark is the check on
+trained weights.
+
+    python examples/benchmark_fast_path.py                 # ~5 min on 2 cores
+    python examples/benchmark_fast_path.py --quick         # a smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other benchmarks' helpers
+
+TARGET = 1.2  # issue 43: every variant's fast path within 1.2x of its family's softmax model
+MODES = {"greedy": 1, "beam5": 5}
+PREDICTED = {"fertility": "predicted"}
+# family -> model name -> the config fields that make it that variant
+TRANSFORMER_MODELS = {
+    "softmax": {},
+    "mma": {"encoder_self_attention": "mma"},
+    "dhicm": {"encoder_self_attention": "dhicm", "decoder_self_attention": "dhicm", "cross_attention": "dhicm"},
+    "sparsemax": {"cross_attention": "sparsemax"},
+    "csoftmax predicted": {"cross_attention": "csoftmax", **PREDICTED},
+    "csparsemax predicted": {"cross_attention": "csparsemax", **PREDICTED},
+    "multihop": {"cross_attention": {"type": "multihop", "hops": 1}},
+}
+LSTM_MODELS = {
+    "softmax": {},
+    "sparsemax": {"attention_transform": "sparsemax"},
+    "csoftmax predicted": {"attention_transform": "csoftmax", **PREDICTED},
+    "csparsemax predicted": {"attention_transform": "csparsemax", **PREDICTED},
+    "2x2 dependent": {"num_heads": 2, "num_hops": 2, "hop_mode": "dependent"},
+}
+FAMILIES = {"transformer": TRANSFORMER_MODELS, "lstm": LSTM_MODELS}
+# --preset malaviya2018's model (hf_headattn/training/presets.py), as its config fields
+MALAVIYA_2018_SHAPE = dict(embedding_size=500, hidden_size=500, encoder_layers=2, decoder_layers=2, dropout=0.3,
+                           embedding_dropout=False, attention_score="general", sink="token", sink_every_transform=True)
+
+
+def build_model(family: str, name: str, tokenizer):
+    """The model `name` of `family`, built from its config with seed 0's initial weights, in eval mode."""
+    from benchmark_speed import shared_sizes
+
+    from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration, HeadAttnRNNConfig, \
+        HeadAttnRNNForConditionalGeneration
+
+    torch.manual_seed(0)
+    fields = FAMILIES[family][name]
+    if family == "transformer":
+        model = HeadAttnForConditionalGeneration(HeadAttnConfig(**shared_sizes(256, 3, len(tokenizer), tokenizer),
+                                                                **fields))
+    else:
+        tokens = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                      eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
+        model = HeadAttnRNNForConditionalGeneration(HeadAttnRNNConfig(**MALAVIYA_2018_SHAPE, **tokens, **fields))
+    return model.eval()
+
+
+def tokenizer_and_batch(args):
+    """A BPE tokenizer of 8,000 trained on the first 10,000 training pairs (cached, as examples/benchmark_speed.py
+    caches it), and the first --sentences test sources as one padded batch."""
+    from transformers import AutoTokenizer
+
+    from hf_headattn.parallel_data import read_parallel_files
+    from hf_headattn.tokenization import train_tokenizer
+    from hf_headattn.training import multi30k_paths
+
+    data = multi30k_paths(args.data_dir)
+    tokenizer_dir = Path(args.cache_dir) / "tokenizer-10000"
+    if (tokenizer_dir / "tokenizer.json").exists():
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    else:
+        train = read_parallel_files(data["train.de"], data["train.en"], 10000)
+        tokenizer = train_tokenizer(texts=list(train["source"]) + list(train["target"]), vocab_size=8000,
+                                    save_directory=tokenizer_dir)
+    sources = data["test_2016_flickr.de"].read_text(encoding="utf-8").splitlines()[:args.sentences]
+    return tokenizer, dict(tokenizer(sources, padding=True, return_tensors="pt"))
+
+
+def held(args, num_beams: int) -> dict:
+    return {"num_beams": num_beams, "do_sample": False, "min_new_tokens": args.output_length,
+            "max_new_tokens": args.output_length}
+
+
+def fast_seconds(model, batch: dict, args, num_beams: int) -> float:
+    from hf_headattn.decoding import fast_search
+
+    started = time.perf_counter()
+    fast_search(model, batch["input_ids"], batch["attention_mask"], **held(args, num_beams))
+    return time.perf_counter() - started
+
+
+def same_as_generate(model, batch: dict, args, num_beams: int) -> bool:
+    from hf_headattn.decoding import fast_search
+
+    with torch.inference_mode():
+        expected = model.generate(**batch, **held(args, num_beams))
+    fast, _ = fast_search(model, batch["input_ids"], batch["attention_mask"], **held(args, num_beams))
+    return bool(torch.equal(fast, expected))
+
+
+def measure(args) -> dict:
+    from benchmark_quality import machine
+
+    torch.set_num_threads(args.threads)
+    tokenizer, batch = tokenizer_and_batch(args)
+    started = time.perf_counter()
+    families = {}
+    for family in args.families:
+        models = {name: build_model(family, name, tokenizer) for name in FAMILIES[family]}
+        names = list(models)
+        seconds = {name: {mode: [] for mode in MODES} for name in names}
+        same = {name: {mode: same_as_generate(models[name], batch, args, beams) for mode, beams in MODES.items()}
+                for name in names}  # also every model's warm-up
+        for round_ in range(args.rounds):
+            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                for mode, beams in MODES.items():
+                    seconds[name][mode].append(fast_seconds(models[name], batch, args, beams))
+            print(f"{family}: round {round_ + 1}/{args.rounds} done", file=sys.stderr)
+        families[family] = {name: {"seconds": seconds[name], "same_as_generate": same[name]} for name in names}
+    return {"machine": machine(), "threads": args.threads, "sentences": int(batch["input_ids"].shape[0]),
+            "output_length": args.output_length, "rounds": args.rounds, "families": families,
+            "minutes": (time.perf_counter() - started) / 60,
+            "command": shlex.join(["python", "examples/benchmark_fast_path.py", *args.argv])}
+
+
+def ratio(family: dict, name: str, mode: str) -> float:
+    """The median time of `name` over its family's softmax model's, in `mode`."""
+    return statistics.median(family[name]["seconds"][mode]) / statistics.median(family["softmax"]["seconds"][mode])
+
+
+def targets(report: dict) -> list[tuple[str, str, str, float, bool]]:
+    """(family, variant, mode, time ratio to the family's softmax, met) for every variant and mode."""
+    return [(family, name, mode, ratio(models, name, mode), ratio(models, name, mode) <= TARGET)
+            for family, models in report["families"].items() for name in models if name != "softmax"
+            for mode in MODES]
+
+
+def cell(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def section_text(report: dict) -> str:
+    m = report["machine"]
+    checks = targets(report)
+    lines = [
+        "## Fast path: every variant against its family's softmax (CPU)", "",
+        f"Measured by `examples/benchmark_fast_path.py`: `fast_search` (hf_headattn/decoding.py) on the first "
+        f"{report['sentences']} lines of test_2016_flickr.de as one batch, every translation held to "
+        f"{report['output_length']} tokens, with models built from their configs (initial weights: each runs the "
+        f"same steps over the same rows); the Transformer family at the anchor's shape (256 x 3, 4 heads), the LSTM "
+        f"family at `--preset malaviya2018`'s; seconds, median [min-max] of {report['rounds']} interleaved rounds in "
+        f"one process; {report['threads']} threads; {m['cpu_model']}, {m['cpu_count']} CPUs, torch {m['torch']}, "
+        f"Transformers {m['transformers']}. Time / softmax: the median over the family's softmax model's, which "
+        f"issue 43 wants at most {TARGET}x; same as generate: the fast path's ids equal the model's own `generate`'s.",
+        "", f"{sum(met for *_, met in checks)} of {len(checks)} target checks met.", ""]
+    for family, models in report["families"].items():
+        lines += [f"### {'Transformer' if family == 'transformer' else 'LSTM'}", "",
+                  "| model | greedy s | time / softmax | beam-5 s | time / softmax | same as generate |",
+                  "|---|---|---:|---|---:|---|"]
+        for name, result in models.items():
+            ratios = [f"{ratio(models, name, mode):.2f}" + ("" if name == "softmax" else
+                      f" ({'met' if ratio(models, name, mode) <= TARGET else 'not met'})") for mode in MODES]
+            same = "yes" if all(result["same_as_generate"].values()) else ", ".join(
+                f"{mode}: {'yes' if ok else 'no'}" for mode, ok in result["same_as_generate"].items())
+            lines.append(f"| {name} | {cell(result['seconds']['greedy'])} | {ratios[0]} | "
+                         f"{cell(result['seconds']['beam5'])} | {ratios[1]} | {same} |")
+        lines.append("")
+    return "\n".join([*lines, f"Whole run: {report['minutes']:.1f} min. Command:", "", "```", report["command"],
+                      "```"])
+
+
+def main(argv=None) -> None:
+    from benchmark_quality import DEFAULT_DATA_DIR, publish
+
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="Multi30k folder")
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    parser.add_argument("--sentences", type=int, default=128, help="test sentences, one batch")
+    parser.add_argument("--output-length", type=int, default=30, help="tokens every translation is held to")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="8 sentences of 5 tokens, 1 round (a smoke run)")
+    parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "hf_headattn-benchmark"),
+                        help="where the tokenizer is kept between runs")
+    parser.add_argument("--output", default="benchmarks/fast_path.json")
+    parser.add_argument("--markdown", default="BENCHMARKS.md", help="'' for none")
+    args = parser.parse_args(argv)
+    args.argv = argv
+    if args.quick:
+        args.sentences, args.output_length, args.rounds = 8, 5, 1
+    report = measure(args)
+    publish(report, Path(args.output), "fast_path", section_text(report), Path(args.markdown) if args.markdown
+            else None)
+
+
+if __name__ == "__main__":
+    main()
