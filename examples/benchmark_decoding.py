@@ -37,7 +37,7 @@ leaves its batch early and every step costs the whole batch. Each workload is a 
     python examples/benchmark_decoding.py                  # ~1 h on 2 cores; trains missing models first
     python examples/benchmark_decoding.py --quick          # a smoke run: 40 sentences, 1 round, no variants
     python examples/benchmark_decoding.py --device cuda    # the GPU table: float32, float16 and bfloat16
-    python examples/benchmark_decoding.py --full-length 30 --variants  # full batches (every line 30 tokens), no variants
+    python examples/benchmark_decoding.py --full-length 30 --variants  # full batches of 30 tokens, no variants
 
 On a GPU (--device cuda) every process runs there: the anchor in float32, ours in float32, float16 and bfloat16
 (int8 is the CPU's), and CTranslate2 (float32, float16, int8_float16) where its CUDA build is installed; the report
@@ -322,7 +322,8 @@ def run(args) -> dict:
             "ctranslate2": folders["ctranslate2"], "sentences": len(sources), "test_lines": len(test_sources),
             "reference": references_used, "failures": failures,
             "rounds": args.rounds,
-            "seed": args.seed, "model": str(folders["softmax"]), "variants": list(folders["variants"]), "minutes": (time.perf_counter() - started) / 60,
+            "seed": args.seed, "model": str(folders["softmax"]), "variants": list(folders["variants"]),
+            "minutes": (time.perf_counter() - started) / 60,
             "full_length": args.full_length,
             "command": shlex.join(["python", "examples/benchmark_decoding.py", *sys.argv[1:]]),
             "torch": torch.__version__, "rows": {str(beams): table for beams, table in rows.items()}}
@@ -475,7 +476,8 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=1, help="of the zoo models")
     parser.add_argument("--full-length", type=int, default=0, metavar="N",
                         help="full batches: every translation held to N tokens (default 0: real lengths)")
-    parser.add_argument("--variants", nargs="*", default=DEFAULT_VARIANTS, help="zoo systems beside softmax (given alone: none, so no zoo model is trained)")
+    parser.add_argument("--variants", nargs="*", default=DEFAULT_VARIANTS,
+                        help="zoo systems beside softmax (given alone: none, so no zoo model is trained)")
     parser.add_argument("--systems", nargs="+", help="run only these rows (e.g. 'ours, generate' 'ours, fast'); "
                         "speed-ups are over the anchor, or over 'ours, generate' where the anchor does not run")
     parser.add_argument("--quick", action="store_true", help="40 sentences, 1 round, no variants (a smoke run)")

@@ -39,20 +39,16 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other benchmarks' helpers
+from benchmark_speed import VARIANTS, cached_tokenizer, shared_sizes  # noqa: E402
 
 TARGET = 1.2  # issue 43: every variant's fast path within 1.2x of its family's softmax model
 MODES = {"greedy": 1, "beam5": 5}
 PREDICTED = {"fertility": "predicted"}
+CONSTRAINED = ("csoftmax", "csparsemax")
 # family -> model name -> the config fields that make it that variant
-TRANSFORMER_MODELS = {
-    "softmax": {},
-    "mma": {"encoder_self_attention": "mma"},
-    "dhicm": {"encoder_self_attention": "dhicm", "decoder_self_attention": "dhicm", "cross_attention": "dhicm"},
-    "sparsemax": {"cross_attention": "sparsemax"},
-    "csoftmax predicted": {"cross_attention": "csoftmax", **PREDICTED},
-    "csparsemax predicted": {"cross_attention": "csparsemax", **PREDICTED},
-    "multihop": {"cross_attention": {"type": "multihop", "hops": 1}},
-}
+# benchmark_speed's variants, the constrained ones with predicted fertility (as the zoo's systems)
+TRANSFORMER_MODELS = {(f"{name} predicted" if name in CONSTRAINED else name):
+                      {**fields, **(PREDICTED if name in CONSTRAINED else {})} for name, fields in VARIANTS.items()}
 LSTM_MODELS = {
     "softmax": {},
     "sparsemax": {"attention_transform": "sparsemax"},
@@ -68,8 +64,6 @@ MALAVIYA_2018_SHAPE = dict(embedding_size=500, hidden_size=500, encoder_layers=2
 
 def build_model(family: str, name: str, tokenizer):
     """The model `name` of `family`, built from its config with seed 0's initial weights, in eval mode."""
-    from benchmark_speed import shared_sizes
-
     from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration, HeadAttnRNNConfig, \
         HeadAttnRNNForConditionalGeneration
 
@@ -88,20 +82,12 @@ def build_model(family: str, name: str, tokenizer):
 def tokenizer_and_batch(args):
     """A BPE tokenizer of 8,000 trained on the first 10,000 training pairs (cached, as examples/benchmark_speed.py
     caches it), and the first --sentences test sources as one padded batch."""
-    from transformers import AutoTokenizer
-
     from hf_headattn.parallel_data import read_parallel_files
-    from hf_headattn.tokenization import train_tokenizer
     from hf_headattn.training import multi30k_paths
 
     data = multi30k_paths(args.data_dir)
-    tokenizer_dir = Path(args.cache_dir) / "tokenizer-10000"
-    if (tokenizer_dir / "tokenizer.json").exists():
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    else:
-        train = read_parallel_files(data["train.de"], data["train.en"], 10000)
-        tokenizer = train_tokenizer(texts=list(train["source"]) + list(train["target"]), vocab_size=8000,
-                                    save_directory=tokenizer_dir)
+    tokenizer = cached_tokenizer(read_parallel_files(data["train.de"], data["train.en"], 10000),
+                                 Path(args.cache_dir) / "tokenizer-10000")
     sources = data["test_2016_flickr.de"].read_text(encoding="utf-8").splitlines()[:args.sentences]
     return tokenizer, dict(tokenizer(sources, padding=True, return_tensors="pt"))
 

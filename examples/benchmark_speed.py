@@ -164,18 +164,21 @@ def rss_kib(field):
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
+def cached_tokenizer(train, tokenizer_dir: Path):
+    """The BPE tokenizer of 8,000 trained on the pairs of `train`, kept in `tokenizer_dir` for the next run."""
+    if (tokenizer_dir / "tokenizer.json").exists():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(tokenizer_dir)
+    return train_tokenizer(texts=list(train["source"]) + list(train["target"]), vocab_size=8000,
+                           save_directory=tokenizer_dir)
+
+
 def load_data(args):
     data = multi30k_paths(args.data_dir)
     train = read_parallel_files(data["train.de"], data["train.en"], args.train_pairs)
     test = read_parallel_files(data["test_2016_flickr.de"], data["test_2016_flickr.en"], args.sentences)
-    tokenizer_dir = Path(args.cache_dir) / f"tokenizer-{args.train_pairs}"
-    if (tokenizer_dir / "tokenizer.json").exists():
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    else:
-        tokenizer = train_tokenizer(texts=list(train["source"]) + list(train["target"]), vocab_size=8000,
-                                    save_directory=tokenizer_dir)
+    tokenizer = cached_tokenizer(train, Path(args.cache_dir) / f"tokenizer-{args.train_pairs}")
     batches = make_batches(tokenizer, list(train["source"]), list(train["target"]), args.batch_tokens,
                            args.train_batches)
     inputs = dict(tokenizer(list(test["source"]), padding=True, return_tensors="pt"))
