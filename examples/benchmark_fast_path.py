@@ -27,6 +27,7 @@ trained weights.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import statistics
@@ -57,15 +58,22 @@ LSTM_MODELS = {
     "2x2 dependent": {"num_heads": 2, "num_hops": 2, "hop_mode": "dependent"},
 }
 FAMILIES = {"transformer": TRANSFORMER_MODELS, "lstm": LSTM_MODELS}
-# --preset malaviya2018's model (hf_headattn/training/presets.py), as its config fields
-MALAVIYA_2018_SHAPE = dict(embedding_size=500, hidden_size=500, encoder_layers=2, decoder_layers=2, dropout=0.3,
-                           embedding_dropout=False, attention_score="general", sink="token", sink_every_transform=True)
+def malaviya_2018_config(tokenizer, **fields):
+    """The LSTM config `--preset malaviya2018` trains (built from the preset's flags as the training command builds
+    it), with the config `fields` of a variant."""
+    from hf_headattn.training.arguments import DataArguments, ModelArguments, build_config
+    from hf_headattn.training.presets import preset_defaults
+
+    preset = preset_defaults("malaviya2018")
+    model_args = ModelArguments(**{field.name: preset[field.name] for field in dataclasses.fields(ModelArguments)
+                                   if field.name in preset})
+    config = build_config(model_args, DataArguments(), tokenizer)
+    return type(config)(**{**config.to_diff_dict(), **fields})
 
 
 def build_model(family: str, name: str, tokenizer):
     """The model `name` of `family`, built from its config with seed 0's initial weights, in eval mode."""
-    from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration, HeadAttnRNNConfig, \
-        HeadAttnRNNForConditionalGeneration
+    from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration, HeadAttnRNNForConditionalGeneration
 
     torch.manual_seed(0)
     fields = FAMILIES[family][name]
@@ -73,9 +81,7 @@ def build_model(family: str, name: str, tokenizer):
         model = HeadAttnForConditionalGeneration(HeadAttnConfig(**shared_sizes(256, 3, len(tokenizer), tokenizer),
                                                                 **fields))
     else:
-        tokens = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
-        model = HeadAttnRNNForConditionalGeneration(HeadAttnRNNConfig(**MALAVIYA_2018_SHAPE, **tokens, **fields))
+        model = HeadAttnRNNForConditionalGeneration(malaviya_2018_config(tokenizer, **fields))
     return model.eval()
 
 
