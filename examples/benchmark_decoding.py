@@ -25,7 +25,8 @@ Rounds are interleaved (every system once per round, each round starting one sys
 share of lines translated exactly as the anchor translates them, and BLEU against the reference (sacrebleu). All
 processes get the same cores (--threads): torch's intra-op threads; CTranslate2, on the CPU, as many translators of one
 thread each (`inter_threads`, its setup for throughput: batches decoded in parallel), which on a 2-core Intel Xeon
-(AMX) VM decoded the file 2.2x (float32 greedy) to 7.8x (int8 greedy) faster than one translator of 2 threads.
+(AMX) VM decoded the file 2.3x (float32, beam 5) to 9.5x (int8, greedy) faster than one translator of 2 threads
+(BENCHMARKS.md, the real-length table's note).
 
 Start-up: in every round each system's process also translates the file's first line alone (greedy); the median of
 those runs is its start-up (imports, loading, exit), and its time less its start-up is its decoding time, which the

@@ -58,6 +58,8 @@ LSTM_MODELS = {
     "2x2 dependent": {"num_heads": 2, "num_hops": 2, "hop_mode": "dependent"},
 }
 FAMILIES = {"transformer": TRANSFORMER_MODELS, "lstm": LSTM_MODELS}
+
+
 def malaviya_2018_config(tokenizer, **fields):
     """The LSTM config `--preset malaviya2018` trains (built from the preset's flags as the training command builds
     it), with the config `fields` of a variant."""
@@ -168,12 +170,15 @@ def cell(values: list[float]) -> str:
 
 def same_cell(same: dict, sentences: int) -> str:
     """'yes', or per mode how many sentences differ from generate's and how far apart the searches' scores are."""
+    def mode_cell(result: dict) -> str:
+        if not result["differing"]:
+            return "yes"
+        scores = "" if result["score_difference"] is None else f" (scores within {result['score_difference']:.0e})"
+        return f"{result['differing']} of {sentences} differ{scores}"
+
     if not any(result["differing"] for result in same.values()):
         return "yes"
-    return ", ".join(f"{mode}: " + ("yes" if not result["differing"] else f"{result['differing']} of {sentences} differ"
-                                    + ("" if result["score_difference"] is None else
-                                       f" (scores within {result['score_difference']:.0e})"))
-                     for mode, result in same.items())
+    return ", ".join(f"{mode}: {mode_cell(result)}" for mode, result in same.items())
 
 
 def section_text(report: dict) -> str:

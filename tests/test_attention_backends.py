@@ -202,8 +202,8 @@ def test_sdpa_equals_eager_in_training_and_cached_decoding(variant):
 
 def _teacher_forced_log_probs(model, input_ids, attention_mask, sequences):
     """log p(token | prefix) of each token after the first of `sequences`, from one full (uncached) pass."""
-    sources = input_ids.repeat_interleave(sequences.shape[0] // input_ids.shape[0], dim=0)
-    source_mask = attention_mask.repeat_interleave(sequences.shape[0] // input_ids.shape[0], dim=0)
+    per_source = sequences.shape[0] // input_ids.shape[0]
+    sources, source_mask = (tensor.repeat_interleave(per_source, dim=0) for tensor in (input_ids, attention_mask))
     with torch.no_grad():
         logits = model(input_ids=sources, attention_mask=source_mask, decoder_input_ids=sequences[:, :-1]).logits
     return logits.log_softmax(-1).gather(-1, sequences[:, 1:, None])[..., 0]
