@@ -59,7 +59,7 @@ def main(argv=None):
         print(f"{system}: {results[system]}")
 
     (output_dir / "results.json").write_text(json.dumps({"settings": vars(args), "results": results}, indent=2) + "\n")
-    print(f"\n| system | test_2016_flickr BLEU | chrF | parameters | train time (s, CPU) |\n|---|---|---|---|---|")
+    print("\n| system | test_2016_flickr BLEU | chrF | parameters | train time (s, CPU) |\n|---|---|---|---|---|")
     for system, scores in results.items():
         print(f"| {system} | {scores['bleu']:.2f} | {scores['chrf']:.2f} | {scores['parameters']:,} | "
               f"{scores['train_runtime_s']:.0f} |")

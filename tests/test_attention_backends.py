@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, masking_utils
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+from transformers.modeling_utils import AttentionInterface
 
 from hf_headattn import HeadAttnForConditionalGeneration
 from hf_headattn.runtime.variant_checks import check_attention_implementation

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from hf_headattn import HeadAttnConfig, HeadAttnModel, HeadAttnRNNConfig, TranslationPipeline, csoftmax, csparsemax
+from hf_headattn import HeadAttnModel, TranslationPipeline, csoftmax, csparsemax
 from hf_headattn import sparsemax, train_tokenizer
 from hf_headattn.decoding import fast_generate
 from hf_headattn.toy_corpus import make_toy_corpus

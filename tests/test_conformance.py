@@ -43,7 +43,7 @@ def test_missing_embeddings_are_reported_and_initialised_like_marian(shared, tmp
         loaded, info = type(model).from_pretrained(folder, output_loading_info=True)
         results[name] = loaded, set(info["missing_keys"])
 
-    (marian, marian_missing), (model, missing) = results["marian"], results["headattn"]
+    (_, marian_missing), (model, missing) = results["marian"], results["headattn"]
     assert missing == marian_missing and missing
     for embeddings in (model.model.encoder.embed_tokens, model.model.decoder.embed_tokens):
         weight = embeddings.weight

@@ -5,7 +5,6 @@ import functools
 
 import pytest
 import torch
-from torch import nn
 
 from hf_headattn import HeadAttnForConditionalGeneration, HeadAttnModel
 from hf_headattn.runtime.transformers_compat import cache_of

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_headattn import plotting
 from hf_headattn.commands import plot
 from hf_headattn.evaluation import evaluate_model
 from hf_headattn.plotting import (

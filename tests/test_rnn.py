@@ -36,7 +36,6 @@ from hf_headattn.runtime.cache_headattn import HeadAttnRNNCache
 from hf_headattn.runtime.modeling_headattn_rnn import HeadAttnRNNGenerateOutput, HeadAttnRNNSourceAttention
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.training.trainer import HeadAttnSeq2SeqTrainer
-from hf_headattn.runtime.transformers_compat import cache_of
 
 from helpers import (EOS, PAD, RNN_CONFIGS, RNN_EOS_BIAS, VOCAB, WITHOUT_PACKAGE, random_rnn_model, rnn_config,
                      source_batch)
