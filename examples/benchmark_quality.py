@@ -76,6 +76,11 @@ class System:
 MMA = '{"type": "mma", "window": 1}'
 DHICM = ("--encoder_self_attention", "dhicm", "--decoder_self_attention", "dhicm", "--cross_attention", "dhicm")
 DHICM_WITHOUT_KL = '{"type": "dhicm", "layers": [-1], "kl_weight": 0.0}'
+# Goindani & Shrivastava's DHICM with Table 2's optimal De-En dropout (0.5) and lambda = 0.1 (Sec. 4.3)
+DHICM_OPTIMAL = tuple(part for site in ("encoder_self_attention", "decoder_self_attention", "cross_attention")
+                      for part in (f"--{site}", '{"type": "dhicm", "layers": [-1], "kl_weight": 0.1, "dropout": 0.5}'))
+SAMPLED_10K = ("--max_train_pairs", "10000", "--sample_train_pairs", "true")  # another sample each seed
+SAMPLED_20K = ("--max_train_pairs", "20000", "--sample_train_pairs", "true")
 SYSTEMS = {
     # Transformers: each variant at the site its paper puts it (softmax elsewhere)
     "transformer softmax": System("transformer"),
@@ -139,6 +144,16 @@ SYSTEMS = {
                                                              "--fertility", "predicted"), preset="malaviya2018"),
     "lstm malaviya2018 csparsemax guided": System("rnn", ("--attention_transform", "csparsemax",
                                                           "--fertility", "guided"), preset="malaviya2018"),
+    # Goindani & Shrivastava's low-resource claim (Table 4) at their recipe (`--preset goindani2021`: transformer-base
+    # at Table 2's optimal De-En values, trained until 10 epochs bring no lower validation loss, the best epoch kept),
+    # on 10,000 and 20,000 training pairs drawn at random (another sample each seed, as their three samples): T-optimal
+    # (softmax) against DHICM at the last layer's three attentions with Table 2's DHICM dropout
+    "transformer goindani2021 softmax, 10k sampled pairs": System("transformer", SAMPLED_10K, preset="goindani2021"),
+    "transformer goindani2021 dhicm, 10k sampled pairs": System("transformer", (*DHICM_OPTIMAL, *SAMPLED_10K),
+                                                                preset="goindani2021"),
+    "transformer goindani2021 softmax, 20k sampled pairs": System("transformer", SAMPLED_20K, preset="goindani2021"),
+    "transformer goindani2021 dhicm, 20k sampled pairs": System("transformer", (*DHICM_OPTIMAL, *SAMPLED_20K),
+                                                                preset="goindani2021"),
 }
 assert {name.split()[1] for name in SYSTEMS if name.startswith("transformer")} >= set(ATTENTION_VARIANTS), \
     "benchmark_quality: a registered variant has no system"
@@ -152,6 +167,11 @@ CLAIMS = [
      "transformer softmax, 10k pairs", "bleu"),
     ("DHICM with its KL term vs without it on 10,000 pairs (the KL term's ablation)",
      "transformer dhicm, 10k pairs", "transformer dhicm without KL, 10k pairs", "bleu"),
+    ("DHICM vs T-optimal on 10,000 sampled pairs at Goindani & Shrivastava's recipe (`--preset goindani2021`, "
+     "transformer-base; their Table 4)", "transformer goindani2021 dhicm, 10k sampled pairs",
+     "transformer goindani2021 softmax, 10k sampled pairs", "bleu"),
+    ("DHICM vs T-optimal on 20,000 sampled pairs at Goindani & Shrivastava's recipe",
+     "transformer goindani2021 dhicm, 20k sampled pairs", "transformer goindani2021 softmax, 20k sampled pairs", "bleu"),
     ("2x2 dependent multi-hop vs the LSTM baseline (Iida et al.)", "lstm 2x2 dependent", "lstm baseline 1x1", "bleu"),
     ("csparsemax (predicted fertility) vs softmax, LSTM (Malaviya et al.)", "lstm csparsemax predicted",
      "lstm baseline 1x1", "coverage"),
@@ -347,17 +367,24 @@ def collect(records_dir: Path) -> dict:
     return results
 
 
-def check_same_settings(results: dict) -> None:
-    """Every run on the same data and preset, and every run of a family with the same extra flags."""
-    shared, extra_flags = set(), {}
+def check_same_settings(results: dict, data: dict) -> None:
+    """Every run on the files of `data` (`data_files`: what the report reads), compared by name, since runs are
+    recorded on machines that keep the data in other folders; and the runs of each preset and family with the same
+    preset values and extra flags. Each result's settings then name the files of `data`."""
+    names = {key: Path(path).name for key, path in data.items()}
+    recipes = {}
     for result in results.values():
-        shared.add(json.dumps({key: value for key, value in result["settings"].items() if key != "extra_flags"},
-                              sort_keys=True))
-        extra_flags.setdefault(result["architecture"], set()).add(result["settings"]["extra_flags"])
-    if len(shared) > 1 or any(len(flags) > 1 for flags in extra_flags.values()):
+        settings = result["settings"]
+        recipes.setdefault((settings.get("preset_name", PRESET), result["architecture"]), set()).add(
+            json.dumps([settings["preset"], settings["extra_flags"]], sort_keys=True))
+    other_data = [(system, seed) for (system, seed), result in results.items()
+                  if {key: Path(path).name for key, path in result["settings"]["data"].items()} != names]
+    if other_data or any(len(recipe) > 1 for recipe in recipes.values()):
         raise ValueError("the recorded runs were trained with different settings; use a fresh --records-dir:\n"
                          + "\n".join(f"{system} seed {seed}: {json.dumps(result['settings'])}"
                                      for (system, seed), result in results.items()))
+    for result in results.values():
+        result["settings"]["data"] = data
 
 
 def machine_label(result: dict) -> str:
@@ -579,7 +606,13 @@ def length_figure(results: dict, path: Path) -> bool:
 def describe_runs(results: dict) -> str:
     first = next(iter(results.values()))
     data = first["settings"]["data"]
-    preset = ", ".join(f"--{key} {value}" for key, value in first["settings"]["preset"].items())
+    presets = {}  # preset name -> its flags, as the runs recorded them
+    for result in results.values():
+        presets.setdefault(result["settings"].get("preset_name", PRESET), result["settings"]["preset"])
+    preset = ", ".join(f"--{key} {value}" for key, value in presets.pop(PRESET, TRAINING_PRESETS[PRESET]).items())
+    other_presets = "; ".join(f"the systems named `{name}` by `--preset {name}` ("
+                              + ", ".join(f"--{key} {value}" for key, value in flags.items()) + ")"
+                              for name, flags in presets.items())
     machines = sorted({f"{r['machine_at_start']['processor']}, {r['machine_at_start']['cpu_count']} cores, "
                        f"{r['machine_at_start']['torch_threads']} torch threads"
                        + (f", {r['machine_at_start']['cuda']}" if r['machine_at_start']['cuda'] else "")
@@ -590,7 +623,9 @@ def describe_runs(results: dict) -> str:
         f"says otherwise), validation `{Path(data['valid_source']).name}`, test `{Path(data['test_source']).name}`. "
         f"Every system is trained by `hf-headattn-train --preset {PRESET}` ({preset}; model: d_model 256, 3 + 3 "
         "layers, 4 heads, FFN 1024, shared and tied embeddings for the Transformers; embedding 256, d = 512, one "
-        "layer each side for the LSTMs) plus its own flags, printed in each run's `result.json` "
+        "layer each side for the LSTMs)"
+        + (f", except {other_presets}," if other_presets else "")
+        + " plus its own flags, printed in each run's `result.json` "
         f"(`{Path(first['record_dir']).parent.parent}`)."
         + (f" Extra flags: {'; '.join(extra)}." if extra else "")
         + " BLEU, chrF and TER are sacrebleu's defaults (detokenized, cased); REP and DROP split words with "
@@ -605,9 +640,8 @@ def write_report(args) -> None:
     results = collect(records_dir)
     if not results:
         raise SystemExit(f"no recorded runs in {records_dir}")
-    check_same_settings(results)
-    references = Path(next(iter(results.values()))["settings"]["data"]["test_target"]).read_text(
-        encoding="utf-8").splitlines()
+    check_same_settings(results, data_files(args))
+    references = Path(data_files(args)["test_target"]).read_text(encoding="utf-8").splitlines()
     figure = records_dir / "bleu_by_length.png"
     commands = "\n".join(
         f"{r['command']}   # {r['finished']}, train {train_minutes(r)} min on {machine_label(r)}, load average "

@@ -31,6 +31,7 @@ import itertools
 import json
 import logging
 import lzma
+import random
 import re
 import sys
 from dataclasses import dataclass
@@ -270,6 +271,29 @@ class PairsOnDisk:
 
         sources, targets = self.columns()
         return Dataset.from_dict({"source": sources, "target": targets})
+
+    def sample(self, count: int, seed: int) -> Dataset:
+        """`count` of these pairs drawn at random (`random_rows`) in an in-memory Dataset of `source` and `target`
+        columns, read in one pass over the files."""
+        from datasets import Dataset
+
+        wanted = iter(random_rows(len(self), count, seed))
+        sources, targets = [], []
+        next_row = next(wanted, None)
+        for row, (source, target) in enumerate(self.pairs()):
+            if row == next_row:
+                sources.append(source)
+                targets.append(target)
+                next_row = next(wanted, None)
+            if next_row is None:
+                break
+        return Dataset.from_dict({"source": sources, "target": targets})
+
+
+def random_rows(total: int, count: int, seed: int) -> list[int]:
+    """`min(count, total)` row numbers of `range(total)` drawn uniformly without replacement with `seed`, in
+    ascending order (the pairs keep their corpus order); the same for the same arguments on every machine."""
+    return sorted(random.Random(seed).sample(range(total), min(count, total)))
 
 
 @dataclass(frozen=True)

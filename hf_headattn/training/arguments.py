@@ -92,6 +92,10 @@ class ModelArguments:
                                                                        "predicted tagger"})
     d_model: int = field(default=256, metadata={"help": "(Transformer)"})
     ffn_dim: int = field(default=1024, metadata={"help": "(Transformer)"})
+    attention_dropout: float = field(default=0.0, metadata={
+        "help": "(Transformer) dropout on the attention probabilities (as fairseq's attention dropout)"})
+    activation_dropout: float = field(default=0.0, metadata={
+        "help": "(Transformer) dropout after the feed-forward activation (as fairseq's activation dropout)"})
     position_embedding: str = field(default="sinusoidal", metadata={
         "choices": ["sinusoidal", "none"], "help": "(Transformer)"})
     activation_function: str = field(default="swish", metadata={
@@ -127,7 +131,7 @@ class ModelArguments:
         "help": "(LSTM) with --sink token, append it for softmax and sparsemax too (as Malaviya et al.'s scripts do)"})
 
 
-TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "position_embedding", "activation_function", "scale_embedding",
+TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "attention_dropout", "activation_dropout", "position_embedding", "activation_function", "scale_embedding",
                      "encoder_self_attention", "decoder_self_attention", "cross_attention")
 RNN_FLAGS = ("embedding_size", "hidden_size", "hops", "hop_mode", "attention_score", "attention_transform",
              "coverage_vector", "sink", "sink_every_transform", "embedding_dropout")
@@ -141,7 +145,8 @@ CONFIG_FIELD_FLAGS = {
     "position_embedding": "position_embedding", "activation_function": "activation_function",
     "scale_embedding": "scale_embedding", "encoder_self_attention": "encoder_self_attention",
     "decoder_self_attention": "decoder_self_attention", "cross_attention": "cross_attention",
-    "dropout": "dropout", "label_smoothing": "label_smoothing", "fertility": "fertility",
+    "dropout": "dropout", "attention_dropout": "attention_dropout", "activation_dropout": "activation_dropout",
+    "label_smoothing": "label_smoothing", "fertility": "fertility",
     "constant_fertility": "constant_fertility", "embedding_size": "embedding_size", "hidden_size": "hidden_size",
     "num_hops": "hops", "hop_mode": "hop_mode", "attention_score": "attention_score",
     "attention_transform": "attention_transform",
@@ -181,6 +186,10 @@ class DataArguments:
     train_split: str = field(default="train", metadata={"help": "training split of a --dataset"})
     valid_split: str = field(default="validation", metadata={"help": "validation split of a --dataset"})
     max_train_pairs: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
+    sample_train_pairs: bool = field(default=False, metadata={
+        "help": "with --max_train_pairs, train on N pairs drawn at random (without replacement, kept in corpus order) "
+                "instead of the first N: another sample for every --data_seed (--seed if unset), as Goindani & "
+                "Shrivastava drew their low-resource training sets"})
     max_valid_pairs: int | None = field(default=None, metadata={
         "help": "use only the first N validation pairs (what each evaluation scores: loss, and BLEU/chrF with "
                 "--predict_with_generate)"})
@@ -426,11 +435,14 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
         value = getattr(data_args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be positive, got {value}")
+    if data_args.sample_train_pairs and data_args.max_train_pairs is None:
+        raise ValueError("--sample_train_pairs draws --max_train_pairs pairs at random; give --max_train_pairs too")
     if data_args.streaming:
         needed = {"--dataset": data_args.dataset is not None, "--max_steps": training_args.max_steps > 0,
                   "--tokenizer": model_args.tokenizer is not None}
         refused = {"--max_tokens": data_args.max_tokens is not None,
-                   "--fertility guided/predicted": model_args.fertility != "constant"}
+                   "--fertility guided/predicted": model_args.fertility != "constant",
+                   "--sample_train_pairs": data_args.sample_train_pairs}
         if not all(needed.values()) or any(refused.values()):
             raise ValueError(f"--streaming needs {', '.join(needed)} (a stream has no length and is not read twice) "
                              f"and excludes {' and '.join(refused)} (they read the whole corpus first)")
@@ -581,6 +593,8 @@ def build_config(model_args: ModelArguments, data_args: DataArguments, tokenizer
             decoder_attention_heads=heads,
             encoder_ffn_dim=model_args.ffn_dim,
             decoder_ffn_dim=model_args.ffn_dim,
+            attention_dropout=model_args.attention_dropout,
+            activation_dropout=model_args.activation_dropout,
             position_embedding=model_args.position_embedding,
             activation_function=model_args.activation_function,
             scale_embedding=model_args.scale_embedding,

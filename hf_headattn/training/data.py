@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..parallel_data import PairFiles, PairsOnDisk, PairsRead, pairs_on_disk, read_pairs
+from ..parallel_data import PairFiles, PairsOnDisk, PairsRead, pairs_on_disk, random_rows, read_pairs
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict, IterableDataset
@@ -47,15 +47,22 @@ def load_hub_translation_dataset(
     max_pairs: int | None = None,
     streaming: bool = False,
     revision: str | None = None,
+    sample_seed: int | None = None,
 ) -> Dataset | IterableDataset:
     """A Hugging Face dataset (Hub name or local folder; `revision`: a Hub branch, tag or commit) whose rows hold a
     `translation` dict keyed by language, or one column per language, -> Dataset with `source` and `target` columns
-    (an IterableDataset read as a stream with `streaming`)."""
+    (an IterableDataset read as a stream with `streaming`). `max_pairs` keeps the first pairs, or with `sample_seed`
+    that many drawn at random (`random_rows`; not for a stream)."""
     from datasets import load_dataset
 
     dataset = load_dataset(name, config_name, split=split, streaming=streaming, revision=revision)
     if max_pairs is not None:
-        dataset = dataset.take(max_pairs) if streaming else dataset.select(range(min(max_pairs, len(dataset))))
+        if streaming:
+            dataset = dataset.take(max_pairs)
+        elif sample_seed is not None:
+            dataset = dataset.select(random_rows(len(dataset), max_pairs, sample_seed))
+        else:
+            dataset = dataset.select(range(min(max_pairs, len(dataset))))
     first = next(iter(dataset))
     columns = list(first)  # a stream may not know its columns before it is read
     if "translation" in columns:
@@ -256,14 +263,15 @@ def scan_data_files(data_args: DataArguments) -> tuple[dict, dict[str, str]]:
     return scans, by_flag
 
 
-def load_data(data_args: DataArguments, scans: dict) -> tuple[Dataset | PairsOnDisk, Dataset, dict]:
+def load_data(data_args: DataArguments, scans: dict, seed: int = 0) -> tuple[Dataset | PairsOnDisk, Dataset, dict]:
     """Training pairs (`PairsOnDisk` for files, read again from them when tokenised; a Dataset of `source` and
-    `target` columns for a --dataset) and validation pairs (a Dataset), and the training pairs' counts for
-    train_results.json: `train_pairs_read`, `train_pairs_skipped_empty` (blank on either side) and
-    `train_pairs_held_out` (the last 5% held out for validation when no validation data is given). `scans` are
-    `scan_data_files`'."""
+    `target` columns for a --dataset or a --sample_train_pairs sample) and validation pairs (a Dataset), and the
+    training pairs' counts for train_results.json: `train_pairs_read`, `train_pairs_skipped_empty` (blank on either
+    side) and `train_pairs_held_out` (the last 5% held out for validation when no validation data is given).
+    `scans` are `scan_data_files`'; `seed` draws the --sample_train_pairs sample."""
     from datasets import Dataset
 
+    sample_seed = seed if data_args.sample_train_pairs else None
     if data_args.dataset is not None:
         max_valid_pairs = data_args.max_valid_pairs
         if data_args.streaming and max_valid_pairs is None:
@@ -271,9 +279,9 @@ def load_data(data_args: DataArguments, scans: dict) -> tuple[Dataset | PairsOnD
         train, valid = (
             load_hub_translation_dataset(data_args.dataset, data_args.dataset_config, data_args.source_lang,
                                          data_args.target_lang, split, max_pairs, data_args.streaming,
-                                         data_args.dataset_revision)
-            for split, max_pairs in ((data_args.train_split, data_args.max_train_pairs),
-                                     (data_args.valid_split, max_valid_pairs))
+                                         data_args.dataset_revision, split_seed)
+            for split, max_pairs, split_seed in ((data_args.train_split, data_args.max_train_pairs, sample_seed),
+                                                 (data_args.valid_split, max_valid_pairs, None))
         )
         if data_args.streaming:  # evaluated again and again: read it once
             valid = Dataset.from_list(list(valid))
@@ -281,22 +289,29 @@ def load_data(data_args: DataArguments, scans: dict) -> tuple[Dataset | PairsOnD
                   "train_pairs_held_out": 0}
         return train, valid, counts
     files = data_files(data_args)
-    train = pairs_on_disk(files["train"], scans["train"], data_args.max_train_pairs, skip_empty=True)
+    first_pairs = data_args.max_train_pairs if sample_seed is None else None  # a sample is drawn from them all
+    train = pairs_on_disk(files["train"], scans["train"], first_pairs, skip_empty=True)
     counts = {"train_pairs_read": train.read, "train_pairs_skipped_empty": train.skipped_empty}
     _refuse_no_pairs(files["train"], train, "to train on", "give a corpus of sentence pairs")
+    pairs = train.dataset if sample_seed is None else train.dataset.sample(data_args.max_train_pairs, sample_seed)
     if "validation" not in files:
-        if len(train.dataset) == 1:  # held out, it would leave nothing to train on
+        if len(pairs) == 1:  # held out, it would leave nothing to train on
             raise ValueError(f"{_names(files['train'])}: one sentence pair and no validation data; "
                              "without --valid_source/--valid_target (--validation_file) the last 5% of the pairs, "
                              "at least one, are held out for validation: give validation files, or more pairs")
         # hold out the last 5% (at least one pair) of the training text
-        kept, held_out = train.dataset.split(len(train.dataset) - max(1, len(train.dataset) // 20))
-        return kept, held_out.to_dataset(), {**counts, "train_pairs_held_out": len(held_out)}
+        kept_pairs = len(pairs) - max(1, len(pairs) // 20)
+        if isinstance(pairs, PairsOnDisk):
+            kept, held_out = pairs.split(kept_pairs)
+            held_out = held_out.to_dataset()
+        else:  # a --sample_train_pairs sample
+            kept, held_out = pairs.select(range(kept_pairs)), pairs.select(range(kept_pairs, len(pairs)))
+        return kept, held_out, {**counts, "train_pairs_held_out": len(held_out)}
     valid = read_pairs(files["validation"], scans["validation"], data_args.max_valid_pairs, skip_empty=True)
     _refuse_no_pairs(files["validation"], valid, "to validate on",
                      "give validation files of sentence pairs, or none: then the last 5% of the training pairs are "
                      "held out for validation")
-    return train.dataset, valid.dataset, {**counts, "train_pairs_held_out": 0}
+    return pairs, valid.dataset, {**counts, "train_pairs_held_out": 0}
 
 
 def _refuse_no_pairs(files: PairFiles, pairs: PairsRead, purpose: str, remedy: str) -> None:

@@ -79,6 +79,47 @@ TRAINING_PRESETS = {
         save_strategy="epoch",
         logging_steps=50,
     ),
+    # Goindani & Shrivastava (2021), Sec. 4.3 and Table 2's optimal De-En column, the recipe of T-optimal (and of
+    # DHICM, which adds its attention with `--*_attention '{"type": "dhicm", "layers": [-1], "dropout": 0.5}'`):
+    # fairseq's Transformer of d = 512, 6 + 6 layers, ReLU, embeddings scaled by sqrt(d), FFN 2048, 4 heads, dropout
+    # 0.5, attention dropout 0.1, activation dropout 0.3, label smoothing 0.1; 8,000 tokens a batch (fairseq counts
+    # sentences x the longer side's padded length; --max_tokens counts both sides, hence 16,000); Adam (0.9, 0.98,
+    # eps 1e-6) at 5e-4 with the inverse square root schedule after 4,000 warm-up steps; a checkpoint every epoch,
+    # the best by validation loss kept, training stopped after 10 epochs without a lower one. The paper names no
+    # gradient clipping: fairseq's default (none). Joint BPE of 10K merges (their IWSLT14 De-En): --vocab_size 10000.
+    "goindani2021": dict(
+        architecture="transformer",
+        d_model=512,
+        layers=6,
+        heads=4,
+        ffn_dim=2048,
+        activation_function="relu",
+        scale_embedding=True,
+        dropout=0.5,
+        attention_dropout=0.1,
+        activation_dropout=0.3,
+        label_smoothing=0.1,
+        vocab_size=10000,
+        tokenizer_model="bpe",
+        max_tokens=16000,
+        optim="adamw_torch",
+        learning_rate=5e-4,
+        adam_beta1=0.9,
+        adam_beta2=0.98,
+        adam_epsilon=1e-6,
+        weight_decay=0.0,
+        lr_scheduler_type="inverse_sqrt",
+        warmup_steps=4000,
+        max_grad_norm=0.0,
+        num_train_epochs=1000,
+        max_steps=-1,
+        eval_strategy="epoch",
+        save_strategy="best",
+        load_best_model_at_end=True,
+        metric_for_best_model="loss",
+        early_stopping_patience=10,
+        logging_steps=50,
+    ),
 }
 
 

@@ -107,7 +107,8 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
             raise RunRefused(str(error)) from None
 
     try:
-        train_text, valid_text, data_counts = load_data(data_args, scans)
+        train_text, valid_text, data_counts = load_data(
+            data_args, scans, training_args.data_seed if training_args.data_seed is not None else training_args.seed)
     except ValueError as error:  # a TSV or JSON lines line that holds no pair, named
         raise RunRefused(str(error)) from None
     if tokenizer is None:

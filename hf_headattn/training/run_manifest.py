@@ -50,6 +50,9 @@ TRAINER_FLAGS_MAY_CHANGE = (
 # The package's run flags that change the optimizer steps (manifests written before they were recorded lack them,
 # and are not compared on them)
 RUN_IDENTITY_FLAGS = ("lr_decay", "lr_decay_factor", "lr_decay_start_at", "loss_normalization")
+# Identity flags added since, with the value every run saved before them had (the flag did not exist, so the model
+# or data was built that way): a manifest that lacks one is compared as holding that value
+IDENTITY_FLAGS_ADDED = {"--attention_dropout": 0.0, "--activation_dropout": 0.0, "--sample_train_pairs": False}
 VERSIONED_PACKAGES = ("hf_headattn", "transformers", "torch", "datasets", "tokenizers")
 
 
@@ -134,7 +137,7 @@ def manifest_differences(saved: dict, current: dict) -> tuple[list[str], list[st
     a line naming the setting and both values ("there" = saved, "now" = current)."""
     unrecorded = {f"--{name}" for name in RUN_IDENTITY_FLAGS} - set(saved["identity"])
     current_identity = {key: value for key, value in current["identity"].items() if key not in unrecorded}
-    return (_differences(saved["identity"], current_identity),
+    return (_differences({**IDENTITY_FLAGS_ADDED, **saved["identity"]}, current_identity),
             _differences(saved.get("may_change", {}), current["may_change"])
             + _differences(saved.get("files", {}), current["files"]),
             _differences(saved.get("versions", {}), current["versions"]))

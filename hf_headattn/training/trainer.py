@@ -256,6 +256,13 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
                 f"checkpoints with --save_total_limit), then run the same command again: it resumes "
                 f"{f'from {last}' if last else 'from the start (no checkpoint was written before)'}") from error
 
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # --load_best_model_at_end reads a checkpoint's state dict, which holds tied weights once (model.shared): the
+        # embeddings and the output layer tied to it share its tensor, loaded with it, so they are not missing
+        tied = set(getattr(self.model, "all_tied_weights_keys", None) or ())
+        super()._issue_warnings_after_load(
+            load_result._replace(missing_keys=[key for key in load_result.missing_keys if key not in tied]))
+
     def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
                              trial):
         epochs_trained, steps_trained = super()._init_training_state(
