@@ -41,7 +41,8 @@ done
 ( while sleep 60; do
     echo "t+$(( $(date +%s) - started ))s GPU $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader)"
     for log in "$OUT"/logs/*.log; do
-      echo "  $(basename "$log"): $(tr '\r' '\n' < "$log" | grep -E "it/s|s/it|eval_loss|BLEU" | tail -1 | cut -c1-140)"
+      echo "  $(basename "$log"): $(tr '\r' '\n' < "$log" | grep -E "it/s|s/it|eval_loss|BLEU" | grep -v "Loading weights" \
+          | tail -1 | cut -c1-140)"
     done
   done ) &
 monitor=$!
