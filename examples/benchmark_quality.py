@@ -649,7 +649,8 @@ def write_report(args) -> None:
         " at end" for r in results.values())
     sections = [
         "# Results on Multi30k De-En\n\nMeasured by `examples/benchmark_quality.py`: each system trained by the "
-        f"package's training command with the anchor recipe (`--preset {PRESET}`), scored on test_2016_flickr. Runs "
+        f"package's training command with the anchor recipe (`--preset {PRESET}`) unless its name and claim name "
+        "another (`malaviya2018`, `goindani2021`: the papers' own recipes), scored on test_2016_flickr. Runs "
         "are added one at a time; a system without a row has not been run yet.",
         "## Softmax against the anchor\n\nThe anchor: Transformers' `MarianMTModel` of the same shape and recipe "
         f"reached greedy BLEU {ANCHOR_BLEU} at {TRAINING_PRESETS[PRESET]['max_steps']:,} optimizer steps.\n\n"
