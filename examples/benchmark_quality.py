@@ -32,6 +32,7 @@ written from seed 1's model folder.
 import argparse
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
@@ -459,10 +460,11 @@ def read_lines(*paths: str) -> tuple[list[str], ...]:
 
 def coverage_statistics(result: dict, decoding: str) -> dict:
     """Per test sentence, REP's and DROP's counts (`rep_sentence_counts`, `drop_details`' `sentence_counts`) of a
-    run's recorded hypotheses, which must still give the recorded BLEU and REP. DROP reads the evaluation's
-    alignments from its cache; where the cache no longer holds them (another machine, a cleared cache), eflomal
-    aligns again, and eflomal cannot be seeded, so that DROP (returned as `drop`) can differ a little from the
-    recorded one."""
+    run's recorded hypotheses, which must still give the recorded BLEU and REP. DROP's counts are kept beside the
+    record (`<test>.<decoding>.drop_counts.json`, with the hash of the hypotheses they count) the first time they are
+    made, so that every later report tests the same counts: eflomal cannot be seeded, and DROP reads the evaluation's
+    alignments from a cache that another machine or a cleared cache lacks, where eflomal aligns again and DROP
+    (returned as `drop`) can differ a little from the recorded one."""
     metrics = json.loads((result["record_dir"] / result["decoding"][decoding]["metrics"]).read_text())
     settings, data = metrics["metric_settings"], result["settings"]["data"]
     sources, references = read_lines(data["test_source"], data["test_target"])
@@ -476,9 +478,17 @@ def coverage_statistics(result: dict, decoding: str) -> dict:
         if not math.isclose(value, metrics[name], rel_tol=1e-9):
             raise RuntimeError(f"{result['system']} seed {result['seed']} ({decoding}): the recorded hypotheses give "
                                f"{name.upper()} {value:.4f}, recorded as {metrics[name]:.4f}: they have changed")
-    drop = drop_details(sources, outputs, references, train_sources=train_sources, train_targets=train_targets,
-                        tokenize=tokenize, runs=settings["drop_alignment"]["runs"])
-    return {"rep": rep, "drop_counts": drop["sentence_counts"], "drop": drop["drop"], "recorded_drop": metrics["drop"]}
+    counts_file = result["record_dir"] / result["decoding"][decoding]["metrics"].replace(".metrics.json",
+                                                                                         ".drop_counts.json")
+    hypotheses_sha256 = hashlib.sha256("\n".join(outputs).encode("utf-8")).hexdigest()
+    kept = json.loads(counts_file.read_text()) if counts_file.is_file() else None
+    if kept is None or kept["hypotheses_sha256"] != hypotheses_sha256:
+        details = drop_details(sources, outputs, references, train_sources=train_sources, train_targets=train_targets,
+                               tokenize=tokenize, runs=settings["drop_alignment"]["runs"])
+        kept = {"drop": details["drop"], "hypotheses_sha256": hypotheses_sha256,
+                "sentence_counts": [list(counts) for counts in details["sentence_counts"]]}
+        counts_file.write_text(json.dumps(kept) + "\n")
+    return {"rep": rep, "drop_counts": kept["sentence_counts"], "drop": kept["drop"], "recorded_drop": metrics["drop"]}
 
 
 def coverage_p_values(system: dict, baseline: dict, decoding: str) -> dict[str, float]:
@@ -572,8 +582,10 @@ def claims_tables(results: dict, references: list[str], claims: list | None = No
                              f" | {mean_std([b['drop'] for b in beam])} | {' | '.join(p_values)} | "
                              f"{train_times(pairs, index)} |")
             lines += ["", f"p (DROP) comes from per-sentence counts of the evaluations' alignments where DROP's cache "
-                          "holds them, else of a new alignment (eflomal cannot be seeded); the DROP those counts give "
-                          f"is within {max(p['drop_difference'] for p in coverage):.2f} of the recorded DROP."]
+                          "held them when the report first tested the run, else of a new alignment (eflomal cannot be "
+                          "seeded), kept beside each record (`*.drop_counts.json`) for every later report; the DROP "
+                          f"those counts give is within {max(p['drop_difference'] for p in coverage):.2f} of the "
+                          "recorded DROP."]
         sections.append("\n".join(lines))
     return "\n\n".join(sections)
 
@@ -610,7 +622,7 @@ def describe_runs(results: dict) -> str:
     for result in results.values():
         presets.setdefault(result["settings"].get("preset_name", PRESET), result["settings"]["preset"])
     preset = ", ".join(f"--{key} {value}" for key, value in presets.pop(PRESET, TRAINING_PRESETS[PRESET]).items())
-    other_presets = "; ".join(f"the systems named `{name}` by `--preset {name}` ("
+    other_presets = "; ".join(f"the `{name}` systems, trained by `--preset {name}` ("
                               + ", ".join(f"--{key} {value}" for key, value in flags.items()) + ")"
                               for name, flags in presets.items())
     machines = sorted({f"{r['machine_at_start']['processor']}, {r['machine_at_start']['cpu_count']} cores, "

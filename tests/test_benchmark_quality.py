@@ -4,6 +4,7 @@ greedy and beam 5, recorded, tabulated in RESULTS.md with paired bootstrap p-val
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
@@ -91,6 +92,17 @@ def test_coverage_claims_get_rep_and_drop_p_values_from_the_recorded_hypotheses(
     p_values = [float(p) for cell in row.split("|")[5:8] for p in cell.split(",")]  # BLEU, REP, DROP; 2 seeds
     assert len(p_values) == 6 and all(0 < p <= 1 for p in p_values)
     assert "the DROP those counts give is within 0.00 of the recorded DROP" in text  # the evaluations' alignments
+    # the counts are kept beside each record and read by every later report: no alignment again
+    result = results["transformer mma", 1]
+    kept = result["record_dir"] / result["decoding"]["beam5"]["metrics"].replace(".metrics.json", ".drop_counts.json")
+    assert len(json.loads(kept.read_text())["sentence_counts"]) == len(references)
+
+    def no_alignment(*args, **kwargs):
+        raise AssertionError("DROP aligned again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(script, "drop_details", no_alignment)
+        assert script.claims_tables(results, references) == text
     # the counts are recomputed from the hypotheses, which must still give the recorded scores
     hypotheses = tmp / "records" / "transformer-mma" / "seed-2" / results["transformer mma", 2]["decoding"]["beam5"][
         "hypotheses"]
@@ -157,3 +169,37 @@ def test_notes_kept_beside_the_records_go_into_the_report(quality_run):
     finally:
         notes.unlink()
         script.main([*args, "--report-only"])
+
+
+def test_the_report_takes_the_same_files_elsewhere_and_runs_of_another_preset(quality_run):
+    """Runs recorded on machines that keep the data in other folders, and systems of another preset, are one
+    report; a run on other files is refused."""
+    script, tmp, args = quality_run
+    paths = [tmp / "records" / "lstm-2x2-dependent" / f"seed-{seed}" / "result.json" for seed in (1, 2)]
+    originals = [path.read_text() for path in paths]
+
+    def rewrite(change):
+        for path, original in zip(paths, originals):
+            result = json.loads(original)
+            change(result["settings"])
+            path.write_text(json.dumps(result))
+
+    def moved(settings):  # the same files in another folder, the system trained by another preset
+        settings["data"] = {key: f"/elsewhere/{Path(value).name}" for key, value in settings["data"].items()}
+        settings.update(preset_name="malaviya2018", preset={"architecture": "rnn"})
+
+    def other_file(settings):
+        moved(settings)
+        settings["data"]["test_target"] = "/elsewhere/other.en"
+
+    try:
+        rewrite(moved)
+        script.main([*args, "--report-only"])
+        text = (tmp / "RESULTS.md").read_text()
+        assert "except the `malaviya2018` systems, trained by `--preset malaviya2018` (--architecture rnn)" in text
+        rewrite(other_file)
+        with pytest.raises(ValueError, match="different settings"):
+            script.main([*args, "--report-only"])
+    finally:
+        for path, original in zip(paths, originals):
+            path.write_text(original)
