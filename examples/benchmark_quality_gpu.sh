@@ -4,7 +4,8 @@
 # rebuilt on the CPU machine with --report-only). Transformers train under bfloat16 autocast: TRANSFORMER_FLAGS
 # (default "--bf16 true") are benchmark_quality's --transformer-flags.
 # Every run is stopped SECONDS after the start less a minute for the records, which come back as $OUT/records.tgz
-# with each unfinished run's last checkpoint state (its validation losses); $OUT/logs/ holds the runs' logs.
+# (one file: the tool brings back at most 8) with each unfinished run's last checkpoint state (its validation
+# losses) and the runs' logs (quality-gpu-logs/ once unpacked).
 #
 # Prepare on the CPU machine with `bash examples/prepare_device.sh`, then call `run` with carry [".whl", ".device"]:
 #   bash examples/benchmark_quality_gpu.sh 540 "1 2 3" "transformer goindani2021 softmax, 10k sampled pairs" \
@@ -26,11 +27,12 @@ export PYTHONPATH=${PWD}${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 python3 -c "import torch, transformers, datasets, eflomal; print('torch', torch.__version__, 'transformers',
 transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')" || exit 1
-mkdir -p "$OUT/logs"
+logs=$(mktemp -d)/quality-gpu-logs
+mkdir -p "$logs"
 runs=()
 for seed in $seeds; do
   for system in "$@"; do
-    log=$OUT/logs/$(echo "$system" | tr ' ,' '-_')-seed-$seed.log
+    log=$logs/$(echo "$system" | tr ' ,' '-_')-seed-$seed.log
     OMP_NUM_THREADS=2 timeout $((budget - 60 - $(date +%s) + started)) python3 examples/benchmark_quality.py \
         --systems "$system" --seeds "$seed" --data-dir .device/data/multi30k --no-report \
         --transformer-flags "${TRANSFORMER_FLAGS---bf16 true}" \
@@ -40,7 +42,7 @@ for seed in $seeds; do
 done
 ( while sleep 60; do
     echo "t+$(( $(date +%s) - started ))s GPU $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader)"
-    for log in "$OUT"/logs/*.log; do
+    for log in "$logs"/*.log; do
       echo "  $(basename "$log"): $(tr '\r' '\n' < "$log" | grep -E "it/s|s/it|eval_loss|BLEU" | grep -v "Loading weights" \
           | tail -1 | cut -c1-140)"
     done
@@ -49,7 +51,7 @@ monitor=$!
 wait "${runs[@]}"
 kill $monitor
 echo "done at t+$(( $(date +%s) - started ))s"
-for log in "$OUT"/logs/*.log; do
+for log in "$logs"/*.log; do
   echo "== $(basename "$log")"
   tr '\r' '\n' < "$log" | grep -E "eval_loss|BLEU|Error|error|Traceback" | tail -4 | cut -c1-200
 done
@@ -59,5 +61,5 @@ for system in "$@"; do
   records+=(benchmarks/quality/"$slug")
   records+=($(ls -d runs/quality/"$slug"/seed-*/checkpoint-*/trainer_state.json 2>/dev/null))
 done
-tar czf "$OUT/records.tgz" "${records[@]}" 2>/dev/null
+tar czf "$OUT/records.tgz" "${records[@]}" -C "$(dirname "$logs")" quality-gpu-logs 2>/dev/null
 ls -la "$OUT"
