@@ -131,8 +131,9 @@ class ModelArguments:
         "help": "(LSTM) with --sink token, append it for softmax and sparsemax too (as Malaviya et al.'s scripts do)"})
 
 
-TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "attention_dropout", "activation_dropout", "position_embedding", "activation_function", "scale_embedding",
-                     "encoder_self_attention", "decoder_self_attention", "cross_attention")
+TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "attention_dropout", "activation_dropout", "position_embedding",
+                     "activation_function", "scale_embedding", "encoder_self_attention", "decoder_self_attention",
+                     "cross_attention")
 RNN_FLAGS = ("embedding_size", "hidden_size", "hops", "hop_mode", "attention_score", "attention_transform",
              "coverage_vector", "sink", "sink_every_transform", "embedding_dropout")
 FERTILITY_FLAGS = ("fertility", "constant_fertility", "fertility_predictor_epochs")

@@ -84,8 +84,9 @@ TRAINING_PRESETS = {
     # fairseq's Transformer of d = 512, 6 + 6 layers, ReLU, embeddings scaled by sqrt(d), FFN 2048, 4 heads, dropout
     # 0.5, attention dropout 0.1, activation dropout 0.3, label smoothing 0.1; 8,000 tokens a batch (fairseq counts
     # sentences x the longer side's padded length; --max_tokens counts both sides, hence 16,000); Adam (0.9, 0.98,
-    # eps 1e-6) at 5e-4 with the inverse square root schedule after 4,000 warm-up steps; a checkpoint every epoch,
-    # the best by validation loss kept, training stopped after 10 epochs without a lower one. The paper names no
+    # eps 1e-6) at 5e-4 with the inverse square root schedule after 4,000 warm-up steps; the best epoch by validation
+    # loss kept (they save every epoch and keep the best; here an epoch is saved only when it is the best so far),
+    # training stopped after 10 epochs without a lower one. The paper names no
     # gradient clipping: fairseq's default (none). Joint BPE of 10K merges (their IWSLT14 De-En): --vocab_size 10000.
     "goindani2021": dict(
         architecture="transformer",
