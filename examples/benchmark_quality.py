@@ -326,9 +326,20 @@ def importance_statistics(model_dir: Path, data: dict, batch_size: int) -> dict:
 
 
 def settings(args, spec: System) -> dict:
-    """What changes the numbers besides the system and seed: the data and the flags added to the preset."""
-    return {"data": data_files(args), "preset_name": spec.preset, "preset": TRAINING_PRESETS[spec.preset],
+    """What changes the numbers besides the system and seed: the data (paths and contents) and the flags added to
+    the preset."""
+    return {"data": data_files(args), "data_sha256": data_hashes(data_files(args)), "preset_name": spec.preset,
+            "preset": TRAINING_PRESETS[spec.preset],
             "extra_flags": args.transformer_flags if spec.architecture == "transformer" else args.lstm_flags}
+
+
+@functools.cache
+def file_sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def data_hashes(data: dict) -> dict:
+    return {key: file_sha256(path) for key, path in data.items()}
 
 
 def settings_argv(args) -> list[str]:
@@ -371,17 +382,24 @@ def collect(records_dir: Path) -> dict:
 
 def check_same_settings(results: dict, data: dict) -> None:
     """Every run on the files of `data` (`data_files`: what the report reads), compared by name, since runs are
-    recorded on machines that keep the data in other folders; and the runs of each preset and family with the same
-    preset values and extra flags. Each result's settings then name the files of `data`."""
-    names = {key: Path(path).name for key, path in data.items()}
+    recorded on machines that keep the data in other folders, and by content where the run recorded it; and the runs
+    of each preset and family with the same preset values and extra flags. Each result's settings then name the
+    files of `data`."""
+    names, contents = {key: Path(path).name for key, path in data.items()}, data_hashes(data)
     recipes = {}
     for result in results.values():
         settings = result["settings"]
         recipes.setdefault((settings.get("preset_name", PRESET), result["architecture"]), set()).add(
             json.dumps([settings["preset"], settings["extra_flags"]], sort_keys=True))
     other_data = [(system, seed) for (system, seed), result in results.items()
-                  if {key: Path(path).name for key, path in result["settings"]["data"].items()} != names]
-    if other_data or any(len(recipe) > 1 for recipe in recipes.values()):
+                  if {key: Path(path).name for key, path in result["settings"]["data"].items()} != names
+                  or result["settings"].get("data_sha256", contents) != contents]
+    if other_data:
+        raise ValueError(f"the recorded runs were trained with different settings: these on other data than "
+                         f"{', '.join(data.values())}; use a fresh --records-dir (or the --data-dir they name):\n"
+                         + "\n".join(f"{system} seed {seed}: {json.dumps(results[system, seed]['settings']['data'])}"
+                                     for system, seed in other_data))
+    if any(len(recipe) > 1 for recipe in recipes.values()):
         raise ValueError("the recorded runs were trained with different settings; use a fresh --records-dir:\n"
                          + "\n".join(f"{system} seed {seed}: {json.dumps(result['settings'])}"
                                      for (system, seed), result in results.items()))

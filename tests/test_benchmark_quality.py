@@ -192,14 +192,19 @@ def test_the_report_takes_the_same_files_elsewhere_and_runs_of_another_preset(qu
         moved(settings)
         settings["data"]["test_target"] = "/elsewhere/other.en"
 
+    def other_contents(settings):  # recorded with the hash of a file that is not the one the report reads
+        moved(settings)
+        settings["data_sha256"] = {**settings["data_sha256"], "train_source": "0" * 64}
+
     try:
         rewrite(moved)
         script.main([*args, "--report-only"])
         text = (tmp / "RESULTS.md").read_text()
         assert "except the `malaviya2018` systems, trained by `--preset malaviya2018` (--architecture rnn)" in text
-        rewrite(other_file)
-        with pytest.raises(ValueError, match="different settings"):
-            script.main([*args, "--report-only"])
+        for change in (other_file, other_contents):
+            rewrite(change)
+            with pytest.raises(ValueError, match="these on other data than .*\nlstm 2x2 dependent seed 1: "):
+                script.main([*args, "--report-only"])
     finally:
         for path, original in zip(paths, originals):
             path.write_text(original)
