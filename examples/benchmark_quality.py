@@ -328,7 +328,8 @@ def importance_statistics(model_dir: Path, data: dict, batch_size: int) -> dict:
 def settings(args, spec: System) -> dict:
     """What changes the numbers besides the system and seed: the data (paths and contents) and the flags added to
     the preset."""
-    return {"data": data_files(args), "data_sha256": data_hashes(data_files(args)), "preset_name": spec.preset,
+    data = data_files(args)
+    return {"data": data, "data_sha256": data_hashes(data), "preset_name": spec.preset,
             "preset": TRAINING_PRESETS[spec.preset],
             "extra_flags": args.transformer_flags if spec.architecture == "transformer" else args.lstm_flags}
 
@@ -671,8 +672,9 @@ def write_report(args) -> None:
     results = collect(records_dir)
     if not results:
         raise SystemExit(f"no recorded runs in {records_dir}")
-    check_same_settings(results, data_files(args))
-    references = Path(data_files(args)["test_target"]).read_text(encoding="utf-8").splitlines()
+    data = data_files(args)
+    check_same_settings(results, data)
+    references = Path(data["test_target"]).read_text(encoding="utf-8").splitlines()
     figure = records_dir / "bleu_by_length.png"
     commands = "\n".join(
         f"{r['command']}   # {r['finished']}, train {train_minutes(r)} min on {machine_label(r)}, load average "

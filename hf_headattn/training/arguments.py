@@ -384,6 +384,12 @@ def _describe_type(expected) -> str:
     return names.get(expected, getattr(expected, "__name__", str(expected)))
 
 
+def data_seed(training_args) -> int:
+    """The seed of what is drawn from the data (the batches' order, a --sample_train_pairs sample): --data_seed, else
+    --seed, as Trainer seeds its own sampler."""
+    return training_args.data_seed if training_args.data_seed is not None else training_args.seed
+
+
 def preset_named_in(argv: list[str]) -> str | None:
     """The NAME of `--preset NAME` or `--preset=NAME` among the words, read before the other flags: the preset
     sets their defaults."""

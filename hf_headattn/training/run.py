@@ -24,7 +24,7 @@ from ..output_files import replace_folder, sibling, write_record, written_by
 from ..runtime.configuration_headattn_rnn import HeadAttnRNNConfig
 from ..saved_files import write_failure
 from ..tokenization import load_tokenizer, tokenizer_fingerprint, train_tokenizer
-from .arguments import DataArguments, ModelArguments, RunArguments, build_config, parse_args
+from .arguments import DataArguments, ModelArguments, RunArguments, build_config, data_seed, parse_args
 from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint, last_complete_checkpoint
 from .data import corpus_texts, load_data, pair_columns, scan_data_files, tokenize_parallel
 from .run_folder import (TOKENIZER_SCRATCH, TRAIN_COMMAND, RunLock, RunRefused, carry_over, check_run_folder,
@@ -107,8 +107,7 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
             raise RunRefused(str(error)) from None
 
     try:
-        train_text, valid_text, data_counts = load_data(
-            data_args, scans, training_args.data_seed if training_args.data_seed is not None else training_args.seed)
+        train_text, valid_text, data_counts = load_data(data_args, scans, data_seed(training_args))
     except ValueError as error:  # a TSV or JSON lines line that holds no pair, named
         raise RunRefused(str(error)) from None
     if tokenizer is None:

@@ -22,7 +22,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from ..metrics import score_translations
 from ..output_files import with_default_permissions
 from ..saved_files import write_failure
-from .arguments import LOSS_NORMALIZATIONS
+from .arguments import LOSS_NORMALIZATIONS, data_seed
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
 from .checkpoints import last_complete_checkpoint
 from .learning_rate_decay import OpenNMTDecay
@@ -157,8 +157,7 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
         if self.max_tokens is None:
             return super().get_train_dataloader()
         source_lengths, target_lengths = pair_lengths(self.train_dataset)
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=seed,
+        sampler = TokenBudgetBatchSampler(source_lengths, target_lengths, self.max_tokens, seed=data_seed(self.args),
                                           num_replicas=self.args.world_size, pool_pairs=self.bucket_pool_pairs)
         self.callback_handler.pop_callback(TokenBudgetEpochCallback)  # one per train() call
         self.add_callback(TokenBudgetEpochCallback(sampler, self.args.gradient_accumulation_steps))
