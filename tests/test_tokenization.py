@@ -264,3 +264,26 @@ def test_tokenisation_over_two_processes_gives_what_one_gives(tok, corpus, monke
     pooled = tokenize_parallel(pairs, tok, max_length=16, num_proc=2)
     assert alone.to_dict() == pooled.to_dict() and alone.column_names == ["input_ids", "labels"]
     assert "TOKENIZERS_PARALLELISM" not in os.environ  # set for the pool only
+
+
+def test_tokenisation_in_one_process_keeps_the_tokenizers_threads(tok, corpus, monkeypatch):
+    """Without a pool (a small corpus) the Rust tokenizer encodes on every core; only a pool's processes, forked
+    after the tokenizer's training ran threads, are held to one thread each."""
+    import datasets
+
+    from hf_headattn import tokenization
+    from hf_headattn.training.data import tokenize_parallel
+
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    seen = []
+
+    def encode_pairs(*args):
+        seen.append(os.environ.get("TOKENIZERS_PARALLELISM"))
+        return tokenization_encode_pairs(*args)
+
+    tokenization_encode_pairs = tokenization.encode_pairs
+    monkeypatch.setattr(tokenization, "encode_pairs", encode_pairs)
+    pairs = datasets.Dataset.from_dict({"source": read_lines(corpus["train.src"])[:50],
+                                        "target": read_lines(corpus["train.tgt"])[:50]})
+    tokenize_parallel(pairs, tok, max_length=16, num_proc=None)
+    assert seen and set(seen) == {None}
