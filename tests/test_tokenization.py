@@ -275,13 +275,12 @@ def test_tokenisation_in_one_process_keeps_the_tokenizers_threads(tok, corpus, m
     from hf_headattn.training.data import tokenize_parallel
 
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
-    seen = []
+    seen, tokenization_encode_pairs = [], tokenization.encode_pairs
 
     def encode_pairs(*args):
         seen.append(os.environ.get("TOKENIZERS_PARALLELISM"))
         return tokenization_encode_pairs(*args)
 
-    tokenization_encode_pairs = tokenization.encode_pairs
     monkeypatch.setattr(tokenization, "encode_pairs", encode_pairs)
     pairs = datasets.Dataset.from_dict({"source": read_lines(corpus["train.src"])[:50],
                                         "target": read_lines(corpus["train.tgt"])[:50]})

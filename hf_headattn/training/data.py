@@ -150,12 +150,11 @@ def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset | PairsOn
     # Where a pool is forked: one that does not copy this heap (the freeze's collection costs ~0.3 s) and whose
     # processes tokenise on one thread each. Without a pool the Rust tokenizer keeps its threads, one a core: at
     # 29k pairs ~1.0 s against 1.5 s on one thread (2-core Xeon).
-    forked = (processes or 1) > 1
-    pool_settings = contextlib.ExitStack()
-    if forked:
-        pool_settings.enter_context(heap_frozen_for_fork())
-        pool_settings.enter_context(tokenizers_parallelism_off())
-    with datasets_progress_bar(), pool_settings:  # the command's own step: minutes at millions
+    with contextlib.ExitStack() as settings:
+        settings.enter_context(datasets_progress_bar())  # the command's own step: minutes at millions
+        if (processes or 1) > 1:
+            settings.enter_context(heap_frozen_for_fork())
+            settings.enter_context(tokenizers_parallelism_off())
         encoded = dataset.map(batched=True, num_proc=processes, features=features, **map_arguments)
     for name, part in encoded.items() if isinstance(encoded, DatasetDict) else [(split, encoded)]:
         if truncated := pyarrow.compute.sum(part.with_format("arrow")["truncated"]).as_py():
