@@ -66,6 +66,27 @@ def test_training_scan_equals_step_by_step_decoding_and_the_sink_takes_the_rest(
     assert (weights.sum(-1) <= 1 + 1e-6).all() and (weights.sum(-1)[0, :, -1] < 1).all()
 
 
+def test_the_sink_key_and_value_are_cached_with_the_sources_once_a_sentence():
+    """The <SINK>'s key and value join the source tokens' in the cross-attention cache when the source is projected,
+    so that no decoding step rebuilds them; without the sink the cache holds the source tokens alone."""
+    input_ids, attention_mask = source_batch((5, 3, 6))
+    for sink, cached_keys in ((True, 7), (False, 6)):
+        config = tiny_config(cross_attention={"type": "csparsemax", "layers": [1], "sink": sink},
+                             constant_fertility=1.0)
+        model = random_model(config, std=0.3)
+        with torch.no_grad():
+            outputs = model(input_ids=input_ids, attention_mask=attention_mask,
+                            decoder_input_ids=torch.full((3, 1), 2), use_cache=True)
+        cache = outputs.past_key_values
+        layer = cache.cross_attention_cache.layers[1]
+        assert layer.keys.shape[-2] == layer.values.shape[-2] == cached_keys
+        assert cache.cross_attention_cache.layers[0].keys.shape[-2] == 6  # softmax layer: the sources alone
+        if sink:
+            variant = model.model.decoder.layers[1].encoder_attn.variant
+            assert torch.equal(layer.keys[:, :, -1], variant.sink_key.expand(3, -1, -1))
+            assert torch.equal(layer.values[:, :, -1], variant.sink_value.expand(3, -1, -1))
+
+
 def test_exhaustion_bonus_is_z_plus_c_u():
     """One head, one step by hand: z' = z + c u with u = f - beta, then csparsemax with the sink key."""
     config = tiny_config(cross_attention={"type": "csparsemax", "layers": [0], "exhaustion": 0.5},

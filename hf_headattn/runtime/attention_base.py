@@ -179,6 +179,13 @@ class AttentionVariant(nn.Module):
         return softmax_attention(self, query, key, value, attention_mask, head_mask=head_mask,
                                  need_weights=output_attentions)
 
+    def cross_keys_and_values(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values this variant attends over at cross-attention, from the source tokens' projections
+        [batch, heads, sources, head_dim]. Made once a source sentence and cached for every decoding step, so a
+        variant with keys of its own (the constrained variants' <SINK>) adds them here rather than at each step. By
+        default the source tokens' own."""
+        return key, value
+
     def forward(
         self,
         query: torch.Tensor,

@@ -35,21 +35,21 @@ def with_sink_column(allowed: torch.Tensor) -> torch.Tensor:
     return torch.cat([allowed, allowed.new_ones(*allowed.shape[:-1], 1)], dim=-1)
 
 
-def constrained_attention_step(transform, scores, fertility, cumulative, *, exhaustion, sink_scores=None,
-                               allowed=None):
+def constrained_attention_step(transform, scores, fertility, cumulative, *, exhaustion, sink=False, allowed=None):
     """One decoding step of constrained attention: alpha_t = transform(z + c u, u) with u = max(f - beta, 0)
     (Eq. 5 and the exhaustion bonus of Sec. 4), `transform` being csoftmax (Eq. 4) or csparsemax (Eq. 6).
 
-    scores z and cumulative beta: [..., sources]; fertility f broadcasts to them. With `sink_scores`
-    ([...]), a <SINK> column with unbounded fertility and no bonus is appended, and `allowed` (bool, True where
-    a source token may be attended) must already include it (see `with_sink_column`). Returns alpha_t
-    [..., sources (+ 1)]. Shared by the Transformer variants below and the LSTM model's source attention."""
+    scores z: [..., keys]; cumulative beta: [..., sources]; fertility f broadcasts to beta. With `sink`, the last
+    key is the <SINK>, with unbounded fertility and no bonus (keys = sources + 1), and `allowed` (bool, True where
+    a key may be attended) must include it (see `with_sink_column`). Returns alpha_t [..., keys]. Shared by the
+    Transformer variants below and the LSTM model's source attention."""
     bound = (fertility - cumulative).clamp(min=0.0)
-    if exhaustion:
-        scores = scores + exhaustion * bound
-    if sink_scores is not None:
-        scores = torch.cat([scores, sink_scores[..., None]], dim=-1)
-        bound = torch.cat([bound, bound.new_full((*bound.shape[:-1], 1), math.inf)], dim=-1)
+    if sink:
+        if exhaustion:
+            scores = torch.add(scores, nn.functional.pad(bound, (0, 1)), alpha=exhaustion)
+        bound = nn.functional.pad(bound, (0, 1), value=math.inf)
+    elif exhaustion:
+        scores = torch.add(scores, bound, alpha=exhaustion)
     return transform(scores, bound, dim=-1, mask=allowed)
 
 
@@ -108,6 +108,16 @@ class ConstrainedAttention(AttentionVariant):
         if not isinstance(sink, bool):
             raise ValueError(f"{cls.name} option `sink` must be true or false, got {sink!r}")
 
+    def cross_keys_and_values(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The source tokens' keys and values with the <SINK>'s appended (one more key a head), so that each step's
+        scores and output take one product each."""
+        if not self.sink:
+            return key, value
+        batch, heads, _, head_dim = key.shape
+        sink_key = self.sink_key.to(key.dtype)[None, :, None, :].expand(batch, heads, 1, head_dim)
+        sink_value = self.sink_value.to(value.dtype)[None, :, None, :].expand(batch, heads, 1, head_dim)
+        return torch.cat([key, sink_key], dim=-2), torch.cat([value, sink_value], dim=-2)
+
     def forward(
         self,
         query: torch.Tensor,
@@ -120,39 +130,37 @@ class ConstrainedAttention(AttentionVariant):
         output_attentions: bool = False,
         output_head_importances: bool = False,
     ) -> AttentionResult:
+        """key and value come from `cross_keys_and_values`: with the sink, their last key is the <SINK>'s."""
         if attention_mask.fertility is None:
             raise ValueError(f"{self.name} attention needs the source fertilities; the encoder computes them from "
                              "`input_ids` (encoder outputs made elsewhere must carry `fertility`)")
         batch, heads, num_queries, _ = query.shape
-        num_sources = key.shape[-2]
-        scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling  # z: [batch, heads, queries, sources]
+        num_sources = key.shape[-2] - 1 if self.sink else key.shape[-2]
+        scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling  # z: [batch, heads, queries, keys]
         fertility = attention_mask.fertility[:, None, :].to(scores.dtype)  # f: [batch, 1, sources]
-        allowed = attention_mask.allowed[:, :, 0, :] if attention_mask.allowed is not None else None
-        if self.sink:
-            sink_scores = torch.einsum("bhtd,hd->bht", query, self.sink_key) * self.scaling
-            if allowed is not None:
-                allowed = with_sink_column(allowed)
+        allowed = None
+        if attention_mask.allowed is not None:
+            allowed = attention_mask.derived(  # [batch, 1, keys], made once a step for every layer
+                ("constrained", self.sink),
+                lambda: with_sink_column(attention_mask.allowed[:, :, 0, :]) if self.sink
+                else attention_mask.allowed[:, :, 0, :])
         cumulative = scores.new_zeros(batch, heads, num_sources) if state is None else state["cumulative"]
         # beta_t depends on every earlier step's attention, so this loop over target positions is inherent to the
         # math (Eq. 5); it is vectorised over batch, heads and source tokens, and runs once per generation step.
         step_weights = []
         for t in range(unrolled_length(num_queries, f"{self.name} attention's loop over target positions (Eq. 5)")):
-            weights_t = constrained_attention_step(
-                self.transform, scores[:, :, t], fertility, cumulative, exhaustion=self.exhaustion,
-                sink_scores=sink_scores[:, :, t] if self.sink else None, allowed=allowed,
-            )
+            weights_t = constrained_attention_step(self.transform, scores[:, :, t], fertility, cumulative,
+                                                   exhaustion=self.exhaustion, sink=self.sink, allowed=allowed)
             cumulative = cumulative + weights_t[..., :num_sources]
             step_weights.append(weights_t)
-        weights = torch.stack(step_weights, dim=2)
-        # The returned source weights are the tensor the output is computed from (not a slice taken beside it), so
-        # that gradients reach them (retain_grad on outputs.cross_attentions).
+        weights = step_weights[0][:, :, None] if num_queries == 1 else torch.stack(step_weights, dim=2)
         source_weights = weights[..., :num_sources] if self.sink else weights
-        dropped = nn.functional.dropout(source_weights, p=self.attention_dropout, training=self.training)
-        output = torch.matmul(dropped, value)
-        if self.sink:
-            dropped_sink = nn.functional.dropout(weights[..., num_sources:], p=self.attention_dropout,
-                                                 training=self.training)
-            output = output + dropped_sink * self.sink_value[None, :, None, :]
+        if output_attentions and self.sink:
+            # The returned source weights must be the tensor the output is computed from (not a slice taken beside
+            # it), so that gradients reach them (retain_grad on outputs.cross_attentions).
+            weights = torch.cat([source_weights, weights[..., num_sources:]], dim=-1)
+        dropped = nn.functional.dropout(weights, p=self.attention_dropout, training=self.training)
+        output = torch.matmul(dropped, value)  # the sink's share of the attention brings in its value
         return AttentionResult(
             output=output.transpose(1, 2),
             weights=source_weights if output_attentions else None,

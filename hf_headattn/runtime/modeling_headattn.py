@@ -291,6 +291,7 @@ class HeadAttnAttention(nn.Module):
             else:
                 key = self._split_heads(self.k_proj(key_value_states))
                 value = self._split_heads(self.v_proj(key_value_states))
+                key, value = self.variant.cross_keys_and_values(key, value)
                 if cache is not None:
                     key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
                     cache.is_updated[self.layer_idx] = True

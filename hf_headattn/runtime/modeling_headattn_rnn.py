@@ -243,13 +243,13 @@ class HeadAttnRNNSourceAttention(nn.Module):
         if sink is not None:  # one learned vector [d], or each sentence's <SINK> state [batch, d]
             sink_scores = (queries @ sink if sink.dim() == 1 else (queries @ sink[:, :, None])[..., 0])
             sink_scores = sink_scores * self.score_scale
+        if sink_scores is not None:  # the <SINK> as one more source token
+            scores = torch.cat([scores, sink_scores[..., None]], dim=-1)
         if self.transform in CONSTRAINED:
             return constrained_attention_step(  # Malaviya et al., Eq. 4-6
                 CONSTRAINED[self.transform], scores, fertility, cumulative, exhaustion=self.exhaustion,
-                sink_scores=sink_scores, allowed=allowed,
+                sink=sink_scores is not None, allowed=allowed,
             )
-        if sink_scores is not None:  # the <SINK> token as one more source token (sink_every_transform)
-            scores = torch.cat([scores, sink_scores[..., None]], dim=-1)
         if self.transform == "sparsemax":
             return sparsemax(scores, dim=-1, mask=allowed)  # Eq. 3
         scores = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
