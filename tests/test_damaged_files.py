@@ -132,6 +132,23 @@ def test_a_model_with_nan_weights_is_refused_naming_them_before_it_is_evaluated(
     assert not (tmp_path / "eval").exists()
 
 
+def test_the_weight_check_finds_one_bad_value_in_any_dtype_and_passes_large_finite_ones(tmp_path):
+    """One NaN, +inf or -inf among finite values is found in float32, bfloat16 and float64 (the check reads each
+    tensor's min and max); huge but finite float64 values pass; empty tensors, which hold no value, are not counted."""
+    from hf_headattn.saved_files import refuse_non_finite_weights
+
+    def state(bad_value, dtype):
+        tensor = torch.randn(64, 33, dtype=dtype)
+        tensor[17, 5] = bad_value
+        return {"fine": torch.ones(3), "empty": torch.empty(0), "steps": torch.arange(4), "bad": tensor}
+
+    for bad_value in (float("nan"), float("inf"), float("-inf")):
+        for dtype in (torch.float32, torch.bfloat16, torch.float64):
+            with pytest.raises(DamagedFile, match=r"holds NaN or infinite values in 1 of its 2 tensors \(bad\)"):
+                refuse_non_finite_weights(state(bad_value, dtype), tmp_path / "model.safetensors")
+    refuse_non_finite_weights(state(1e300, torch.float64), tmp_path / "model.safetensors")
+
+
 # ------------------------------------------------------------------------------------------------ resuming a run
 CHECKPOINT_FILE_FAULTS = [("model.safetensors", "cut short"), ("model.safetensors", "emptied"),
                           ("model.safetensors", "deleted"), ("tokenizer.json", "cut short"),
