@@ -176,9 +176,9 @@ def cell(values: list[float]) -> str:
 
 
 def ratio_cell(family: dict, name: str, mode: str) -> str:
-    """The median of the per-round ratios, their [min-max] and whether the median meets the target."""
-    ratios, median = round_ratios(family, name, mode), ratio(family, name, mode)
-    return f"{median:.2f} [{min(ratios):.2f}-{max(ratios):.2f}] ({'met' if median <= TARGET else 'not met'})"
+    """The per-round ratios as `cell` shows them, and whether their median meets the target."""
+    met = ratio(family, name, mode) <= TARGET
+    return f"{cell(round_ratios(family, name, mode))} ({'met' if met else 'not met'})"
 
 
 def same_cell(same: dict, sentences: int) -> str:
@@ -207,8 +207,8 @@ def section_text(report: dict) -> str:
         f"one process; {report['threads']} threads; {m['cpu_model']}, {m['cpu_count']} CPUs, torch {m['torch']}, "
         f"Transformers {m['transformers']}. Time / softmax: each round's time over the family's softmax model's in "
         f"the same round, median [min-max] over the rounds (paired, so that the machine's drift between rounds "
-        f"cancels), which issue 43 wants at most {TARGET}x; same as generate: the fast path's ids equal the model's own `generate`'s, "
-        f"else how many sentences differ and how far apart the two searches' scores of the returned hypotheses are "
+        f"cancels), which issue 43 wants at most {TARGET}x; same as generate: the fast path's ids equal the model's "
+        f"own `generate`'s, else how many sentences differ and how far apart the two searches' scores of the returned hypotheses are "
         f"(initial weights put the best next tokens about 1e-5 apart in log-probability, where a matrix product's "
         f"rounding, which depends on how many rows it has, can reorder them).",
         "", f"{sum(met for *_, met in checks)} of {len(checks)} target checks met.", ""]

@@ -15,7 +15,8 @@ def load_diagnostic():
 REFERENCE = ["one two three four five six seven eight nine ten"] * 10  # 100 tokens
 
 
-SYSTEMS = {"a": "lstm malaviya2018 softmax", "b": "lstm malaviya2018 sparsemax", "c": "lstm malaviya2018 csparsemax predicted"}
+SYSTEMS = {"a": "lstm malaviya2018 softmax", "b": "lstm malaviya2018 sparsemax",
+           "c": "lstm malaviya2018 csparsemax predicted"}
 
 
 def write_run(records, system: str, seed: int, words: int, drop: float) -> None:
