@@ -5,6 +5,7 @@ import argparse
 import json
 import importlib
 import logging
+import platform
 import re
 import runpy
 import shutil
@@ -303,3 +304,30 @@ def test_commands_are_quiet_by_default_and_say_more_with_verbose(tmp_path, capfd
     assert re.match(r"\d+ lines translated", err.strip().splitlines()[-1])
     train_command.main([*flags, "--output_dir", str(tmp_path / "verbose"), "--verbose"])
     assert "Writing model shards" in capfd.readouterr().err
+
+
+FAULTS_OF_A_GROWING_TENSOR = """
+import resource, sys, torch
+from hf_headattn.cli import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+def grow():  # a cache grown by a slice at each step: a new tensor each time, the old one freed
+    x = torch.ones(1 << 20)
+    for _ in range(40):
+        x = torch.cat([x, torch.ones(1 << 17)])
+grow()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+grow()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+def test_keep_freed_memory_spares_the_page_faults_of_reallocated_tensors():
+    """The commands that decode ask malloc to keep freed memory: a tensor reallocated a size larger at every step
+    (4 to 24 MiB, as a decoding cache grows) then reuses the pages freed before it instead of faulting in fresh
+    ones (measured the second time round, in a fresh process each: ~17,000 page faults by default, ~400 kept)."""
+    faults = {setting: int(subprocess.run([sys.executable, "-c", FAULTS_OF_A_GROWING_TENSOR, setting], check=True,
+                                          capture_output=True, text=True).stdout)
+              for setting in ("default", "keep")}
+    assert faults["keep"] * 5 < faults["default"], faults

@@ -199,6 +199,35 @@ def test_finished_sentences_are_carried_along_until_a_drop_and_the_ids_stay_gene
     assert any(dropped for _, dropped in decisions)
 
 
+@pytest.mark.parametrize("num_beams", [1, 5])
+def test_the_self_attention_cache_changes_rows_only_with_its_appends(num_beams, monkeypatch):
+    """Beam search reorders the cache at every step and finished sentences' rows are dropped: the fast path's
+    self-attention cache (`RowsOnAppendLayer`) makes those changes with its next appends, never as a copy of their
+    own (which would read every cached key once more: the copy it is there to save), and the ids stay generate's."""
+    from hf_headattn.runtime.cache_headattn import RowsOnAppendLayer
+
+    name = "transformer-softmax"
+    model = MODELS[name]()
+    add_eos_bias(model, EOS_BIASES[name])
+    input_ids, attention_mask = source_batch(LENGTHS)
+    options = dict(num_beams=num_beams, max_new_tokens=20, **NO_REPEAT)
+    appends_with_changes, settle, update = [], RowsOnAppendLayer._settle_rows, RowsOnAppendLayer.update
+
+    def counted_update(self, *args, **kwargs):
+        appends_with_changes.append(self.rows is not None)
+        return update(self, *args, **kwargs)
+
+    def settle_rows(self):
+        assert self.rows is None, "a change of rows was copied before the next append"
+        settle(self)
+
+    monkeypatch.setattr(RowsOnAppendLayer, "update", counted_update)
+    monkeypatch.setattr(RowsOnAppendLayer, "_settle_rows", settle_rows)
+    fast = up_to_end(fast_generate(model, input_ids, attention_mask, **options))
+    assert any(appends_with_changes)
+    with torch.inference_mode():
+        assert fast == up_to_end(model.generate(input_ids=input_ids, attention_mask=attention_mask, **options))
+
 def test_options_the_fast_path_does_not_decode_go_to_generate():
     model = random_model(tiny_config())
     input_ids, attention_mask = source_batch(LENGTHS)

@@ -154,3 +154,32 @@ def test_beam_reordering_moves_self_attention_keys_but_not_the_sentence_constant
     cache.reorder_cache(torch.tensor([1, 1, 2, 3]))
     assert cache.self_attention_cache.layers[0].keys[:, 0, 0, 0].tolist() == [1.0, 1.0, 2.0, 3.0]
     assert cache.cross_attention_cache.layers[0].keys[:, 0, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_the_self_attention_cache_changes_rows_at_its_next_append_with_dynamic_layers_values():
+    """`RowsOnAppendLayer` keeps a reorder or a row selection until the next append (one copy), where Transformers'
+    `DynamicLayer` copies at each: the same tensors come out, whether the change is read early or not."""
+    from transformers.cache_utils import DynamicLayer
+
+    from hf_headattn.runtime.cache_headattn import RowsOnAppendLayer
+
+    torch.manual_seed(0)
+    cached, new = torch.randn(6, 2, 3, 4), torch.randn(4, 2, 1, 4)
+    changes = [("reorder_cache", torch.tensor([5, 5, 0, 2, 1, 3])), ("reorder_cache", torch.tensor([1, 0, 0, 4, 3, 2])),
+               ("batch_select_indices", torch.tensor([0, 2, 3, 5]))]
+    layers = {"eager": DynamicLayer(), "on append": RowsOnAppendLayer(), "read early": RowsOnAppendLayer()}
+    for name, layer in layers.items():
+        layer.update(cached.clone(), -cached)
+        for method, rows in changes:
+            getattr(layer, method)(rows)
+        if name == "on append":
+            assert layer.rows is not None and layer.get_seq_length() == 3  # still waiting: the length needs no copy
+        if name == "read early":
+            torch.testing.assert_close(layer.keys, layers["eager"].keys, atol=0, rtol=0)
+    results = {name: layer.update(new, -new) for name, layer in layers.items()}
+    for name in ("on append", "read early"):
+        assert layers[name].rows is None
+        for got, expected in zip(results[name], results["eager"]):
+            torch.testing.assert_close(got, expected, atol=0, rtol=0)
+    assert results["eager"][0].shape == (4, 2, 4, 4)
+

@@ -6,15 +6,98 @@ carries from one decoding step to the next (e.g. cumulative attention) must live
 """
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
+
+
+class RowsOnAppendLayer(DynamicLayer):
+    """Transformers' `DynamicLayer` whose changes of rows (beam search's reorder, the rows kept when sentences finish)
+    wait for the next append and are made with it, in one copy.
+
+    `DynamicLayer` copies the whole self-attention cache twice a beam-search step: `index_select` when the beams are
+    reordered and `torch.cat` when the step's keys and values are appended. Here a change of rows only records which
+    cached row each row becomes (`rows`, composed with any change still waiting), and the append gathers those rows
+    into a new tensor that has room for the new positions. The values are the same copies, so the outputs are
+    identical. Any other read of `keys` or `values` first makes the waiting change (`_settle_rows`)."""
+
+    def __init__(self, **kwargs):
+        self.rows: torch.Tensor | None = None  # row i of the cache is row rows[i] of the stored tensors
+        super().__init__(**kwargs)
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        self._settle_rows()
+        return self._keys
+
+    @keys.setter
+    def keys(self, keys: torch.Tensor | None) -> None:
+        self._keys = keys
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        self._settle_rows()
+        return self._values
+
+    @values.setter
+    def values(self, values: torch.Tensor | None) -> None:
+        self._values = values
+
+    def _settle_rows(self) -> None:
+        if self.rows is not None:
+            rows, self.rows = self.rows, None
+            self._keys, self._values = self._keys.index_select(0, rows), self._values.index_select(0, rows)
+
+    def _change_rows(self, rows: torch.Tensor) -> None:
+        rows = rows.to(self._keys.device)
+        self.rows = rows if self.rows is None else self.rows.index_select(0, rows)
+
+    def get_seq_length(self) -> int:
+        if not self.is_initialized or self._keys.numel() == 0:
+            return 0
+        return self._keys.shape[-2]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if self.rows is None:
+            return super().update(key_states, value_states, *args, **kwargs)
+        rows, self.rows = self.rows, None
+        self._keys = _gather_rows_and_append(self._keys, rows, key_states)
+        self._values = _gather_rows_and_append(self._values, rows, value_states)
+        return self._keys, self._values
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.get_seq_length() > 0:
+            self._change_rows(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.get_seq_length() > 0 and not indices.is_floating_point() and indices.dtype != torch.bool:
+            self._change_rows(indices)
+        else:
+            super().batch_select_indices(indices)
+
+
+def _gather_rows_and_append(cached: torch.Tensor, rows: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """torch.cat([cached[rows], new], dim=-2) as one copy of the cached rows: gathered straight into their place in
+    the result."""
+    length = cached.shape[-2]
+    result = cached.new_empty((rows.shape[0], *cached.shape[1:-2], length + new.shape[-2], cached.shape[-1]))
+    torch.index_select(cached, 0, rows, out=result[..., :length, :])
+    result[..., length:, :] = new
+    return result
+
+
+class SelfAttentionCache(DynamicCache):
+    """`DynamicCache` of `RowsOnAppendLayer`s: the self-attention cache of the caches this package makes."""
+
+    def __init__(self):
+        Cache.__init__(self, layer_class_to_replicate=RowsOnAppendLayer)
 
 
 class HeadAttnCache(EncoderDecoderCache):
-    """`EncoderDecoderCache` that also holds `variant_states`: module key -> {name: tensor with batch first}."""
+    """`EncoderDecoderCache` that also holds `variant_states`: module key -> {name: tensor with batch first}. Its
+    self-attention cache, unless one is given (e.g. by `generate`), is a `SelfAttentionCache`."""
 
     def __init__(self, self_attention_cache=None, cross_attention_cache=None):
         super().__init__(
-            self_attention_cache if self_attention_cache is not None else DynamicCache(),
+            self_attention_cache if self_attention_cache is not None else SelfAttentionCache(),
             cross_attention_cache if cross_attention_cache is not None else DynamicCache(),
         )
         self.variant_states: dict[str, dict[str, torch.Tensor]] = {}
