@@ -182,4 +182,8 @@ def test_the_self_attention_cache_changes_rows_at_its_next_append_with_dynamic_l
         for got, expected in zip(results[name], results["eager"]):
             torch.testing.assert_close(got, expected, atol=0, rtol=0)
     assert results["eager"][0].shape == (4, 2, 4, 4)
+    waiting = layers["on append"]
+    waiting.reorder_cache(torch.tensor([3, 2, 1, 0]))
+    waiting.reset()  # a change still waiting goes with the cache
+    assert waiting.rows is None and waiting.get_seq_length() == 0
 

@@ -68,10 +68,15 @@ class RowsOnAppendLayer(DynamicLayer):
             self._change_rows(beam_idx)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.get_seq_length() > 0 and not indices.is_floating_point() and indices.dtype != torch.bool:
+        if self.get_seq_length() > 0 and torch.is_tensor(indices) and not indices.is_floating_point() \
+                and indices.dtype != torch.bool:  # row numbers; anything else (a mask, a list) goes the usual way
             self._change_rows(indices)
         else:
             super().batch_select_indices(indices)
+
+    def reset(self) -> None:
+        self.rows = None
+        super().reset()
 
 
 def _gather_rows_and_append(cached: torch.Tensor, rows: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
