@@ -47,7 +47,7 @@ class RowsOnAppendLayer(DynamicLayer):
             self._keys, self._values = self._keys.index_select(0, rows), self._values.index_select(0, rows)
 
     def _change_rows(self, rows: torch.Tensor) -> None:
-        rows = rows.to(self._keys.device)
+        rows = rows.to(self._keys.device, copy=True)  # kept until the next append: the caller may reuse its tensor
         self.rows = rows if self.rows is None else self.rows.index_select(0, rows)
 
     def get_seq_length(self) -> int:
