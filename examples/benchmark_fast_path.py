@@ -208,8 +208,8 @@ def section_text(report: dict) -> str:
         f"Transformers {m['transformers']}. Time / softmax: each round's time over the family's softmax model's in "
         f"the same round, median [min-max] over the rounds (paired, so that the machine's drift between rounds "
         f"cancels), which issue 43 wants at most {TARGET}x; same as generate: the fast path's ids equal the model's "
-        f"own `generate`'s, else how many sentences differ and how far apart the two searches' scores of the returned hypotheses are "
-        f"(initial weights put the best next tokens about 1e-5 apart in log-probability, where a matrix product's "
+        f"own `generate`'s, else how many sentences differ and how far apart the two searches' scores of the returned "
+        f"hypotheses are (initial weights put the best next tokens about 1e-5 apart in log-probability, where a matrix product's "
         f"rounding, which depends on how many rows it has, can reorder them).",
         "", f"{sum(met for *_, met in checks)} of {len(checks)} target checks met.", ""]
     for family, models in report["families"].items():
