@@ -13,6 +13,7 @@ from hf_headattn.decoding import fast_generate
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.commands import translate as translate_command
 from hf_headattn.commands.translate import main
+from hf_headattn.translation import quantization
 from hf_headattn.translation import (Hypothesis, Translation, align, format_translation, length_sorted_batches,
                                      quantize, read_lines, translate)
 from hf_headattn.translation.alignments import decoded_word_indices, pharaoh, source_word_indices
@@ -205,17 +206,23 @@ def test_every_variant_translates_with_int8_linear_layers(model, tokenizer, sour
         quantize(model, "int4")
 
 
-def test_int8_adds_the_final_logits_bias_inside_the_output_layer():
-    """quantize folds a Transformer's final_logits_bias into the int8 output layer's bias: the logits are those of
-    the quantized model that adds it after the layer."""
-    import copy
-
+def small_transformer():
     from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration
 
     config = HeadAttnConfig(vocab_size=50, d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=32,
                             decoder_ffn_dim=32, encoder_attention_heads=2, decoder_attention_heads=2)
     torch.manual_seed(0)
-    model = HeadAttnForConditionalGeneration(config).eval()
+    return HeadAttnForConditionalGeneration(config).eval()
+
+
+def test_int8_adds_the_final_logits_bias_inside_the_output_layer(monkeypatch):
+    """quantize folds a Transformer's final_logits_bias into the int8 output layer's bias: the logits are those of
+    the quantized model that adds it after the layer."""
+    import copy
+
+    # both models' output layers on fbgemm's kernels, as quantize_dynamic packs them (not oneDNN's, with AMX)
+    monkeypatch.setattr(quantization, "cpu_has_any_flag", lambda flags, if_unknown=True: False)
+    model = small_transformer()
     model.final_logits_bias.normal_()
     inputs = {"input_ids": torch.tensor([[5, 6, 7, 1]]), "decoder_input_ids": torch.tensor([[0, 8, 9]])}
     with torch.no_grad():
@@ -224,6 +231,38 @@ def test_int8_adds_the_final_logits_bias_inside_the_output_layer():
         folded = quantize(copy.deepcopy(model))
         assert folded.final_logits_bias is None
         torch.testing.assert_close(folded(**inputs).logits, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_int8_output_layer_is_packed_for_onednn_where_the_cpu_has_amx(monkeypatch, amx):
+    """With AMX int8 reported, quantize packs the output layer (and no other) again while oneDNN is the engine, and
+    leaves the engine as it was; its logits stay those of fbgemm's packing (the same int8 products). Without AMX (or
+    where the CPU's flags cannot be read) nothing is packed again."""
+    import copy
+
+    packed_under = []
+    set_weight_bias = torch.ao.nn.quantized.dynamic.Linear.set_weight_bias
+
+    def recording(layer, weight, bias):
+        packed_under.append((layer, torch.backends.quantized.engine))
+        set_weight_bias(layer, weight, bias)
+
+    monkeypatch.setattr(torch.ao.nn.quantized.dynamic.Linear, "set_weight_bias", recording)
+    asked = []
+    monkeypatch.setattr(quantization, "cpu_has_any_flag",
+                        lambda flags, if_unknown=True: asked.append((tuple(flags), if_unknown)) or amx)
+    model = small_transformer()
+    engine = torch.backends.quantized.engine
+    quantized = quantize(copy.deepcopy(model))
+    assert torch.backends.quantized.engine == engine
+    assert asked == [(quantization.AMX_INT8_FLAGS, False)]
+    on_onednn = [layer for layer, packed_engine in packed_under if packed_engine == "onednn"]
+    assert on_onednn == ([quantized.get_output_embeddings()] if amx else [])
+    inputs = {"input_ids": torch.tensor([[5, 6, 7, 1]]), "decoder_input_ids": torch.tensor([[0, 8, 9]])}
+    monkeypatch.setattr(quantization, "cpu_has_any_flag", lambda flags, if_unknown=True: False)
+    with torch.no_grad():
+        torch.testing.assert_close(quantized(**inputs).logits, quantize(copy.deepcopy(model))(**inputs).logits,
+                                   atol=1e-5, rtol=1e-5)
 
 
 def test_hop_alignments_need_weights_over_heads(tokenizer, sources):
