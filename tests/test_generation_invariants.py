@@ -187,3 +187,41 @@ def test_the_self_attention_cache_changes_rows_at_its_next_append_with_dynamic_l
     waiting.reset()  # a change still waiting goes with the cache
     assert waiting.rows is None and waiting.get_seq_length() == 0
 
+
+def test_the_self_attention_cache_appends_into_room_unless_beam_search_reorders_it():
+    """Between changes of rows (greedy search), `RowsOnAppendLayer` appends by writing into room kept after the cached
+    positions, with `DynamicLayer`'s values: the stored tensor stays the one it was until the room runs out, when the
+    cache is copied once into a tensor with room for as many positions again. A row selection is that copy; a layer
+    beam search reorders keeps contiguous tensors, without room."""
+    from transformers.cache_utils import DynamicLayer
+
+    from hf_headattn.runtime.cache_headattn import RowsOnAppendLayer
+
+    torch.manual_seed(0)
+    layer, eager = RowsOnAppendLayer(), DynamicLayer()
+    stores = []
+    for step in range(6):
+        if step == 4:
+            layer.batch_select_indices(torch.tensor([0, 2]))
+            eager.batch_select_indices(torch.tensor([0, 2]))
+        new = torch.randn(eager.keys.shape[0] if step else 3, 2, 1, 4)
+        for got, expected in zip(layer.update(new, -new), eager.update(new, -new)):
+            assert torch.equal(got, expected)
+        stores.append(layer.key_store)
+        if layer.key_store is not None:  # keys and values are views of the stores' first positions
+            assert layer.keys.data_ptr() == layer.key_store.data_ptr()
+            assert layer.values.data_ptr() == layer.value_store.data_ptr()
+    # append 1 copies the first tensor into room for 4 positions, 2 and 3 write there; 4 (rows selected) copies the
+    # kept rows into room for 10 (5 cached), 5 writes
+    assert stores[0] is None and stores[1] is stores[2] is stores[3] and stores[4] is stores[5] is not stores[3]
+    assert [store.shape[-2] for store in stores[1:]] == [4, 4, 4, 10, 10]
+    assert stores[4].shape[0] == 2
+    layer.reorder_cache(torch.tensor([1, 0]))
+    eager.reorder_cache(torch.tensor([1, 0]))
+    new = torch.randn(2, 2, 1, 4)
+    for got, expected in zip(layer.update(new, -new), eager.update(new, -new)):
+        assert torch.equal(got, expected) and got.is_contiguous()
+    assert layer.key_store is None and layer.value_store is None
+    layer.reset()
+    assert not layer.reordered
+

@@ -11,16 +11,28 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderD
 
 class RowsOnAppendLayer(DynamicLayer):
     """Transformers' `DynamicLayer` whose changes of rows (beam search's reorder, the rows kept when sentences finish)
-    wait for the next append and are made with it, in one copy.
+    wait for the next append and are made with it, in one copy; and whose appends, where beam search does not reorder
+    it, are writes into room kept after the cached positions.
 
     `DynamicLayer` copies the whole self-attention cache twice a beam-search step: `index_select` when the beams are
     reordered and `torch.cat` when the step's keys and values are appended. Here a change of rows only records which
     cached row each row becomes (`rows`, composed with any change still waiting), and the append gathers those rows
-    into a new tensor that has room for the new positions. The values are the same copies, so the outputs are
-    identical. Any other read of `keys` or `values` first makes the waiting change (`_settle_rows`)."""
+    into a new tensor that has room for the new positions. Any other read of `keys` or `values` first makes the
+    waiting change (`_settle_rows`).
+
+    A greedy search changes rows only when sentences finish, so there `DynamicLayer` copies the cache at every step for
+    the append alone: here the stored tensors (`key_store`, `value_store`) get room for as many positions again as
+    they hold whenever they are copied, and `keys`/`values` are views of their first positions, to which an append
+    writes the new ones. A layer that beam search reorders is copied at every step anyway, so it keeps no room and its
+    tensors stay contiguous (a view with room costs the attention's products a little: SDPA over 128 rows and 25
+    positions 0.40 against 0.34 ms, where the append it saves took 0.23). The values are the same copies, so the
+    outputs are identical."""
 
     def __init__(self, **kwargs):
         self.rows: torch.Tensor | None = None  # row i of the cache is row rows[i] of the stored tensors
+        self.reordered = False  # beam search reorders it (at every step): no room kept
+        self.key_store: torch.Tensor | None = None  # `keys` is a view of its first positions (None: no room)
+        self.value_store: torch.Tensor | None = None
         super().__init__(**kwargs)
 
     @property
@@ -30,7 +42,7 @@ class RowsOnAppendLayer(DynamicLayer):
 
     @keys.setter
     def keys(self, keys: torch.Tensor | None) -> None:
-        self._keys = keys
+        self._keys, self.key_store = keys, None  # a tensor set from outside has no room of ours
 
     @property
     def values(self) -> torch.Tensor | None:
@@ -39,12 +51,12 @@ class RowsOnAppendLayer(DynamicLayer):
 
     @values.setter
     def values(self, values: torch.Tensor | None) -> None:
-        self._values = values
+        self._values, self.value_store = values, None
 
     def _settle_rows(self) -> None:
         if self.rows is not None:
             rows, self.rows = self.rows, None
-            self._keys, self._values = self._keys.index_select(0, rows), self._values.index_select(0, rows)
+            self.keys, self.values = self._keys.index_select(0, rows), self._values.index_select(0, rows)
 
     def _change_rows(self, rows: torch.Tensor) -> None:
         rows = rows.to(self._keys.device, copy=True)  # kept until the next append: the caller may reuse its tensor
@@ -56,15 +68,17 @@ class RowsOnAppendLayer(DynamicLayer):
         return self._keys.shape[-2]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if self.rows is None:
+        if not self.is_initialized:
             return super().update(key_states, value_states, *args, **kwargs)
         rows, self.rows = self.rows, None
-        self._keys = _gather_rows_and_append(self._keys, rows, key_states)
-        self._values = _gather_rows_and_append(self._values, rows, value_states)
+        self._keys, self.key_store = _append(self._keys, self.key_store, rows, key_states, not self.reordered)
+        self._values, self.value_store = _append(self._values, self.value_store, rows, value_states,
+                                                 not self.reordered)
         return self._keys, self._values
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         if self.get_seq_length() > 0:
+            self.reordered = True
             self._change_rows(beam_idx)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
@@ -75,18 +89,29 @@ class RowsOnAppendLayer(DynamicLayer):
             super().batch_select_indices(indices)
 
     def reset(self) -> None:
-        self.rows = None
+        self.rows, self.reordered = None, False
         super().reset()
 
 
-def _gather_rows_and_append(cached: torch.Tensor, rows: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-    """torch.cat([cached[rows], new], dim=-2) as one copy of the cached rows: gathered straight into their place in
-    the result."""
-    length = cached.shape[-2]
-    result = cached.new_empty((rows.shape[0], *cached.shape[1:-2], length + new.shape[-2], cached.shape[-1]))
-    torch.index_select(cached, 0, rows, out=result[..., :length, :])
-    result[..., length:, :] = new
-    return result
+def _append(cached: torch.Tensor, store: torch.Tensor | None, rows: torch.Tensor | None, new: torch.Tensor,
+            keep_room: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """torch.cat([cached[rows], new], dim=-2) (rows None: every row, in order) and the tensor it is a view of (None
+    when it is the whole of it). Written into `store`'s room if `cached` is a view of its first positions with room
+    left and no row changes; else the kept rows are copied once, straight into their place in a new tensor, with room
+    for as many positions again if `keep_room`."""
+    length, total = cached.shape[-2], cached.shape[-2] + new.shape[-2]
+    if rows is None and store is not None and total <= store.shape[-2]:
+        store[..., length:total, :] = new
+        return store[..., :total, :], store
+    count = cached.shape[0] if rows is None else rows.shape[0]
+    capacity = 2 * total if keep_room else total
+    result = cached.new_empty((count, *cached.shape[1:-2], capacity, cached.shape[-1]))
+    if rows is None:
+        result[..., :length, :] = cached
+    else:
+        torch.index_select(cached, 0, rows, out=result[..., :length, :])
+    result[..., length:total, :] = new
+    return (result[..., :total, :], result) if keep_room else (result, None)
 
 
 class SelfAttentionCache(DynamicCache):
