@@ -68,12 +68,15 @@ class RowsOnAppendLayer(DynamicLayer):
         return self._keys.shape[-2]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
+        # torch.compile does not trace the stored tensors' room (it fails on the write into a view of a graph input
+        # of dynamic size): a compiled call appends as DynamicLayer does, or gathers without room
+        compiling = torch.compiler.is_compiling()
+        if not self.is_initialized or (compiling and self.rows is None):
             return super().update(key_states, value_states, *args, **kwargs)
         rows, self.rows = self.rows, None
-        self._keys, self.key_store = _append(self._keys, self.key_store, rows, key_states, not self.reordered)
-        self._values, self.value_store = _append(self._values, self.value_store, rows, value_states,
-                                                 not self.reordered)
+        keep_room = not (self.reordered or compiling)
+        self._keys, self.key_store = _append(self._keys, self.key_store, rows, key_states, keep_room)
+        self._values, self.value_store = _append(self._values, self.value_store, rows, value_states, keep_room)
         return self._keys, self._values
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
