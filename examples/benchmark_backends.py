@@ -43,6 +43,7 @@ from hf_headattn.runtime.seq2seq_common import inputs_checked_by_caller  # noqa:
 
 
 SECTION = "backends"
+COMMITTED = "benchmarks/backends.json"
 VARIANTS = {"softmax": {}, "mma": {"encoder_self_attention": "mma"}}
 CPU_BACKENDS = ("eager", "sdpa", "flex_attention")
 ANCHOR = ("softmax", "sdpa")
@@ -339,6 +340,8 @@ def cpu_name() -> str:
 
 
 def main(argv=None):
+    from benchmark_quality import add_publish_arguments, publish
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -354,8 +357,7 @@ def main(argv=None):
     parser.add_argument("--output-length", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--output", default="benchmarks/backends.json")
-    parser.add_argument("--markdown", default=None, help="write the table as a section of this file (BENCHMARKS.md)")
+    add_publish_arguments(parser, COMMITTED)
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny model, 1 round")
     args = parser.parse_args(argv)
     if args.quick:
@@ -379,9 +381,8 @@ def main(argv=None):
         "targets": check_targets(results, args.measures, torch.device(args.device).type),
         "minutes": (time.perf_counter() - start) / 60,
     }
-    from benchmark_quality import publish
-
-    publish(report, Path(args.output), SECTION, section_text(report), Path(args.markdown) if args.markdown else None)
+    publish(report, SECTION, section_text(report), output=args.output, markdown=args.markdown, committed=COMMITTED,
+            rows=lambda report: set(report["results"]), smoke=args.quick)
     return report
 
 

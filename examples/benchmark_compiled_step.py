@@ -134,7 +134,7 @@ def section_text(report: dict) -> str:
 
 
 def main(argv=None) -> None:
-    from benchmark_quality import publish
+    from benchmark_quality import add_publish_arguments, publish
 
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -145,12 +145,12 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--output", default="benchmarks/compiled_step.json")
-    parser.add_argument("--markdown", default="BENCHMARKS.md")
+    add_publish_arguments(parser, "benchmarks/compiled_step.json")
     args = parser.parse_args(argv)
     args.argv = argv
     report = measure(args)
-    publish(report, Path(args.output), "compiled_step", section_text(report), Path(args.markdown))
+    publish(report, "compiled_step", section_text(report), output=args.output, markdown=args.markdown,
+            committed="benchmarks/compiled_step.json")
 
 
 if __name__ == "__main__":

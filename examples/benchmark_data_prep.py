@@ -38,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's report sections
 
+COMMITTED = "benchmarks/data_prep.json"
 TARGET_TIME, TARGET_PEAK_MIB, PEAK_AT = 1.2, 1024, 2_900_000  # issue 43: <= 1.2x the baseline; < 1 GB at 2.9M
 
 
@@ -222,7 +223,7 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--by-hand":
         return by_hand(*argv[1:4])
-    from benchmark_quality import DEFAULT_DATA_DIR, machine, publish
+    from benchmark_quality import DEFAULT_DATA_DIR, add_publish_arguments, machine, publish
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, nargs="+", default=[29_000, 290_000, 2_900_000])
@@ -231,8 +232,7 @@ def main(argv=None) -> None:
                         help="which process of each size runs first")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between memory samples")
     parser.add_argument("--work-dir", help="corpora, caches and logs (default: a temporary folder)")
-    parser.add_argument("--output", default="benchmarks/data_prep.json")
-    parser.add_argument("--markdown", default="BENCHMARKS.md")
+    add_publish_arguments(parser, COMMITTED)
     args = parser.parse_args(argv)
     if sorted(args.order) != ["by hand", "command"]:
         parser.error("--order names 'by hand' and 'command', once each")
@@ -241,7 +241,8 @@ def main(argv=None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         report = {"machine": machine(), "command": shlex.join(["python", "examples/benchmark_data_prep.py", *argv]),
                   "sizes": [run_size(pairs, args, workdir) for pairs in args.pairs]}
-    publish(report, Path(args.output), "data_prep", section_text(report), Path(args.markdown))
+    publish(report, "data_prep", section_text(report), output=args.output, markdown=args.markdown, committed=COMMITTED,
+            rows=lambda report: {size["pairs"] for size in report["sizes"]})
 
 
 if __name__ == "__main__":

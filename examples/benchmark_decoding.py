@@ -244,6 +244,11 @@ def commands(folders: dict, input_file: Path, outputs: Path, num_beams: int, thr
 
 
 # ------------------------------------------------------------------------------------------------ the run
+def measured_rows(report: dict) -> set[tuple[str, str]]:
+    """The (beams, system) rows of a report."""
+    return {(beams, row["system"]) for beams, rows in report["rows"].items() for row in rows}
+
+
 def run(args) -> dict:
     import sacrebleu
     import torch
@@ -470,7 +475,7 @@ def main(argv=None) -> None:
                                    compute_type, int(full_length))
     # imported after the processes' dispatch: each timed process imports only what its user would (benchmark_quality
     # brings torch, Transformers and this package, seconds a CTranslate2 process would otherwise be charged)
-    from benchmark_quality import add_data_arguments, publish
+    from benchmark_quality import add_data_arguments, add_publish_arguments, publish
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=1000)
@@ -489,9 +494,8 @@ def main(argv=None) -> None:
     add_data_arguments(parser)
     parser.add_argument("--output-dir", default="runs/quality", help="model folders (benchmark_quality's)")
     parser.add_argument("--work-dir", default=None, help="exports, input and outputs (default: a temporary folder)")
-    parser.add_argument("--output", default=None, help="the JSON report (default: benchmarks/decoding.json, "
-                        "benchmarks/decoding-gpu.json on a GPU)")
-    parser.add_argument("--markdown", default="BENCHMARKS.md")
+    add_publish_arguments(parser, "benchmarks/decoding.json (benchmarks/decoding-gpu.json on a GPU, "
+                                  "benchmarks/decoding-full.json with --full-length)")
     parser.add_argument("--transformer-flags", default="", help="training flags added to every Transformer's")
     parser.add_argument("--lstm-flags", default="", help="training flags added to every LSTM's")
     args = parser.parse_args(argv)
@@ -505,11 +509,11 @@ def main(argv=None) -> None:
     if args.full_length < 0:
         parser.error(f"--full-length must be a number of tokens >= 1, or 0 for real lengths; got {args.full_length}")
     section = FULL_LENGTH_SECTION if args.full_length else SECTIONS[args.device]
-    args.output = args.output or f"benchmarks/{section}.json"
     with tempfile.TemporaryDirectory() as temporary:
         args.work_dir = args.work_dir or temporary
         report = run(args)
-    publish(report, Path(args.output), section, section_text(report), Path(args.markdown))
+    publish(report, section, section_text(report), output=args.output, markdown=args.markdown,
+            committed=f"benchmarks/{section}.json", rows=measured_rows, smoke=args.quick)
 
 
 if __name__ == "__main__":

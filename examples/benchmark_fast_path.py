@@ -44,6 +44,7 @@ from benchmark_speed import VARIANTS, cached_tokenizer, shared_sizes  # noqa: E4
 
 TARGET = 1.2  # issue 43: every variant's fast path within 1.2x of its family's softmax model
 MODES = {"greedy": 1, "beam5": 5}
+COMMITTED = "benchmarks/fast_path.json"
 PREDICTED = {"fertility": "predicted"}
 CONSTRAINED = ("csoftmax", "csparsemax")
 # family -> model name -> the config fields that make it that variant
@@ -152,6 +153,11 @@ def measure(args) -> dict:
             "command": shlex.join(["python", "examples/benchmark_fast_path.py", *args.argv])}
 
 
+def measured_models(report: dict) -> set[tuple[str, str]]:
+    """The (family, model) rows of a report."""
+    return {(family, name) for family, models in report["families"].items() for name in models}
+
+
 def round_ratios(family: dict, name: str, mode: str) -> list[float]:
     """Each round's time of `name` over its family's softmax model's in the same round, in `mode`: the two ran
     minutes apart at most, so a machine that slows down or speeds up between rounds moves both."""
@@ -227,7 +233,7 @@ def section_text(report: dict) -> str:
 
 
 def main(argv=None) -> None:
-    from benchmark_quality import DEFAULT_DATA_DIR, publish
+    from benchmark_quality import DEFAULT_DATA_DIR, add_publish_arguments, publish
 
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -240,15 +246,14 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="8 sentences of 5 tokens, 1 round (a smoke run)")
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "hf_headattn-benchmark"),
                         help="where the tokenizer is kept between runs")
-    parser.add_argument("--output", default="benchmarks/fast_path.json")
-    parser.add_argument("--markdown", default="BENCHMARKS.md", help="'' for none")
+    add_publish_arguments(parser, COMMITTED)
     args = parser.parse_args(argv)
     args.argv = argv
     if args.quick:
         args.sentences, args.output_length, args.rounds = 8, 5, 1
     report = measure(args)
-    publish(report, Path(args.output), "fast_path", section_text(report), Path(args.markdown) if args.markdown
-            else None)
+    publish(report, "fast_path", section_text(report), output=args.output, markdown=args.markdown, committed=COMMITTED,
+            rows=measured_models, smoke=args.quick)
 
 
 if __name__ == "__main__":

@@ -757,16 +757,64 @@ def replace_section(results_file: Path, name: str, text: str) -> None:
     os.replace(temporary, results_file)
 
 
-def publish(report: dict, json_path: Path, section: str, text: str, markdown: Path | None) -> None:
-    """A benchmark's results: `report` as the JSON `json_path` (its folder created) and `text` as section `section` of
-    the report `markdown` (None: no section), each file replaced whole, then `text` printed."""
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = json_path.with_name(f".{json_path.name}.partial")
-    temporary.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    os.replace(temporary, json_path)
-    if markdown is not None:
-        replace_section(markdown, section, text)
+PUBLISHED_MARKDOWN = "BENCHMARKS.md"
+
+
+def add_publish_arguments(parser: argparse.ArgumentParser, committed: str) -> None:
+    """The --output and --markdown flags that :func:`publish` reads; `committed`: the published JSON report."""
+    parser.add_argument("--output", default=None,
+                        help=f"the JSON report (default: {committed}, for a run that measures all of it)")
+    parser.add_argument("--markdown", default=None,
+                        help=f"the Markdown report that gets the table as its section (default: {PUBLISHED_MARKDOWN}, "
+                             "beside the default --output; '' for none)")
+
+
+def missing_rows(committed: Path, report: dict, rows) -> list:
+    """The rows (`rows(report)`: a set of a report's row keys, e.g. sizes or systems) of the published JSON report
+    `committed` that `report` does not measure; none if it does not exist yet."""
+    if not committed.exists():
+        return []
+    try:
+        published = rows(json.loads(committed.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        print(f"{committed}: not a report of this benchmark ({type(error).__name__}: {error}); this run's results "
+              "replace it", file=sys.stderr)
+        return []
+    return sorted(published - rows(report), key=str)
+
+
+def publish(report: dict, section: str, text: str, *, output: str | None, markdown: str | None, committed: str,
+            rows=None, smoke: bool = False) -> None:
+    """A benchmark's results: `report` as a JSON file and `text` as section `section` of a Markdown report, each file
+    replaced whole (its folder created), then `text` printed.
+
+    `output` and `markdown` are the --output and --markdown flags (:func:`add_publish_arguments`): given, they are
+    used (--markdown '' for none), and --output alone writes no section (a section goes with its published JSON).
+    Without --output, the JSON goes to the published report `committed` and, without --markdown, the section to
+    BENCHMARKS.md, but only from a run that measures all of `committed`: a smoke run (`smoke`), or one whose rows
+    (`rows(report)`, a set of row keys) lack some of the published JSON's (fewer sizes, systems or beams), leaves
+    them as they are and says so, so that its numbers never replace the published ones in part."""
+    partial = None
+    if output is None:
+        if smoke:
+            partial = "a smoke run (--quick)"
+        elif rows is not None and (missing := missing_rows(Path(committed), report, rows)):
+            partial = f"this run does not measure {', '.join(map(str, missing))} of {committed}"
+    json_path = Path(output) if output else None if partial else Path(committed)
+    markdown_path = Path(markdown) if markdown else None if markdown == "" or output or partial else \
+        Path(PUBLISHED_MARKDOWN)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = json_path.with_name(f".{json_path.name}.partial")
+        temporary.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        os.replace(temporary, json_path)
+    if markdown_path is not None:
+        replace_section(markdown_path, section, text)
     print(text)
+    if partial:
+        kept = " and ".join([committed] + ([PUBLISHED_MARKDOWN] if markdown is None else []))
+        print(f"\nNot published: {partial}; {kept} left as {'they are' if markdown is None else 'it is'} (--output "
+              "and --markdown write these results anyway).", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------------ the command

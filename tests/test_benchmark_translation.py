@@ -28,6 +28,41 @@ def test_aer_counts_common_links_against_both_link_sets():
     assert script.links_of("0-1 2-3") == {(0, 1), (2, 3)} and script.links_of("") == set()
 
 
+
+def test_only_a_run_that_measures_all_of_the_published_report_replaces_it(tmp_path, monkeypatch, capsys):
+    quality = load_example("benchmark_quality")
+    monkeypatch.chdir(tmp_path)
+    committed, markdown = tmp_path / "benchmarks" / "sizes.json", tmp_path / "BENCHMARKS.md"
+    sizes = lambda report: {size["pairs"] for size in report["sizes"]}  # noqa: E731
+
+    def run(pairs, **flags):
+        report = {"sizes": [{"pairs": n} for n in pairs]}
+        options = {"output": None, "markdown": None, "committed": "benchmarks/sizes.json", "rows": sizes, **flags}
+        quality.publish(report, "data_prep", f"## Sizes {pairs}", **options)
+        return capsys.readouterr()
+
+    run([1, 2, 3])  # the first run: nothing published yet
+    assert sizes(json.loads(committed.read_text())) == {1, 2, 3} and "## Sizes [1, 2, 3]" in markdown.read_text()
+    printed = run([2])  # fewer sizes: both files stay, and the run says why
+    assert sizes(json.loads(committed.read_text())) == {1, 2, 3} and "## Sizes [1, 2, 3]" in markdown.read_text()
+    assert "## Sizes [2]" in printed.out and "does not measure 1, 3 of benchmarks/sizes.json" in printed.err
+    assert "benchmarks/sizes.json and BENCHMARKS.md left as they are" in printed.err
+    assert "left as they are" in run([1, 2, 3], smoke=True).err and "[1, 2, 3]" in markdown.read_text()
+    run([1, 2, 3, 4])  # more rows: the published report grows
+    assert sizes(json.loads(committed.read_text())) == {1, 2, 3, 4} and "## Sizes [1, 2, 3, 4]" in markdown.read_text()
+    # explicit destinations are used as given, also for a partial run; --output alone writes no section
+    run([5], output=str(tmp_path / "elsewhere.json"))
+    assert sizes(json.loads((tmp_path / "elsewhere.json").read_text())) == {5} and "[5]" not in markdown.read_text()
+    run([6], output=str(tmp_path / "six.json"), markdown=str(tmp_path / "six.md"))
+    assert "## Sizes [6]" in (tmp_path / "six.md").read_text() and "[6]" not in markdown.read_text()
+    printed = run([1], markdown=str(tmp_path / "one.md"))  # the JSON's default still waits for a complete run
+    assert "benchmarks/sizes.json left as it is" in printed.err
+    assert sizes(json.loads(committed.read_text())) == {1, 2, 3, 4}
+    assert "## Sizes [1]" in (tmp_path / "one.md").read_text()
+    # a published file that is not this benchmark's report is replaced, and the run says so
+    committed.write_text("[1, 2")
+    assert "not a report of this benchmark" in run([7]).err and sizes(json.loads(committed.read_text())) == {7}
+
 def test_report_sections_are_replaced_in_place_and_kept_by_the_quality_report(tmp_path):
     quality = load_example("benchmark_quality")
     report = tmp_path / "RESULTS.md"
