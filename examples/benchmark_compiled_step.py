@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_MODEL = "runs/quality/transformer-softmax/seed-1"  # examples/benchmark_quality.py's anchor-recipe model
 TEST_SOURCE = "test_2016_flickr.de"
+COMMITTED = "benchmarks/compiled_step.json"
 
 
 def decoder_rows(model, tokenizer, lines: list[str], beams: int) -> dict:
@@ -145,12 +146,12 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    add_publish_arguments(parser, "benchmarks/compiled_step.json")
+    add_publish_arguments(parser, COMMITTED)
     args = parser.parse_args(argv)
     args.argv = argv
     report = measure(args)
     publish(report, "compiled_step", section_text(report), output=args.output, markdown=args.markdown,
-            committed="benchmarks/compiled_step.json")
+            committed=COMMITTED)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ def test_aer_counts_common_links_against_both_link_sets():
     assert script.links_of("0-1 2-3") == {(0, 1), (2, 3)} and script.links_of("") == set()
 
 
-
 def test_only_a_run_that_measures_all_of_the_published_report_replaces_it(tmp_path, monkeypatch, capsys):
     quality = load_example("benchmark_quality")
     monkeypatch.chdir(tmp_path)
@@ -62,6 +61,7 @@ def test_only_a_run_that_measures_all_of_the_published_report_replaces_it(tmp_pa
     # a published file that is not this benchmark's report is replaced, and the run says so
     committed.write_text("[1, 2")
     assert "not a report of this benchmark" in run([7]).err and sizes(json.loads(committed.read_text())) == {7}
+
 
 def test_report_sections_are_replaced_in_place_and_kept_by_the_quality_report(tmp_path):
     quality = load_example("benchmark_quality")
