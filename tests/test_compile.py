@@ -112,8 +112,8 @@ def test_compiled_passes_settle_the_benchmark_rows(monkeypatch):
     z, u, _ = load_example("benchmark_sparse_kernels").make_inputs(1024, 512, seed=0)
     eager = csparsemax(z, u)
     handed_over = []
-    original = sparse_solvers._csparsemax_eager_solve
-    monkeypatch.setattr(sparse_solvers, "_csparsemax_eager_solve",
+    original = sparse_solvers._csparsemax_safeguarded_solve
+    monkeypatch.setattr(sparse_solvers, "_csparsemax_safeguarded_solve",
                         lambda z, us: handed_over.append(z.shape[0]) or original(z, us))
     torch.testing.assert_close(csparsemax(z, u, compiled=True), eager, rtol=0, atol=1e-6)
     assert handed_over == []
@@ -122,8 +122,8 @@ def test_compiled_passes_settle_the_benchmark_rows(monkeypatch):
 def test_compiled_csparsemax_hands_flat_rows_to_the_eager_passes(monkeypatch):
     # Flat scores need more than `_COMPILED_PASSES` passes in many rows; those go on with the eager solver.
     handed_over = []
-    original = sparse_solvers._csparsemax_eager_solve
-    monkeypatch.setattr(sparse_solvers, "_csparsemax_eager_solve",
+    original = sparse_solvers._csparsemax_safeguarded_solve
+    monkeypatch.setattr(sparse_solvers, "_csparsemax_safeguarded_solve",
                         lambda z, us: handed_over.append(z.shape[0]) or original(z, us))
     generator = torch.Generator().manual_seed(0)
     z = torch.randn(1024, 512, generator=generator) * 0.3

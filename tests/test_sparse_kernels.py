@@ -37,8 +37,10 @@ _FIXED_PASSES = {
 SOLVERS = {
     "sort": {(sparse_solvers, "_SORT_BELOW"): float("inf")},
     "passes": {(sparse_solvers, "_SORT_BELOW"): 0, (sparse_solvers, "_COMPACT_FROM"): 0},
+    "safeguarded-passes": {(sparse_solvers, "_SORT_BELOW"): 0, (sparse_solvers, "_COMPACT_FROM"): 0,
+                           (sparse_solvers, "_NEWTON_PASSES"): 0},
     "one-pass": {(sparse_solvers, "_SORT_BELOW"): 0, (sparse_solvers, "_COMPACT_FROM"): 0,
-                 (sparse_solvers, "_MAX_PASSES"): 1},
+                 (sparse_solvers, "_NEWTON_PASSES"): 1, (sparse_solvers, "_MAX_PASSES"): 1},
     "fixed": _FIXED_PASSES,
     "fixed-one-pass": {**_FIXED_PASSES, (sparse_solvers, "_COMPILED_PASSES"): 1},
     "branch-free": {(sparse_solvers, "_SORT_BELOW"): 0, (sparse_solvers, "HOST_DEVICES"): ()},
@@ -364,6 +366,24 @@ def test_passes_settle_attention_rows(solver, monkeypatch):
     u[:, -1] = INF
     sparsemax(z), csoftmax(z, u), csparsemax(z, u)
     assert sorted_rows == []
+
+
+def test_csparsemax_rows_the_plain_newton_passes_leave_go_on_with_the_safeguarded_passes(solver, monkeypatch):
+    # The first row is a flat stretch: from t = max - 1 no key is free (the top key is capped, the next has a zero
+    # bound), so each plain Newton step moves t by f(t) - 1 = -0.1 and ~60 would be needed; the safeguarded passes
+    # jump to the next breakpoint. The second row settles in the plain passes.
+    if solver != "passes":
+        pytest.skip("checks the passes")
+    handed_over = []
+    original = sparse_solvers._csparsemax_safeguarded_solve
+    monkeypatch.setattr(sparse_solvers, "_csparsemax_safeguarded_solve",
+                        lambda z, us: handed_over.append(z.shape[0]) or original(z, us))
+    z = torch.tensor([[-3.0, -0.5, 4.0], [1.0, 0.0, -1.0]], dtype=torch.float64)
+    u = torch.tensor([[0.5, 0.0, 0.9], [INF, INF, INF]], dtype=torch.float64)
+    alpha = csparsemax(z, u)
+    assert handed_over == [1]
+    expected = torch.tensor([[0.1, 0.0, 0.9], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(alpha, expected, rtol=0, atol=1e-12)
 
 
 # ----------------------------------------------------------------------------------------------------------
