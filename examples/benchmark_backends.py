@@ -21,7 +21,7 @@ sdpa (`SYNC_VARIANTS`, each where its paper puts it), also runs under `torch.cud
 (inputs checked beforehand, as `generate` does), which raises at any host synchronisation inside the forward; the
 report records it.
 
-    python examples/benchmark_backends.py --output benchmarks/backends.json --markdown BENCHMARKS.md  # ~10 min, 2 cores
+    python examples/benchmark_backends.py  # ~10 min on 2 cores: benchmarks/backends.json and its BENCHMARKS.md section
     python examples/benchmark_backends.py --quick --output /tmp/backends.json --markdown /tmp/BENCHMARKS.md
 """
 
@@ -42,8 +42,9 @@ from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration  # noqa
 from hf_headattn.runtime.seq2seq_common import inputs_checked_by_caller  # noqa: E402
 
 
-SECTION = "backends"
-COMMITTED = "benchmarks/backends.json"
+# BENCHMARKS.md sections and published JSON reports, by device type, so that a GPU run keeps the CPU's and back
+SECTIONS = {"cpu": "backends", "cuda": "backends-gpu"}
+COMMITTED = {"cpu": "benchmarks/backends.json", "cuda": "benchmarks/backends-gpu.json"}
 VARIANTS = {"softmax": {}, "mma": {"encoder_self_attention": "mma"}}
 CPU_BACKENDS = ("eager", "sdpa", "flex_attention")
 ANCHOR = ("softmax", "sdpa")
@@ -357,7 +358,7 @@ def main(argv=None):
     parser.add_argument("--output-length", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    add_publish_arguments(parser, COMMITTED)
+    add_publish_arguments(parser, f"{COMMITTED['cpu']} ({COMMITTED['cuda']} on a GPU)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny model, 1 round")
     args = parser.parse_args(argv)
     if args.quick:
@@ -381,8 +382,9 @@ def main(argv=None):
         "targets": check_targets(results, args.measures, torch.device(args.device).type),
         "minutes": (time.perf_counter() - start) / 60,
     }
-    publish(report, SECTION, section_text(report), output=args.output, markdown=args.markdown, committed=COMMITTED,
-            rows=lambda report: set(report["results"]), smoke=args.quick)
+    device_type = torch.device(args.device).type
+    publish(report, SECTIONS[device_type], section_text(report), output=args.output, markdown=args.markdown,
+            committed=COMMITTED[device_type], rows=lambda report: set(report["results"]), smoke=args.quick)
     return report
 
 

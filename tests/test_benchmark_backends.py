@@ -76,6 +76,25 @@ def test_the_host_synchronisation_check_covers_every_variant_and_needs_cuda():
     assert script.host_sync_by_variant(None, None, torch.device("cpu")) is None
 
 
+def test_a_gpu_run_is_published_beside_the_cpu_report(tmp_path, monkeypatch):
+    # Without --output, a CUDA run writes its own JSON and section: the CPU's stay as they are.
+    script = load_example("benchmark_backends")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "benchmarks").mkdir()
+    cpu_json = tmp_path / "benchmarks" / "backends.json"
+    cpu_json.write_text(json.dumps({"results": {"softmax sdpa": {}}}))
+    cpu_section = "<!-- section written by examples/benchmark_backends.py -->\nthe CPU table\n<!-- end of section backends -->"
+    (tmp_path / "BENCHMARKS.md").write_text(f"# Benchmarks\n\n{cpu_section}\n")
+    monkeypatch.setattr(script, "run", lambda args: ({"softmax sdpa": made_up_results()["softmax sdpa"]}, None))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "GPU X")
+    script.main(["--device", "cuda", "--measures", "train", "forward"])
+    assert json.loads(cpu_json.read_text()) == {"results": {"softmax sdpa": {}}}
+    assert json.loads((tmp_path / "benchmarks" / "backends-gpu.json").read_text())["machine"]["processor"] == "GPU X"
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert cpu_section in text
+    assert "<!-- section written by examples/benchmark_backends.py (gpu) -->\n## Attention backends (cuda)" in text
+
+
 @pytest.mark.slow
 def test_quick_run_writes_json_and_its_section(tmp_path):
     script = load_example("benchmark_backends")
