@@ -42,7 +42,7 @@ from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration  # noqa
 from hf_headattn.runtime.seq2seq_common import inputs_checked_by_caller  # noqa: E402
 
 
-# BENCHMARKS.md sections and published JSON reports, by device type, so that a GPU run keeps the CPU's and back
+# BENCHMARKS.md sections and published JSON reports by device type: a run on one device leaves the other's
 SECTIONS = {"cpu": "backends", "cuda": "backends-gpu"}
 COMMITTED = {"cpu": "benchmarks/backends.json", "cuda": "benchmarks/backends-gpu.json"}
 VARIANTS = {"softmax": {}, "mma": {"encoder_self_attention": "mma"}}

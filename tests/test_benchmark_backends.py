@@ -83,7 +83,8 @@ def test_a_gpu_run_is_published_beside_the_cpu_report(tmp_path, monkeypatch):
     (tmp_path / "benchmarks").mkdir()
     cpu_json = tmp_path / "benchmarks" / "backends.json"
     cpu_json.write_text(json.dumps({"results": {"softmax sdpa": {}}}))
-    cpu_section = "<!-- section written by examples/benchmark_backends.py -->\nthe CPU table\n<!-- end of section backends -->"
+    cpu_section = ("<!-- section written by examples/benchmark_backends.py -->\nthe CPU table\n"
+                   "<!-- end of section backends -->")
     (tmp_path / "BENCHMARKS.md").write_text(f"# Benchmarks\n\n{cpu_section}\n")
     monkeypatch.setattr(script, "run", lambda args: ({"softmax sdpa": made_up_results()["softmax sdpa"]}, None))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "GPU X")

@@ -10,14 +10,15 @@ the partition, by a threshold in closed form. Exact solvers find the partition:
   elementwise operations over the batch (no sort), and which for attention scores settle within a few passes:
   Michelot's (1986) algorithm for ``sparsemax``; the capping iteration of the authors' implementation
   (Martins & Kreutzer, 2017) for ``csoftmax``; Newton's method over the partitions for ``csparsemax``, a few
-  plain passes first (`_NEWTON_PASSES`), then for the rows they leave passes safeguarded by bisection. A row is accepted once a pass leaves its partition unchanged: the threshold computed from
-  the partition then defines that same partition, which is the optimality (KKT) condition, so the result is
-  the exact solution. Rows that have not settled after `_MAX_PASSES` passes (adversarial inputs), infeasible
-  rows and degenerate rows go to the sort-based solvers.
+  plain passes first (`_NEWTON_PASSES`), then passes safeguarded by bisection for the rows they leave. A row is
+  accepted once a pass leaves its partition unchanged: the threshold computed from the partition then defines that
+  same partition, which is the optimality (KKT) condition, so the result is the exact solution. Rows that have
+  not settled after `_MAX_PASSES` passes (adversarial inputs), infeasible rows and degenerate rows go to the
+  sort-based solvers.
 * Sort-based breakpoint searches (O(n log n)), for small inputs (where they cost fewer tensor operations), for
-  every input off the CPU (see below) and for the rows the passes leave: sort the breakpoints of a monotone piecewise-linear function along ``dim``,
-  locate the segment that holds the solution, solve in closed form on it (Martins & Astudillo, 2016, Alg. 1;
-  Martins & Kreutzer, 2017; Pardalos & Kovoor, 1990, as in the paper's Alg. 1).
+  every input off the CPU (see below) and for the rows the passes leave: sort the breakpoints of a monotone
+  piecewise-linear function along ``dim``, locate the segment that holds the solution, solve in closed form on it
+  (Martins & Astudillo, 2016, Alg. 1; Martins & Kreutzer, 2017; Pardalos & Kovoor, 1990, as in the paper's Alg. 1).
 * For ``csparsemax(..., compiled=True)``: the same safeguarded Newton passes, but a fixed number of them over every
   row, branch-free and without host syncs, compiled by ``torch.compile`` into fused loops (one read of the keys
   per pass instead of a dozen eager operations); rows they have not settled go on with the eager solvers.
@@ -48,9 +49,10 @@ _NON_BINDING_BOUND = 2.0
 _SORT_BELOW = 1 << 13
 
 # csparsemax's plain Newton passes (`_csparsemax_newton_passes`), which run before the safeguarded ones: they settle
-# decoding's inputs (e.g. [512, 37]: 128 sentences x 4 heads) in 3-4 passes, at 0.40 against 0.60-0.69 ms a call for
-# the safeguarded passes alone; on flatter or more bounded inputs (examples/benchmark_sparse_kernels.py) they leave
-# 1-7% of the rows, and the two together cost what the safeguarded passes cost alone.
+# decoding's inputs (e.g. [512, 37]: 128 sentences x 4 heads) in 3-4 passes, at 0.33 against 0.51 ms a call for the
+# safeguarded passes alone (BENCHMARKS.md, fast path); on inputs whose bounds bind more (examples/
+# benchmark_sparse_kernels.py) they leave 1-7% of the rows, and the two together cost what the safeguarded passes
+# cost alone (0.93-1.04x).
 _NEWTON_PASSES = 4
 
 # Passes of the active-set methods before the rows that have not settled go to the sort-based solvers. Random
