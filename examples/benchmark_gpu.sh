@@ -6,8 +6,10 @@
 #  2. decoding: 10,000 lines at beam 5, whole processes: the fast path (float32) against `generate` on
 #     the same weights and CTranslate2's CUDA build (examples/benchmark_decoding.py; target: the fast path at least
 #     2x generate). The softmax zoo model is trained first where --output-dir lacks it (about 2 minutes on an H100).
-# Both write their JSON into RESULTS_DIR and their sections of BENCHMARKS.md ("Speed (GPU: ...)", "Decoding speed:
-# translating a file (GPU: ...)").
+#  3. no host synchronisation: tests/test_host_sync.py's `test_no_sync_on_cuda` (a forward, a backward and ten
+#     decoding steps of every variant, and the sparse kernels, under torch.cuda.set_sync_debug_mode("error")).
+# The benchmarks write their JSON into RESULTS_DIR and their sections of BENCHMARKS.md ("Speed (GPU: ...)", "Decoding
+# speed: translating a file (GPU: ...)"); the test's result is in the output.
 #
 #   bash examples/benchmark_gpu.sh [RESULTS_DIR [DATA_DIR [MODELS_DIR]]]
 #   (defaults: benchmarks, ../shared/data/multi30k, runs/quality)
@@ -24,4 +26,5 @@ python examples/benchmark_speed.py --device cuda --shapes 512x6 --autocast bfloa
 python examples/benchmark_decoding.py --device cuda --sentences 10000 --beams 5 --rounds 1 --threads 2 --variants \
     --systems "ours, generate" "ours, fast" "CTranslate2 float32" "CTranslate2 int8_float16" \
     --data-dir "$data" --output-dir "$models" --output "$results/decoding-gpu.json" --markdown BENCHMARKS.md || failed=1
+python -m pytest -q -p no:cacheprovider tests/test_host_sync.py -k test_no_sync_on_cuda || failed=1
 exit $failed
