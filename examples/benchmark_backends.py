@@ -366,6 +366,7 @@ def main(argv=None):
         args.repeats, args.output_length, args.max_length = 1, 3, 12
     start = time.perf_counter()
     results, host_sync = run(args)
+    device_type = torch.device(args.device).type
     import transformers
 
     report = {
@@ -379,10 +380,9 @@ def main(argv=None):
                                                              "measures")},
         "results": results,
         "host_sync_free_forward_by_variant": host_sync,
-        "targets": check_targets(results, args.measures, torch.device(args.device).type),
+        "targets": check_targets(results, args.measures, device_type),
         "minutes": (time.perf_counter() - start) / 60,
     }
-    device_type = torch.device(args.device).type
     publish(report, SECTIONS[device_type], section_text(report), output=args.output, markdown=args.markdown,
             committed=COMMITTED[device_type], rows=lambda report: set(report["results"]), smoke=args.quick)
     return report

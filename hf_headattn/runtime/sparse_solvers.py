@@ -551,7 +551,6 @@ def _csparsemax_newton_passes(z: torch.Tensor, us: torch.Tensor, passes: int):
     Returns (alpha, active, capped, |A|, settled) as `_csparsemax_adaptive_passes`."""
     zs = torch.sub(z, _row_max(z))  # -inf on masked keys
     work, indicator = torch.empty_like(zs), torch.empty_like(zs)
-    zero = zs.new_zeros(())
     t = zs.new_full((zs.shape[0], 1), -1.0)
     f, n_positive, n_capped = _csparsemax_at(zs, us, t, work, indicator)
     settled = torch.zeros_like(t, dtype=torch.bool)
@@ -562,11 +561,18 @@ def _csparsemax_newton_passes(z: torch.Tensor, us: torch.Tensor, passes: int):
         if i == passes - 1:  # only the last step certifies the t it ends at
             settled = (new_n_positive == n_positive) & (new_n_capped == n_capped) & (n_active > 0)
         n_positive, n_capped = new_n_positive, new_n_capped
-    x = torch.sub(zs, t, out=work)  # the partition at t, with the passes' arithmetic
+    alpha, active, capped = _csparsemax_solution_at(zs, us, t, work, indicator)
+    return alpha, active, capped, n_positive.sub_(n_capped), settled & (row_sum(us) >= 1)
+
+
+def _csparsemax_solution_at(zs, us, t, work, indicator):
+    """(alpha, active, capped) of the partition at t, with the passes' arithmetic (a key with a zero bound is capped if
+    z_j > t), written into the buffers: alpha into work, active into indicator, capped into zs (zs is spent)."""
+    x = torch.sub(zs, t, out=work)
     capped = torch.gt(x, us, out=zs)
     active = torch.gt(x, 0, out=indicator).sub_(capped)
-    alpha = torch.clamp(x, zero, us, out=x)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
-    return alpha, active, capped, n_positive.sub_(n_capped), settled & (row_sum(us) >= 1)
+    alpha = torch.clamp(x, x.new_zeros(()), us, out=x)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
+    return alpha, active, capped
 
 
 def _csparsemax_adaptive_passes(z: torch.Tensor, us: torch.Tensor):
@@ -580,11 +586,7 @@ def _csparsemax_adaptive_passes(z: torch.Tensor, us: torch.Tensor):
     state = (t, *_csparsemax_at(zs, us, t, work, indicator), torch.full_like(t, float("-inf")), t + 1)
     (tau, _, n_positive, n_capped, *_), settled = _settle(_csparsemax_pass, (zs, us), (work, indicator), state,
                                                           _true_rows(feasible, all_none=True))
-    # The settled partition, with the pass's arithmetic (a key with a zero bound is capped if z_j > tau).
-    x = torch.sub(zs, tau, out=work)
-    capped = torch.gt(x, us, out=zs)
-    active = torch.gt(x, 0, out=indicator).sub_(capped)
-    alpha = torch.clamp(x, x.new_zeros(()), us, out=x)  # Prop. 1: alpha_j = max(0, min(u_j, z_j - tau))
+    alpha, active, capped = _csparsemax_solution_at(zs, us, tau, work, indicator)  # the settled partition
     n_active = n_positive.sub_(n_capped)
     return alpha, active, capped, n_active, settled & feasible & (n_active > 0)
 
