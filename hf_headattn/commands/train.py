@@ -3,24 +3,23 @@
     hf-headattn-train --help            # or: python -m hf_headattn.commands.train --help
 
 The flags are the training library's argument groups (`training.arguments`) and Trainer's own; this module gives
-them their `--help`, runs the training and turns a refused run into a usage error. The run ends with its result
+them their `--help`, starts the data preparation before it imports torch (`training.data_prefetch`), runs the
+training and turns a refused run into a usage error. The run ends with its result
 line (`trained 100 steps | ... | written: DIR`), printed by the process that saved the model; the libraries'
 progress bars are off unless --verbose.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-
-import torch
-from transformers import HfArgumentParser
+from typing import TYPE_CHECKING
 
 from ..cli import HelpFormatter, add_version_argument, quiet_libraries
-from ..runtime.attention_base import SITES
-from ..runtime.attention_registry import ATTENTION_VARIANTS
-from ..training.arguments import argument_parser, parse_args
-from ..training.run import run_training, summary_line
-from ..training.run_folder import RunRefused
+from ..training.data_prefetch import DataPrefetch
+
+if TYPE_CHECKING:
+    from transformers import HfArgumentParser
 
 EXAMPLES = """examples:
   # a small model on 2,000 Multi30k pairs (docs/training.md: its time), checkpoints every 500 steps
@@ -43,6 +42,9 @@ EXAMPLES = """examples:
 def variants_help() -> str:
     """The registered attention variants, each with where it may sit and what it is (read when --help is built, so a
     variant registered in this process is listed)."""
+    from ..runtime.attention_base import SITES
+    from ..runtime.attention_registry import ATTENTION_VARIANTS
+
     short_sites = {site: site.replace("_attention", "").replace("_", " ") for site in SITES}
     lines = ["attention variants (--encoder_self_attention, --decoder_self_attention, --cross_attention):"]
     width = max(map(len, ATTENTION_VARIANTS))
@@ -53,6 +55,8 @@ def variants_help() -> str:
 
 
 def make_parser() -> HfArgumentParser:
+    from ..training.arguments import argument_parser
+
     parser = argument_parser(
         usage="%(prog)s [flags below] | %(prog)s ARGUMENTS.json | %(prog)s ARGUMENTS.yaml",
         description="Train a HeadAttn translation model with Seq2SeqTrainer and save a folder that loads anywhere "
@@ -70,20 +74,29 @@ def make_parser() -> HfArgumentParser:
 
 
 def main(argv=None) -> None:
-    arguments = parse_args(argv, make_parser())
-    run_args, training_args = arguments[2], arguments[3]
-    quiet_libraries(run_args.verbose, datasets=True)
-    try:
-        metrics = run_training(*arguments)
-        if training_args.process_index == 0:  # the process that saved the model
-            print(summary_line(metrics, Path(training_args.output_dir)), flush=True)
-    except RunRefused as error:
-        raise SystemExit(f"hf-headattn-train: error: {error}") from None
-    finally:
-        # Under torchrun / accelerate launch, a process group left to interpreter exit can abort a rank in gloo's
-        # teardown ("terminate called without an active exception") after training succeeded.
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # started before torch and Transformers' model stack are imported, so that the data preparation overlaps them
+    with DataPrefetch.start(argv) as prefetch:
+        import torch
+
+        from ..training.arguments import parse_args
+        from ..training.run import run_training, summary_line
+        from ..training.run_folder import RunRefused
+
+        arguments = parse_args(argv, make_parser())
+        run_args, training_args = arguments[2], arguments[3]
+        quiet_libraries(run_args.verbose, datasets=True)
+        try:
+            metrics = run_training(*arguments, prefetch=prefetch)
+            if training_args.process_index == 0:  # the process that saved the model
+                print(summary_line(metrics, Path(training_args.output_dir)), flush=True)
+        except RunRefused as error:
+            raise SystemExit(f"hf-headattn-train: error: {error}") from None
+        finally:
+            # Under torchrun / accelerate launch, a process group left to interpreter exit can abort a rank in
+            # gloo's teardown ("terminate called without an active exception") after training succeeded.
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

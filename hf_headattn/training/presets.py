@@ -8,8 +8,12 @@ Transformer with ReLU). `dhicm=False` gives the paper's baselines: T-base (`tran
 (the optimal settings without DHICM).
 """
 
-from ..runtime.attention_dhicm import DynamicHeadImportanceAttention
-from ..runtime.configuration_headattn import HeadAttnConfig
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where a config is built: the recipes are read before torch is (`data_prefetch`)
+    from ..runtime.configuration_headattn import HeadAttnConfig
 
 # --preset NAME: a named recipe, applied on top of NMT_TRAINING_DEFAULTS; flags (or an args file's entries) given
 # beside it override it.
@@ -151,6 +155,9 @@ def table2_config(setting: str, vocab_size: int, *, dhicm: bool, **overrides) ->
     """The configuration of one column of Table 2 (`"default"`, `"de-en"`, `"hi-en"`, `"be-en"`) at the paper's
     sizes; with `dhicm=True`, DHICM at the last layer's encoder self-, decoder self- and cross-attention with
     that column's DHICM dropout. `overrides` are any other `HeadAttnConfig` fields (e.g. token ids)."""
+    from ..runtime.attention_dhicm import DynamicHeadImportanceAttention
+    from ..runtime.configuration_headattn import HeadAttnConfig
+
     if setting not in TABLE_2:
         raise ValueError(f"Unknown Table 2 setting {setting!r}; accepted: {', '.join(TABLE_2)}")
     row = TABLE_2[setting]

@@ -27,6 +27,7 @@ from ..tokenization import load_tokenizer, tokenizer_fingerprint, train_tokenize
 from .arguments import DataArguments, ModelArguments, RunArguments, build_config, data_seed, parse_args
 from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint, last_complete_checkpoint
 from .data import corpus_texts, load_data, pair_columns, scan_data_files, tokenize_parallel
+from .data_prefetch import DataPrefetch, data_recipe
 from .run_folder import (TOKENIZER_SCRATCH, TRAIN_COMMAND, RunLock, RunRefused, carry_over, check_run_folder,
                          clean_leftovers)
 from .run_manifest import build_manifest, check_resume
@@ -45,14 +46,15 @@ def train(argv=None) -> dict:
 
 
 def run_training(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
-                 training_args: Seq2SeqTrainingArguments) -> dict:
+                 training_args: Seq2SeqTrainingArguments, prefetch: DataPrefetch | None = None) -> dict:
     """Train on arguments as `arguments.parse_args` returns them (checked) and return the metrics.
 
     A run is a transaction on its --output_dir: it holds the folder's lock from start to end (`run_folder.RunLock`)
     and settles what it resumes under it; a resume must be the same run (`run_manifest`), checked before any data
     is read; an overwritten run's checkpoints are deleted only once the new run has read its data and trained its
     tokenizer; the finished model replaces the folder whole (`save_finished_model`). What must stop a run is raised
-    as `run_folder.RunRefused`."""
+    as `run_folder.RunRefused`. `prefetch`: the data preparation the command started before its imports
+    (`data_prefetch`), whose tokenizer and token ids the run takes if they were made from these arguments."""
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logger.setLevel(logging.INFO if training_args.should_log else logging.WARNING)
     output_dir = Path(training_args.output_dir)
@@ -66,11 +68,11 @@ def run_training(model_args: ModelArguments, data_args: DataArguments, run_args:
                 training_args.resume_from_checkpoint = find_checkpoint(run_args, training_args)
             except ValueError as error:
                 raise RunRefused(str(error)) from None
-        return _train(model_args, data_args, run_args, training_args)
+        return _train(model_args, data_args, run_args, training_args, prefetch or DataPrefetch())
 
 
 def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
-           training_args: Seq2SeqTrainingArguments) -> dict:
+           training_args: Seq2SeqTrainingArguments, prefetch: DataPrefetch) -> dict:
     # after parsing: --help and a bad flag answer without these
     from transformers import DataCollatorForSeq2Seq, EarlyStoppingCallback, set_seed
 
@@ -110,24 +112,16 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
         train_text, valid_text, data_counts = load_data(data_args, scans, data_seed(training_args))
     except ValueError as error:  # a TSV or JSON lines line that holds no pair, named
         raise RunRefused(str(error)) from None
-    if tokenizer is None:
-        scratch = output_dir / TOKENIZER_SCRATCH  # where the other processes read it
-        with training_args.main_process_first(desc="tokenizer"):
-            if main_process:
-                tokenizer = train_tokenizer(
-                    texts=corpus_texts(train_text, progress="training the tokenizer"), vocab_size=model_args.vocab_size,
-                    model=model_args.tokenizer_model,
-                    save_directory=scratch if training_args.world_size > 1 else None,
-                    model_max_length=data_args.max_length,
-                )
-            else:
-                tokenizer = load_tokenizer(scratch)
+    prepared = None
+    if tokenizer is None:  # else the data prepared during start-up (if any) has the wrong tokenizer
+        prepared = prefetch.take(data_recipe({**vars(model_args), **vars(data_args)}, file_sha256))
+    prefetch.close()
+    if prepared is not None:
+        tokenizer, train_dataset, valid_dataset = prepared.tokenizer, prepared.train_dataset, prepared.valid_dataset
         config = build_config(model_args, data_args, tokenizer)
-    with training_args.main_process_first(desc="tokenization"):
-        train_dataset = tokenize_parallel(train_text, tokenizer, data_args.max_length,
-                                          data_args.preprocessing_num_workers)
-        valid_dataset = tokenize_parallel(valid_text, tokenizer, data_args.max_length,
-                                          data_args.preprocessing_num_workers, split="validation")
+    else:
+        tokenizer, config, train_dataset, valid_dataset = _prepare_data(
+            model_args, data_args, training_args, train_text, valid_text, tokenizer, config)
     if run_args.overwrite_output_dir and main_process:  # only now that this run has its data and tokenizer
         for folder in checkpoint_folders(output_dir):
             shutil.rmtree(folder)
@@ -176,6 +170,32 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
                    parameters=sum(parameter.numel() for parameter in model.parameters()))
     save_finished_model(trainer, output_dir, metrics, run_args.keep_checkpoints)
     return metrics
+
+
+def _prepare_data(model_args: ModelArguments, data_args: DataArguments, training_args: Seq2SeqTrainingArguments,
+                  train_text, valid_text, tokenizer, config):
+    """(tokenizer, config, tokenised training pairs, tokenised validation pairs): the tokenizer trained on
+    `train_text` by the main process unless one is given, and both splits tokenised (the main process first, into
+    `datasets`' cache, where the other processes read them)."""
+    if tokenizer is None:
+        scratch = Path(training_args.output_dir) / TOKENIZER_SCRATCH  # where the other processes read it
+        with training_args.main_process_first(desc="tokenizer"):
+            if training_args.process_index == 0:
+                tokenizer = train_tokenizer(
+                    texts=corpus_texts(train_text, progress="training the tokenizer"), vocab_size=model_args.vocab_size,
+                    model=model_args.tokenizer_model,
+                    save_directory=scratch if training_args.world_size > 1 else None,
+                    model_max_length=data_args.max_length,
+                )
+            else:
+                tokenizer = load_tokenizer(scratch)
+        config = build_config(model_args, data_args, tokenizer)
+    with training_args.main_process_first(desc="tokenization"):
+        train_dataset = tokenize_parallel(train_text, tokenizer, data_args.max_length,
+                                          data_args.preprocessing_num_workers)
+        valid_dataset = tokenize_parallel(valid_text, tokenizer, data_args.max_length,
+                                          data_args.preprocessing_num_workers, split="validation")
+    return tokenizer, config, train_dataset, valid_dataset
 
 
 def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metrics: dict,

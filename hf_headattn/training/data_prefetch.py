@@ -1,0 +1,281 @@
+"""The training command's data preparation started before its imports: a process forked before the command imports
+torch and Transformers' model stack (~3.5 s of every run's start on 2 cores) reads the training files, trains the
+tokenizer and tokenises the pairs meanwhile, and the command takes what it prepared when it reaches its data
+(`DataPrefetch.take`), if it was made from the same recipe.
+
+The forked process knows the run only from the command line's words, read by a small parser of its own
+(`read_recipe`: the flags that decide the tokenizer and the token ids, with a --preset's values and an arguments
+file's), so that it imports nothing of torch. The command compares that recipe, with the files' SHA-256 as each side
+read them, against the one its own parsed and checked arguments give (`data_recipe`); on any difference it stops the
+process and prepares the data itself, so a flag the small parser reads wrongly costs time, never a different run. The
+process writes nothing in the run folder (the command's lock and resume rules stay the command's): the tokenizer goes
+to a temporary folder the command deletes, the token ids to `datasets`' cache, where the command's own tokenisation
+would have written them. It is not started where it cannot foresee the data or would not save time: a --dataset, a
+given --tokenizer, --sample_train_pairs, a run that resumes a checkpoint, several processes (torchrun), --help, torch
+already imported (the command called from Python), no `os.fork`; HF_HEADATTN_DATA_PREFETCH=0 turns it off.
+
+At 29k pairs the command reaches its first optimizer step about 2 s sooner (examples/benchmark_data_prep.py).
+
+Tooling, not model runtime: never copied into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from .presets import preset_defaults
+
+logger = logging.getLogger(__name__)
+
+# The flags that decide the tokenizer and the token ids, with their defaults (`DataArguments`' and
+# `ModelArguments`'; tests/test_data_prefetch.py checks them against the command's parser).
+RECIPE_DEFAULTS: dict[str, Any] = {
+    "train_source": None, "train_target": None, "valid_source": None, "valid_target": None, "train_file": None,
+    "validation_file": None, "source_lang": "de", "target_lang": "en", "max_train_pairs": None,
+    "max_valid_pairs": None, "max_length": 128, "preprocessing_num_workers": None, "vocab_size": 8000,
+    "tokenizer_model": "bpe",
+}
+INTEGER_FLAGS = ("max_train_pairs", "max_valid_pairs", "max_length", "preprocessing_num_workers", "vocab_size")
+PATH_FLAGS = ("train_source", "train_target", "valid_source", "valid_target", "train_file", "validation_file")
+# Flags under which the data cannot be foreseen from the words alone, or is not prepared from files at the start
+UNFORESEEN_FLAGS = ("dataset", "tokenizer", "sample_train_pairs", "resume_from_checkpoint", "streaming")
+DISABLED = "HF_HEADATTN_DATA_PREFETCH"  # "0": never start the process
+
+
+def data_recipe(values: Mapping[str, Any], file_sha256: Mapping[str, str]) -> dict:
+    """What the prepared data is made from: the recipe flags' values in `values` (the command's parsed
+    ModelArguments and DataArguments, or `read_recipe`'s), files as absolute paths, and `file_sha256`
+    (`data.scan_data_files`' hashes by flag)."""
+    recipe = {name: values.get(name, default) for name, default in RECIPE_DEFAULTS.items()}
+    for name in PATH_FLAGS:
+        if recipe[name] is not None:
+            recipe[name] = str(Path(recipe[name]).resolve())
+    return {**recipe, "file_sha256": dict(sorted(file_sha256.items()))}
+
+
+def read_recipe(argv: list[str]) -> tuple[dict, bool] | None:
+    """The recipe flags' values the command line's words (or its one JSON/YAML arguments file) give, a --preset's
+    under them, without the command's parser (which imports torch), and whether --verbose is given; None where the
+    data cannot be foreseen: `UNFORESEEN_FLAGS`, --help or --version, words this reading does not understand, or an
+    --output_dir whose checkpoints the run would resume."""
+    if any(word in ("-h", "--help", "--version") for word in argv):
+        return None
+    try:
+        if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+            import yaml
+
+            given = yaml.safe_load(Path(argv[0]).read_text(encoding="utf-8"))  # JSON is YAML
+        else:
+            given = _read_flags(argv)
+        values = {**preset_defaults(given.get("preset")), **given}
+        recipe = {name: values.get(name, default) for name, default in RECIPE_DEFAULTS.items()}
+        for name in INTEGER_FLAGS:
+            if recipe[name] is not None:
+                recipe[name] = int(recipe[name])
+    except (Exception, SystemExit):  # whatever it is, the command's own parser says what is wrong
+        return None
+    if any(values.get(name) not in (None, False) for name in UNFORESEEN_FLAGS):
+        return None
+    if recipe["train_source"] is None and recipe["train_file"] is None:
+        return None
+    output_dir = values.get("output_dir")
+    if output_dir and not values.get("overwrite_output_dir") and any(Path(output_dir).glob("checkpoint-*")):
+        return None  # resumed: the checkpoint's tokenizer is used
+    return recipe, bool(values.get("verbose"))
+
+
+def _read_flags(argv: list[str]) -> dict:
+    """`--name value`, `--name=value` and `--name-with-hyphens value` of the flags this module reads, as the
+    command's parser reads them (the last one given wins); a flag not followed by a value (a boolean one) reads True;
+    other words are passed over."""
+    names = {*RECIPE_DEFAULTS, *UNFORESEEN_FLAGS, "preset", "output_dir", "overwrite_output_dir", "verbose"}
+    values = {}
+    for position, word in enumerate(argv):
+        if word == "--":
+            break
+        if not word.startswith("--"):
+            continue
+        name, equals, value = word[2:].partition("=")
+        name = name.replace("-", "_")
+        if name not in names:
+            continue
+        if not equals:
+            following = argv[position + 1] if position + 1 < len(argv) else None
+            value = True if following is None or following.startswith("-") else following
+        values[name] = value
+    for name in ("sample_train_pairs", "streaming", "overwrite_output_dir", "verbose"):
+        if isinstance(values.get(name), str):  # `--streaming false`
+            values[name] = values[name].lower() in ("true", "1", "yes", "y")
+    return values
+
+
+def started_too_late() -> bool:
+    """Whether torch is imported already (the command called from Python): nothing left to overlap, and a process
+    forked now would copy torch's threads' state."""
+    return "torch" in sys.modules
+
+
+@dataclass
+class PreparedData:
+    """What the forked process prepared: the trained tokenizer and the tokenised training and validation pairs (as
+    `data.tokenize_parallel` returns them)."""
+
+    tokenizer: Any
+    train_dataset: Any
+    valid_dataset: Any
+
+
+class DataPrefetch:
+    """The forked data preparation of one training command (`start`), taken (`take`) or stopped (`close`); a
+    context manager that stops it and removes its temporary folder on the way out."""
+
+    def __init__(self, pid: int | None = None, reader: int | None = None, folder: Path | None = None):
+        self.pid, self._reader, self._folder = pid, reader, folder
+
+    @classmethod
+    def start(cls, argv: list[str]) -> DataPrefetch:
+        """Fork the data preparation for the command line's words `argv`, where it can be foreseen and torch is
+        not imported yet; else an inactive DataPrefetch (whose `take` gives None)."""
+        if (os.environ.get(DISABLED) == "0" or not hasattr(os, "fork") or started_too_late()
+                or int(os.environ.get("WORLD_SIZE", "1")) > 1):
+            return cls()
+        read = read_recipe([str(word) for word in argv])
+        if read is None:
+            return cls()
+        recipe, verbose = read
+        # made here, so that the command removes it whenever it stops the process
+        folder = Path(tempfile.mkdtemp(prefix="hf-headattn-train-data-"))
+        reader, writer = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the forked process: prepare, report, exit without the parent's exit handlers
+            os.close(reader)
+            status = 1
+            try:
+                os.setpgid(0, 0)  # its own group: `close` stops it with the pool it may fork
+                _prepare_and_report(recipe, verbose, folder, writer, parent=os.getppid())
+                status = 0
+            except BaseException:  # the command prepares the data itself and says what went wrong
+                pass
+            finally:
+                os._exit(status)
+        os.close(writer)
+        try:  # as the process does itself: whichever runs first, `close` finds its group
+            os.setpgid(pid, pid)
+        except OSError:  # it did so already and may have exited
+            pass
+        return cls(pid, reader, folder)
+
+    @property
+    def active(self) -> bool:
+        return self.pid is not None
+
+    def take(self, recipe: dict) -> PreparedData | None:
+        """Wait for the forked process and return what it prepared if it was made from `recipe` (`data_recipe` of
+        the command's arguments); None if it was not, failed, or none was started."""
+        if not self.active:
+            return None
+        with os.fdopen(self._reader, "rb") as pipe:
+            self._reader = None
+            message = pipe.read()
+        os.waitpid(self.pid, 0)
+        self.pid = None
+        try:
+            report = json.loads(message)
+        except ValueError:
+            logger.debug("the data preparation started with the command failed; the command prepares the data")
+            return None
+        if report["recipe"] != recipe:
+            logger.debug("the data prepared during start-up was read from other flags than the command's (a flag "
+                         "`read_recipe` gets wrong); the command prepares the data")
+            return None
+        from ..tokenization import load_tokenizer
+
+        logger.debug("the tokenizer and token ids prepared during start-up are taken")
+        return PreparedData(tokenizer=load_tokenizer(self._folder / "tokenizer"),
+                            train_dataset=_receive(report["train"]), valid_dataset=_receive(report["validation"]))
+
+    def close(self) -> None:
+        """Stop the forked process if it still runs and remove its temporary folder."""
+        if self.pid is not None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self.pid, 0)
+            self.pid = None
+        if self._reader is not None:
+            os.close(self._reader)
+            self._reader = None
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+    def __enter__(self) -> DataPrefetch:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _prepare_and_report(recipe: dict, verbose: bool, folder: Path, writer: int, parent: int) -> None:
+    """In the forked process: prepare the data of `recipe` as the command does (`run._train`: read, train the
+    tokenizer on the training pairs, tokenise both splits) into `folder` and `datasets`' cache, and write where it
+    is to `writer` as JSON."""
+    from ..cli import quiet_libraries
+    from ..tokenization import train_tokenizer
+    from .data import corpus_texts, load_data, scan_data_files, tokenize_parallel
+
+    quiet_libraries(verbose, datasets=True)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    data_args = SimpleNamespace(**recipe, dataset=None, sample_train_pairs=False, streaming=False)
+    data_logger = logging.getLogger(__package__ + ".data")
+    data_logger.setLevel(logging.ERROR)  # the command reads the files too, and warns about them itself
+    scans, file_sha256 = scan_data_files(data_args)
+    train_text, valid_text, _ = load_data(data_args, scans)
+    data_logger.setLevel(logging.NOTSET)  # its tokenisation's warnings are the run's only ones
+    tokenizer = train_tokenizer(texts=corpus_texts(train_text, progress="training the tokenizer"),
+                                vocab_size=recipe["vocab_size"], model=recipe["tokenizer_model"],
+                                model_max_length=recipe["max_length"])
+    tokenizer.save_pretrained(folder / "tokenizer")
+    workers = recipe["preprocessing_num_workers"]
+    splits = {"train": tokenize_parallel(train_text, tokenizer, recipe["max_length"], workers),
+              "validation": tokenize_parallel(valid_text, tokenizer, recipe["max_length"], workers,
+                                              split="validation")}
+    report = {"recipe": data_recipe(recipe, file_sha256),
+              **{split: _send(dataset, folder / split) for split, dataset in splits.items()}}
+    if os.getppid() != parent:  # the command is gone: nobody else removes the folder
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    with os.fdopen(writer, "wb") as pipe:
+        pipe.write(json.dumps(report).encode())
+
+
+def _send(dataset, folder: Path) -> dict:
+    """Where the command finds `dataset`: its cache files in `datasets`' cache, or, held in memory, saved into
+    `folder`."""
+    if dataset.cache_files:
+        return {"files": [entry["filename"] for entry in dataset.cache_files], "columns": dataset.column_names}
+    dataset.save_to_disk(str(folder))
+    return {"saved": str(folder), "columns": dataset.column_names}
+
+
+def _receive(sent: dict):
+    from datasets import Dataset, concatenate_datasets
+
+    if "saved" in sent:  # read into memory: the folder is removed after `take`
+        return Dataset.load_from_disk(sent["saved"], keep_in_memory=True)
+    dataset = concatenate_datasets([Dataset.from_file(file) for file in sent["files"]])
+    return dataset.select_columns(sent["columns"])
