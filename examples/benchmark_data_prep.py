@@ -2,8 +2,10 @@
 """Data preparation at scale: from a training command's start to its first optimizer step, against the same
 libraries used by hand, at 29k, 290k and 2.9M sentence pairs (Multi30k's training pairs repeated).
 
-Two whole processes per size, each timed from its start, with its peak memory (the proportional set size, PSS, of
-the process and all its children summed, sampled every --interval seconds):
+Two whole processes per size, in turn, five rounds of them below 1M pairs (--rounds; the table gives medians with
+their ranges and the median of the rounds' time ratios) and one above, each timed from its start, with its peak
+memory (the proportional set size, PSS, of the process and all its children summed, sampled every --interval
+seconds):
 
 * by hand: what a user of the libraries writes: `tokenizers`' BPE trainer on the two files (the tokenizer settings
   of `hf_headattn.tokenization.train_tokenizer`), `datasets.Dataset.from_generator` over the line pairs,
@@ -21,7 +23,7 @@ time to its first step with it.
 Every process starts with empty caches (its own HF_DATASETS_CACHE and HF_HEADATTN_CACHE). Results: --output (JSON)
 and a section of BENCHMARKS.md.
 
-    python examples/benchmark_data_prep.py                      # 29k, 290k and 2.9M pairs: ~25 min on 2 cores
+    python examples/benchmark_data_prep.py                      # 29k, 290k and 2.9M pairs: ~15 min on 2 cores
     python examples/benchmark_data_prep.py --pairs 29000        # one size
 """
 
@@ -30,6 +32,8 @@ import json
 import os
 import re
 import shlex
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -162,29 +166,58 @@ def corpus(data_dir: Path, pairs: int, workdir: Path) -> tuple[Path, Path]:
 
 
 def run_size(pairs: int, args, workdir: Path) -> dict:
+    """Both processes on `pairs` pairs, in turn, `rounds_at(pairs, args.rounds)` times: each one's median seconds
+    with the range, its largest peaks, and the median of the rounds' time ratios (each round's command over its
+    by-hand process, so that the machine's drift between rounds cancels)."""
     source, target = corpus(Path(args.data_dir), pairs, workdir)
-    results = {}
-    for name in args.order:
-        cache = workdir / f"cache-{name}-{pairs}"
-        env = {**os.environ, "HF_DATASETS_CACHE": str(cache / "datasets"), "HF_HEADATTN_CACHE": str(cache / "ours"),
-               "HF_HUB_OFFLINE": "1"}
-        until = None
-        if name == "by hand":
-            argv = [sys.executable, os.path.abspath(__file__), "--by-hand", str(source), str(target), str(cache)]
-        else:
-            until = FIRST_STEP_LOGGED
-            argv = ["hf-headattn-train", "--train_source", str(source), "--train_target", str(target),
-                    "--valid_source", str(Path(args.data_dir) / "val.de"),
-                    "--valid_target", str(Path(args.data_dir) / "val.en"), "--vocab_size", "8000",
-                    "--d_model", "64", "--layers", "1", "--heads", "2", "--ffn_dim", "128", "--max_steps", "1",
-                    "--logging_steps", "1", "--output_dir", str(workdir / f"model-{pairs}")]
-        results[name] = measure(argv, env, args.interval, workdir / f"{name.replace(' ', '-')}-{pairs}.log", until)
-        print(f"{pairs:,} pairs, {name}: {results[name]['seconds']:.1f} s (exit at "
-              f"{results[name]['seconds_to_exit']:.1f} s), peak {results[name]['peak_mib']:.0f} MiB "
-              f"({results[name]['peak_anonymous_mib']:.0f} MiB anonymous)", file=sys.stderr)
-    ratio = results["command"]["seconds"] / results["by hand"]["seconds"]
-    return {"pairs": pairs, **results, "time_ratio": ratio,
-            "memory_ratio": results["command"]["peak_mib"] / results["by hand"]["peak_mib"]}
+    rounds = []
+    for round_number in range(rounds_at(pairs, args.rounds)):
+        results = {}
+        for name in args.order:
+            cache = workdir / f"cache-{name}-{pairs}"
+            shutil.rmtree(cache, ignore_errors=True)  # every process starts with empty caches
+            shutil.rmtree(workdir / f"model-{pairs}", ignore_errors=True)
+            env = {**os.environ, "HF_DATASETS_CACHE": str(cache / "datasets"),
+                   "HF_HEADATTN_CACHE": str(cache / "ours"), "HF_HUB_OFFLINE": "1"}
+            until = None
+            if name == "by hand":
+                argv = [sys.executable, os.path.abspath(__file__), "--by-hand", str(source), str(target), str(cache)]
+            else:
+                until = FIRST_STEP_LOGGED
+                argv = ["hf-headattn-train", "--train_source", str(source), "--train_target", str(target),
+                        "--valid_source", str(Path(args.data_dir) / "val.de"),
+                        "--valid_target", str(Path(args.data_dir) / "val.en"), "--vocab_size", "8000",
+                        "--d_model", "64", "--layers", "1", "--heads", "2", "--ffn_dim", "128", "--max_steps", "1",
+                        "--logging_steps", "1", "--output_dir", str(workdir / f"model-{pairs}")]
+            log = workdir / f"{name.replace(' ', '-')}-{pairs}-{round_number}.log"
+            results[name] = measure(argv, env, args.interval, log, until)
+            print(f"{pairs:,} pairs, {name}: {results[name]['seconds']:.1f} s (exit at "
+                  f"{results[name]['seconds_to_exit']:.1f} s), peak {results[name]['peak_mib']:.0f} MiB "
+                  f"({results[name]['peak_anonymous_mib']:.0f} MiB anonymous)", file=sys.stderr)
+        rounds.append(results)
+    summary = {name: summarise([results[name] for results in rounds]) for name in args.order}
+    return {"pairs": pairs, **summary,
+            "time_ratio": statistics.median(results["command"]["seconds"] / results["by hand"]["seconds"]
+                                            for results in rounds),
+            "memory_ratio": summary["command"]["peak_mib"] / summary["by hand"]["peak_mib"]}
+
+
+# From this many pairs a size is measured once: a run takes minutes, and a second's noise does not move its ratio
+ONE_ROUND_FROM_PAIRS = 1_000_000
+
+
+def rounds_at(pairs: int, rounds: int) -> int:
+    return 1 if pairs >= ONE_ROUND_FROM_PAIRS else rounds
+
+
+def summarise(measures: list[dict]) -> dict:
+    """One process's rounds: median seconds (to the first step, to exit) with the range, and the largest peaks."""
+    seconds = [measure["seconds"] for measure in measures]
+    return {"seconds": statistics.median(seconds), "seconds_min": min(seconds), "seconds_max": max(seconds),
+            "seconds_to_exit": statistics.median(measure["seconds_to_exit"] for measure in measures),
+            "peak_mib": max(measure["peak_mib"] for measure in measures),
+            "peak_anonymous_mib": max(measure["peak_anonymous_mib"] for measure in measures),
+            "command": measures[0]["command"], "rounds": measures}
 
 
 def compile_package() -> None:
@@ -206,7 +239,9 @@ def section_text(report: dict) -> str:
         "",
         "Measured by `examples/benchmark_data_prep.py`: whole processes on Multi30k's training pairs repeated to each "
         "size, with empty caches; peak memory is the largest summed PSS of the process and its children, all of it "
-        "and its anonymous part (without memory-mapped files such as `datasets`' Arrow caches). *By hand*: "
+        "and its anonymous part (without memory-mapped files such as `datasets`' Arrow caches); below 1M pairs, "
+        "medians [ranges] of five rounds in turn, the largest peaks, and the time ratio as the median of the rounds' "
+        "ratios. *By hand*: "
         "`tokenizers`' BPE trainer on the two files, `Dataset.from_generator`, `datasets.map` of the tokenizer over "
         "every core, the token lengths (timed to exit). *Command*: `hf-headattn-train --max_steps 1` with a tiny "
         "model, its data prepared in a process forked before its imports (`training/data_prefetch.py`), timed to its "
@@ -224,13 +259,20 @@ def section_text(report: dict) -> str:
         checks = [f"time <= {TARGET_TIME}x: {'met' if row['time_ratio'] <= TARGET_TIME else 'not met'}"]
         if row["pairs"] >= PEAK_AT:
             checks.append(f"peak < 1 GB: {'met' if ours['peak_mib'] < TARGET_PEAK_MIB else 'not met'}")
-        lines.append(f"| {row['pairs']:,} | {hand['seconds']:.1f} | {hand['peak_mib']:.0f} "
-                     f"({hand['peak_anonymous_mib']:.0f}) | {ours['seconds']:.1f} | {ours['seconds_to_exit']:.1f} | "
+        lines.append(f"| {row['pairs']:,} | {_seconds(hand)} | {hand['peak_mib']:.0f} "
+                     f"({hand['peak_anonymous_mib']:.0f}) | {_seconds(ours)} | {ours['seconds_to_exit']:.1f} | "
                      f"{ours['peak_mib']:.0f} "
                      f"({ours['peak_anonymous_mib']:.0f}) | {row['time_ratio']:.2f} | {row['memory_ratio']:.2f} | "
                      f"{'; '.join(checks)} |")
     lines += ["", "Command:", "", "```", report["command"], "```"]
     return "\n".join(lines)
+
+
+def _seconds(result: dict) -> str:
+    """Median seconds, with the range where there were several rounds."""
+    rounds = result.get("rounds", [])
+    text = f"{result['seconds']:.1f}"
+    return text + f" [{result['seconds_min']:.1f}-{result['seconds_max']:.1f}]" if len(rounds) > 1 else text
 
 
 def main(argv=None) -> None:
@@ -244,6 +286,9 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="Multi30k (train.de/en, val.de/en)")
     parser.add_argument("--order", nargs=2, default=["by hand", "command"], choices=["by hand", "command"],
                         help="which process of each size runs first")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help=f"rounds of both processes for each size below {ONE_ROUND_FROM_PAIRS:,} pairs (larger "
+                             "sizes: one); the table gives medians and ranges")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between memory samples")
     parser.add_argument("--work-dir", help="corpora, caches and logs (default: a temporary folder)")
     add_publish_arguments(parser, COMMITTED)

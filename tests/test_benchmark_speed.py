@@ -88,6 +88,17 @@ def test_data_prep_report_marks_the_targets(tmp_path):
            "peak < 1 GB: not met |" in text
 
 
+def test_data_prep_rounds_give_medians_ranges_and_the_largest_peaks():
+    script = load_example("benchmark_data_prep")
+    assert script.rounds_at(29_000, 5) == 5 and script.rounds_at(2_900_000, 5) == 1
+    measures = [{"seconds": seconds, "seconds_to_exit": seconds + 2, "peak_mib": peak, "peak_anonymous_mib": peak - 100,
+                 "command": "x"} for seconds, peak in ((4.2, 500), (3.8, 700), (4.0, 600))]
+    summary = script.summarise(measures)
+    assert (summary["seconds"], summary["seconds_min"], summary["seconds_max"]) == (4.0, 3.8, 4.2)
+    assert summary["seconds_to_exit"] == 6.0 and summary["peak_mib"] == 700 and summary["peak_anonymous_mib"] == 600
+    assert script._seconds(summary) == "4.0 [3.8-4.2]" and script._seconds(script.summarise(measures[:1])) == "4.2"
+
+
 def test_data_prep_times_a_process_to_its_first_logged_step(tmp_path):
     """The command's time is taken when its output first shows a logged loss, even where the line is split between
     two reads, and a process that never shows one is an error naming its log."""
