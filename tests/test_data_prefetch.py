@@ -104,8 +104,18 @@ def test_started_in_a_process_with_torch_or_switched_off_it_does_nothing(toy_fil
     assert not DataPrefetch.start(argv).active
 
 
-def test_the_prepared_data_is_what_the_command_prepares(toy_files, tmp_path, prefetch_allowed):
-    argv = [*file_flags(toy_files), *TINY_MODEL, "--output_dir", str(tmp_path / "run")]
+@pytest.mark.parametrize("data", ["text files", "held out", "tsv"])
+def test_the_prepared_data_is_what_the_command_prepares(toy_files, tmp_path, prefetch_allowed, data):
+    if data == "text files":
+        flags = file_flags(toy_files)
+    elif data == "held out":  # no validation files: the last 5% of the pairs, a Dataset held in memory
+        flags = file_flags(toy_files)[:4] + ["--max_train_pairs", "50"]
+    else:
+        tsv = tmp_path / "train.tsv"
+        pairs = zip(toy_files["train.src"].read_text().splitlines(), toy_files["train.tgt"].read_text().splitlines())
+        tsv.write_text("".join(f"{source}\t{target}\n" for source, target in pairs))
+        flags = ["--train_file", str(tsv)]
+    argv = [*flags, *TINY_MODEL, "--output_dir", str(tmp_path / "run")]
     model_args, data_args, _, training_args = parse_args(argv)
     scans, file_sha256 = scan_data_files(data_args)
     with DataPrefetch.start(argv) as prefetch:
