@@ -18,6 +18,8 @@ from hf_headattn.training.data_prefetch import (RECIPE_DEFAULTS, UNFORESEEN_FLAG
                                                 read_recipe)
 from hf_headattn.training.run import _prepare_data
 
+from helpers import file_flags
+
 TINY_MODEL = ["--vocab_size", "300", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64",
               "--max_length", "32"]
 
@@ -25,11 +27,6 @@ TINY_MODEL = ["--vocab_size", "300", "--d_model", "32", "--layers", "1", "--head
 @pytest.fixture(scope="module")
 def toy_files(tmp_path_factory):
     return write_toy_corpus(tmp_path_factory.mktemp("data"), n_train=60, n_valid=5, seed=0)
-
-
-def file_flags(data) -> list[str]:
-    return ["--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
-            "--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"])]
 
 
 def commands_recipe(argv) -> dict:

@@ -17,17 +17,12 @@ from hf_headattn.training.presets import TABLE_2
 from hf_headattn.training.run import train
 from hf_headattn.training.run_manifest import manifest_differences
 
+from helpers import file_flags
+
 
 @pytest.fixture(scope="module")
 def toy_files(tmp_path_factory):
     return write_toy_corpus(tmp_path_factory.mktemp("data"), n_train=60, n_valid=8, seed=0)
-
-
-def file_flags(data, validation=True) -> list[str]:
-    flags = ["--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"])]
-    if validation:
-        flags += ["--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"])]
-    return flags
 
 
 def test_the_goindani2021_preset_is_the_papers_recipe(toy_files, tmp_path):

@@ -27,7 +27,7 @@ from hf_headattn.training.run import train
 from hf_headattn.training.trainer import HeadAttnSeq2SeqTrainer
 from hf_headattn.translation import translate_sentences
 
-from helpers import MULTI30K, tiny_config
+from helpers import MULTI30K, file_flags, tiny_config
 
 
 TINY_MODEL = ["--vocab_size", "300", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64",
@@ -37,11 +37,6 @@ TINY_MODEL = ["--vocab_size", "300", "--d_model", "32", "--layers", "1", "--head
 @pytest.fixture(scope="module")
 def toy_files(tmp_path_factory):
     return write_toy_corpus(tmp_path_factory.mktemp("data"), n_train=60, n_valid=5, seed=0)
-
-
-def file_flags(data) -> list[str]:
-    return ["--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
-            "--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"])]
 
 
 def test_missing_and_misaligned_files_raise_clear_errors(tmp_path):

@@ -20,6 +20,15 @@ def toy_data(directory: Path) -> dict[str, Path]:
     return write_toy_corpus(directory, n_train=N_TRAIN, n_valid=8, n_test=N_TEST, seed=0)
 
 
+def file_flags(data: dict[str, Path], validation: bool = True) -> list[str]:
+    """The training command's flags for `write_toy_corpus`' files (`data`), the validation files too if
+    `validation`."""
+    flags = ["--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"])]
+    if validation:
+        flags += ["--valid_source", str(data["valid.src"]), "--valid_target", str(data["valid.tgt"])]
+    return flags
+
+
 def train_tiny_model(data: dict[str, Path], output_dir: Path, family: str, *extra: str, max_length: int = 12) -> Path:
     """A tiny model trained for 3 optimizer steps with the training command: a real saved folder (model,
     tokenizer, code, pipeline, train_results.json, training_args.bin), in about a second. Outputs are at
