@@ -1,6 +1,7 @@
 """The training command: argument parsing and fail-fast checks, data loading, Hugging Face datasets, the demo,
 and (slow) real-data and two-process runs."""
 
+import gc
 import json
 import logging
 import os
@@ -405,6 +406,30 @@ def test_validation_is_evaluated_once_at_the_end(eval_steps, toy_files, tmp_path
     metrics = train([*file_flags(toy_files), "--output_dir", str(tmp_path), "--max_steps", "3",
                      "--eval_steps", str(eval_steps), *TINY_MODEL])
     assert calls == [3] and metrics["eval_loss"] > 0
+
+
+def test_training_runs_with_the_long_lived_objects_frozen_and_unfreezes_them(toy_files, tmp_path, monkeypatch):
+    """Trainer's gc.collect() calls skip the modules, model and data (`run.long_lived_objects_frozen`); the caller's
+    heap is collected as before once the run returns, also where it fails."""
+    frozen = []
+    save = HeadAttnSeq2SeqTrainer.save_model
+
+    def recorded(self, *args, **kwargs):
+        frozen.append(gc.get_freeze_count())
+        return save(self, *args, **kwargs)
+
+    monkeypatch.setattr(HeadAttnSeq2SeqTrainer, "save_model", recorded)
+    train([*file_flags(toy_files), "--output_dir", str(tmp_path / "run"), "--max_steps", "2", *TINY_MODEL])
+    assert frozen and min(frozen) > 100_000  # torch's and Transformers' modules among them
+    assert gc.get_freeze_count() == 0
+
+    def failing(self, *args, **kwargs):
+        raise OSError("the disk is gone")
+
+    monkeypatch.setattr(HeadAttnSeq2SeqTrainer, "save_model", failing)
+    with pytest.raises(OSError, match="the disk is gone"):
+        train([*file_flags(toy_files), "--output_dir", str(tmp_path / "failed"), "--max_steps", "1", *TINY_MODEL])
+    assert gc.get_freeze_count() == 0
 
 
 def test_early_stopping_ends_training_when_the_validation_loss_stops_improving(toy_files, tmp_path):
