@@ -13,8 +13,10 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import ctypes
+import gc
 import logging
 import math
 import platform
@@ -63,6 +65,18 @@ def add_verbose_and_version_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} instead of the short summary")
+
+
+def skip_exit_collections() -> None:
+    """Have the interpreter's exit freeze every object out of the cyclic garbage collector (`gc.freeze`, an exit
+    handler), so that the collections CPython runs as it tears down its modules do not walk the ~450,000 objects
+    torch, Transformers and datasets leave: `hf-headattn-train` of a tiny model on 29k pairs took 1.1-1.2 s from its
+    last line to its exit, 0.2 s with this (four alternating rounds, 2-core Xeon). Exit stays orderly: the other
+    exit handlers run, output is flushed, and every object is freed as its last reference goes; only objects held
+    in reference cycles are left to the operating system, as `os._exit` leaves them all. Every command's `main`
+    calls it; once registered, however often."""
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
 
 
 def configure_logging(verbose: bool) -> None:

@@ -2,8 +2,10 @@
 quiet output (no Python warnings) from training, the demo and evaluation."""
 
 import argparse
+import gc
 import json
 import importlib
+import inspect
 import logging
 import platform
 import re
@@ -13,10 +15,12 @@ import subprocess
 import sys
 import warnings
 from importlib.metadata import entry_points
+from types import SimpleNamespace
 
 import pytest
 
 from hf_headattn import demo
+from hf_headattn import cli
 from hf_headattn.cli import UnderscoreArgumentParser, underscore_spellings
 from hf_headattn.commands import demo as demo_command
 from hf_headattn.evaluation import evaluate_model
@@ -331,3 +335,27 @@ def test_keep_freed_memory_spares_the_page_faults_of_reallocated_tensors():
                                           capture_output=True, text=True).stdout)
               for setting in ("default", "keep")}
     assert faults["keep"] * 5 < faults["default"], faults
+
+
+def test_exit_freezes_the_heap_once_for_every_command(monkeypatch):
+    """`cli.skip_exit_collections`: an exit handler freezes the objects before CPython tears down its modules (the
+    collections it runs then would walk torch's and Transformers' ~450,000 objects), registered once however often
+    a command calls it, and every command's main calls it."""
+    script = ("import atexit, gc; from hf_headattn.cli import skip_exit_collections; "
+              "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0)); "  # runs after the freeze
+              "skip_exit_collections()")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["frozen at exit: True"]
+
+    handlers = []  # atexit's stack, as it registers and unregisters (by equality)
+    fake_atexit = SimpleNamespace(register=handlers.append,
+                                  unregister=lambda func: handlers.__setitem__(slice(None), [
+                                      handler for handler in handlers if handler != func]))
+    monkeypatch.setattr(cli, "atexit", fake_atexit)
+    cli.skip_exit_collections()
+    cli.skip_exit_collections()
+    assert handlers == [gc.freeze]
+    for module, _ in COMMANDS.values():
+        main = importlib.import_module(module).main
+        assert "skip_exit_collections()" in inspect.getsource(main), module

@@ -14,7 +14,7 @@ import os
 
 from ..app import page, panels
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
-                   configure_logging)
+                   configure_logging, skip_exit_collections)
 from ..loading import DEVICES, add_trust_remote_code_argument, load_model_and_tokenizer, resolve_device
 
 # torch, Transformers and gradio are imported after parsing, so that `--help` is instant.
@@ -74,6 +74,7 @@ def main(argv=None) -> None:
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    skip_exit_collections()
     check_model_flag(parser, args.model)
     for name in ("max_lines", "concurrency_limit", "queue_size"):
         if getattr(args, name) < 1:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..averaging import average_checkpoints, last_checkpoints
-from ..cli import HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging
+from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, configure_logging,
+                   skip_exit_collections)
 
 EXAMPLES = """examples:
   # the last 5 checkpoints of a run (train with e.g. --save_steps 200 --save_total_limit 5 to keep them)
@@ -41,6 +42,7 @@ def main(argv=None) -> None:
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    skip_exit_collections()
     try:
         if args.last:
             count, run_dir = args.last

@@ -8,7 +8,7 @@ Also `python -m hf_headattn.commands.demo`. The library is :func:`hf_headattn.de
 import json
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_json_argument, add_verbose_and_version_arguments,
-                   configure_logging, positive_float)
+                   configure_logging, positive_float, skip_exit_collections)
 from ..demo import DEFAULT_OUTPUT_DIR, run
 from ..runtime.attention_base import CROSS_ATTENTION
 from ..runtime.attention_registry import ATTENTION_VARIANTS
@@ -46,6 +46,7 @@ def make_parser() -> UnderscoreArgumentParser:
 def main(argv=None):
     args = make_parser().parse_args(argv)
     configure_logging(args.verbose)
+    skip_exit_collections()
     summary = run(args.output_dir, args.epochs, args.cross_attention, show=not args.json)
     if args.json:
         print(json.dumps(summary, indent=2))

@@ -10,7 +10,7 @@ import json
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_argument, add_json_argument,
                    add_verbose_and_version_arguments, check_model_flag, configure_logging, finite_float,
-                   keep_freed_memory, non_negative_float, positive_int)
+                   keep_freed_memory, non_negative_float, positive_int, skip_exit_collections)
 from ..evaluation import TOKENIZE_CHOICES, evaluate_model
 from ..metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS
 
@@ -84,6 +84,7 @@ def main(argv=None) -> None:
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    skip_exit_collections()
     keep_freed_memory()  # decoding reallocates tensors of MiBs at every step
     if (args.train_source is None) != (args.train_target is None):
         parser.error("--train_source and --train_target go together")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
-                   configure_logging)
+                   configure_logging, skip_exit_collections)
 from ..export import CTRANSLATE2_QUANTIZATIONS, EXPORT_COMMAND, FORMATS, export_ctranslate2, import_ctranslate2
 from ..output_files import check_output_folder
 
@@ -52,6 +52,7 @@ def main(argv=None) -> None:
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    skip_exit_collections()
     check_model_flag(parser, args.model)
     output_dir = Path(args.output_dir)
     try:  # before the model loads

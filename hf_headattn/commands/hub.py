@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
-                   configure_logging)
+                   configure_logging, skip_exit_collections)
 
 # the libraries (huggingface_hub, and Transformers where they use it) are imported after parsing: `--help` is instant
 
@@ -79,6 +79,7 @@ def main(argv=None):
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    skip_exit_collections()
     # card and push take a folder; space also takes Hub ids, but would write a mistyped folder in as one to download
     check_model_flag(parser, args.model, hub_ids=args.command == "space")
     from ..app.space import push_space, write_space

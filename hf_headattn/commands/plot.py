@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
-                   configure_logging, positive_int)
+                   configure_logging, positive_int, skip_exit_collections)
 from ..loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed
 from ..plotting import (ATTENTION_HEADS, head_importance_figure, plot_attention_map, plot_bleu_by_length,
                         systems_from_files)
@@ -75,6 +75,7 @@ def main(argv=None):
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    skip_exit_collections()
 
     if args.command == "bleu-by-length":
         try:  # every results file read and checked before the figure is drawn

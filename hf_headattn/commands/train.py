@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..cli import HelpFormatter, add_version_argument, quiet_libraries
+from ..cli import HelpFormatter, add_version_argument, quiet_libraries, skip_exit_collections
 from ..training.data_prefetch import DataPrefetch
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ def make_parser() -> HfArgumentParser:
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
+    skip_exit_collections()
     # started before torch and Transformers' model stack are imported, so that the data preparation overlaps them
     with DataPrefetch.start(argv) as prefetch:
         import torch

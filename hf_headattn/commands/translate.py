@@ -24,7 +24,8 @@ from pathlib import Path
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_argument,
                    add_verbose_and_version_arguments, check_model_flag, configure_logging, finite_float,
-                   keep_freed_memory, non_negative_int, positive_float, positive_int, probability, random_seed)
+                   keep_freed_memory, non_negative_int, positive_float, positive_int, probability, random_seed,
+                   skip_exit_collections)
 from ..output_files import new_file
 from ..translation import (ALIGNMENT_HEADS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, OUTPUT_FORMATS, QUANTIZATIONS,
                            format_translation, quantize, read_lines, translate)
@@ -155,6 +156,7 @@ def main(argv=None) -> None:
     parser = make_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    skip_exit_collections()
     keep_freed_memory()  # decoding reallocates tensors of MiBs at every step
     if args.quiet:
         logging.getLogger("hf_headattn").setLevel(logging.ERROR)
