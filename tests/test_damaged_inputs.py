@@ -19,7 +19,6 @@ from hf_headattn import parallel_data, tokenization, translation
 from hf_headattn.commands import app, average, demo, evaluate, export, hub, plot
 from hf_headattn.commands import translate as translate_command
 from hf_headattn.evaluation import evaluate_model
-from hf_headattn.training import run as training_run
 from hf_headattn.training import train
 from hf_headattn.training.run_folder import RunRefused
 
@@ -156,7 +155,7 @@ def test_average_refuses_zero_checkpoints_with_the_range(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------ training data
 @pytest.fixture
 def no_tokenizer_training(monkeypatch):
-    monkeypatch.setattr(training_run, "train_tokenizer", lambda *args, **kwargs: pytest.fail("trained a tokenizer"))
+    monkeypatch.setattr(tokenization, "train_tokenizer", lambda *args, **kwargs: pytest.fail("trained a tokenizer"))
 
 
 def train_on(files: dict, output_dir) -> list[str]:

@@ -13,10 +13,9 @@ import pytest
 from hf_headattn.toy_corpus import write_toy_corpus
 from hf_headattn.training import data_prefetch
 from hf_headattn.training.arguments import argument_parser, parse_args
-from hf_headattn.training.data import load_data, scan_data_files
+from hf_headattn.training.data import load_data, scan_data_files, tokenize_splits, train_corpus_tokenizer
 from hf_headattn.training.data_prefetch import (RECIPE_DEFAULTS, UNFORESEEN_FLAGS, DataPrefetch, data_recipe,
                                                 read_recipe)
-from hf_headattn.training.run import _prepare_data
 
 from helpers import file_flags
 
@@ -113,7 +112,7 @@ def test_the_prepared_data_is_what_the_command_prepares(toy_files, tmp_path, pre
         tsv.write_text("".join(f"{source}\t{target}\n" for source, target in pairs))
         flags = ["--train_file", str(tsv)]
     argv = [*flags, *TINY_MODEL, "--output_dir", str(tmp_path / "run")]
-    model_args, data_args, _, training_args = parse_args(argv)
+    model_args, data_args, _, _ = parse_args(argv)
     scans, file_sha256 = scan_data_files(data_args)
     with DataPrefetch.start(argv) as prefetch:
         assert prefetch.active
@@ -122,8 +121,10 @@ def test_the_prepared_data_is_what_the_command_prepares(toy_files, tmp_path, pre
         assert prepared is not None
     assert not folder.exists()  # removed once taken (the tokenizer is read, the ids are in datasets' cache)
     train_text, valid_text, _ = load_data(data_args, scans)
-    tokenizer, _, train, valid = _prepare_data(model_args, data_args, training_args, train_text, valid_text, None,
-                                               None)
+    tokenizer = train_corpus_tokenizer(train_text, model_args.vocab_size, model_args.tokenizer_model,
+                                       data_args.max_length)
+    train, valid = tokenize_splits(train_text, valid_text, tokenizer, data_args.max_length,
+                                   data_args.preprocessing_num_workers)
     assert prepared.tokenizer.backend_tokenizer.to_str() == tokenizer.backend_tokenizer.to_str()
     assert prepared.tokenizer.model_max_length == tokenizer.model_max_length == 32
     for ours, theirs in ((prepared.train_dataset, train), (prepared.valid_dataset, valid)):

@@ -24,7 +24,7 @@ from transformers import Seq2SeqTrainingArguments, Trainer, TrainerState
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from hf_headattn import HeadAttnForConditionalGeneration, HeadAttnRNNConfig, HeadAttnRNNForConditionalGeneration
-from hf_headattn import output_files
+from hf_headattn import output_files, tokenization
 from hf_headattn.commands import evaluate
 from hf_headattn.commands import train as train_command
 from hf_headattn.evaluation import evaluate_model
@@ -192,7 +192,7 @@ def killed_between_renames(argv):
 
 
 def killed_training_its_tokenizer(argv):
-    kill_at(training_run, "train_tokenizer")
+    kill_at(tokenization, "train_tokenizer")
     train(argv)
 
 

@@ -16,7 +16,7 @@ import pyarrow
 import pytest
 from datasets import Dataset, Features, List, Value
 
-from hf_headattn import HeadAttnForConditionalGeneration, demo
+from hf_headattn import HeadAttnForConditionalGeneration, demo, tokenization
 from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
 from hf_headattn.evaluation import translate_and_score
@@ -333,7 +333,7 @@ def test_bad_flags_fail_before_any_data_is_read(case, toy_files, tmp_path, monke
         raise AssertionError("the command read data or trained a tokenizer before rejecting the flags")
 
     monkeypatch.setattr(run, "load_data", must_not_run)
-    monkeypatch.setattr(run, "train_tokenizer", must_not_run)
+    monkeypatch.setattr(tokenization, "train_tokenizer", must_not_run)
     with pytest.raises(SystemExit) as exit_info:
         train(["--train_source", str(toy_files["train.src"]), "--train_target", str(toy_files["train.tgt"]),
                "--output_dir", str(tmp_path), *flags])

@@ -163,6 +163,23 @@ def tokenize_parallel(dataset: DatasetDict | Dataset | IterableDataset | PairsOn
     return encoded.remove_columns("truncated")
 
 
+def train_corpus_tokenizer(train_text: Dataset | PairsOnDisk, vocab_size: int, model: str, max_length: int,
+                           save_directory: str | Path | None = None):
+    """The run's tokenizer: `tokenization.train_tokenizer` on every source and then every target sentence of the
+    training pairs (`corpus_texts`, with a progress bar), truncating at `max_length` tokens; what the command and
+    the data preparation it forks at start-up (`data_prefetch`) both train."""
+    from ..tokenization import train_tokenizer
+
+    return train_tokenizer(texts=corpus_texts(train_text, progress="training the tokenizer"), vocab_size=vocab_size,
+                           model=model, save_directory=save_directory, model_max_length=max_length)
+
+
+def tokenize_splits(train_text, valid_text, tokenizer, max_length: int, num_proc: int | None) -> tuple:
+    """(training pairs, validation pairs), each tokenised by `tokenize_parallel`."""
+    return (tokenize_parallel(train_text, tokenizer, max_length, num_proc),
+            tokenize_parallel(valid_text, tokenizer, max_length, num_proc, split="validation"))
+
+
 # `PairsOnDisk` are tokenised in chunks of this many pairs: a row of the map, read from the files in one go
 TOKENISED_CHUNK_PAIRS = 1_000
 

@@ -57,7 +57,7 @@ def data_recipe(values: Mapping[str, Any], file_sha256: Mapping[str, str]) -> di
     """What the prepared data is made from: the recipe flags' values in `values` (the command's parsed
     ModelArguments and DataArguments, or `read_recipe`'s), files as absolute paths, and `file_sha256`
     (`data.scan_data_files`' hashes by flag)."""
-    recipe = {name: values.get(name, default) for name, default in RECIPE_DEFAULTS.items()}
+    recipe = _recipe_flags(values)
     for name in PATH_FLAGS:
         if recipe[name] is not None:
             recipe[name] = str(Path(recipe[name]).resolve())
@@ -79,7 +79,7 @@ def read_recipe(argv: list[str]) -> tuple[dict, bool] | None:
         else:
             given = _read_flags(argv)
         values = {**preset_defaults(given.get("preset")), **given}
-        recipe = {name: values.get(name, default) for name, default in RECIPE_DEFAULTS.items()}
+        recipe = _recipe_flags(values)
         for name in INTEGER_FLAGS:
             if recipe[name] is not None:
                 recipe[name] = int(recipe[name])
@@ -93,6 +93,10 @@ def read_recipe(argv: list[str]) -> tuple[dict, bool] | None:
     if output_dir and not values.get("overwrite_output_dir") and any(Path(output_dir).glob("checkpoint-*")):
         return None  # resumed: the checkpoint's tokenizer is used
     return recipe, bool(values.get("verbose"))
+
+
+def _recipe_flags(values: Mapping[str, Any]) -> dict:
+    return {name: values.get(name, default) for name, default in RECIPE_DEFAULTS.items()}
 
 
 def _read_flags(argv: list[str]) -> dict:
@@ -235,8 +239,7 @@ def _prepare_and_report(recipe: dict, verbose: bool, folder: Path, writer: int, 
     tokenizer on the training pairs, tokenise both splits) into `folder` and `datasets`' cache, and write where it
     is to `writer` as JSON."""
     from ..cli import quiet_libraries
-    from ..tokenization import train_tokenizer
-    from .data import corpus_texts, load_data, scan_data_files, tokenize_parallel
+    from .data import load_data, scan_data_files, tokenize_splits, train_corpus_tokenizer
 
     quiet_libraries(verbose, datasets=True)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
@@ -246,16 +249,13 @@ def _prepare_and_report(recipe: dict, verbose: bool, folder: Path, writer: int, 
     scans, file_sha256 = scan_data_files(data_args)
     train_text, valid_text, _ = load_data(data_args, scans)
     data_logger.setLevel(logging.NOTSET)  # its tokenisation's warnings are the run's only ones
-    tokenizer = train_tokenizer(texts=corpus_texts(train_text, progress="training the tokenizer"),
-                                vocab_size=recipe["vocab_size"], model=recipe["tokenizer_model"],
-                                model_max_length=recipe["max_length"])
+    tokenizer = train_corpus_tokenizer(train_text, recipe["vocab_size"], recipe["tokenizer_model"],
+                                       recipe["max_length"])
     tokenizer.save_pretrained(folder / "tokenizer")
-    workers = recipe["preprocessing_num_workers"]
-    splits = {"train": tokenize_parallel(train_text, tokenizer, recipe["max_length"], workers),
-              "validation": tokenize_parallel(valid_text, tokenizer, recipe["max_length"], workers,
-                                              split="validation")}
-    report = {"recipe": data_recipe(recipe, file_sha256),
-              **{split: _send(dataset, folder / split) for split, dataset in splits.items()}}
+    train, valid = tokenize_splits(train_text, valid_text, tokenizer, recipe["max_length"],
+                                   recipe["preprocessing_num_workers"])
+    report = {"recipe": data_recipe(recipe, file_sha256), "train": _send(train, folder / "train"),
+              "validation": _send(valid, folder / "validation")}
     if os.getppid() != parent:  # the command is gone: nobody else removes the folder
         shutil.rmtree(folder, ignore_errors=True)
         return

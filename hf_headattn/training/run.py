@@ -24,10 +24,10 @@ from transformers import Seq2SeqTrainingArguments
 from ..output_files import replace_folder, sibling, write_record, written_by
 from ..runtime.configuration_headattn_rnn import HeadAttnRNNConfig
 from ..saved_files import write_failure
-from ..tokenization import load_tokenizer, tokenizer_fingerprint, train_tokenizer
+from ..tokenization import load_tokenizer, tokenizer_fingerprint
 from .arguments import DataArguments, ModelArguments, RunArguments, build_config, data_seed, parse_args
 from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint, last_complete_checkpoint
-from .data import corpus_texts, load_data, pair_columns, scan_data_files, tokenize_parallel
+from .data import load_data, pair_columns, scan_data_files, tokenize_splits, train_corpus_tokenizer
 from .data_prefetch import DataPrefetch, data_recipe
 from .run_folder import (TOKENIZER_SCRATCH, TRAIN_COMMAND, RunLock, RunRefused, carry_over, check_run_folder,
                          clean_leftovers)
@@ -119,10 +119,14 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
     prefetch.close()
     if prepared is not None:
         tokenizer, train_dataset, valid_dataset = prepared.tokenizer, prepared.train_dataset, prepared.valid_dataset
-        config = build_config(model_args, data_args, tokenizer)
     else:
-        tokenizer, config, train_dataset, valid_dataset = _prepare_data(
-            model_args, data_args, training_args, train_text, valid_text, tokenizer, config)
+        if tokenizer is None:
+            tokenizer = _train_tokenizer(model_args, data_args, training_args, train_text)
+        with training_args.main_process_first(desc="tokenization"):  # the others read its cache
+            train_dataset, valid_dataset = tokenize_splits(train_text, valid_text, tokenizer, data_args.max_length,
+                                                           data_args.preprocessing_num_workers)
+    if config is None:  # the trained tokenizer's size and special ids
+        config = build_config(model_args, data_args, tokenizer)
     if run_args.overwrite_output_dir and main_process:  # only now that this run has its data and tokenizer
         for folder in checkpoint_folders(output_dir):
             shutil.rmtree(folder)
@@ -193,30 +197,17 @@ def long_lived_objects_frozen():
         gc.unfreeze()
 
 
-def _prepare_data(model_args: ModelArguments, data_args: DataArguments, training_args: Seq2SeqTrainingArguments,
-                  train_text, valid_text, tokenizer, config):
-    """(tokenizer, config, tokenised training pairs, tokenised validation pairs): the tokenizer trained on
-    `train_text` by the main process unless one is given, and both splits tokenised (the main process first, into
-    `datasets`' cache, where the other processes read them)."""
-    if tokenizer is None:
-        scratch = Path(training_args.output_dir) / TOKENIZER_SCRATCH  # where the other processes read it
-        with training_args.main_process_first(desc="tokenizer"):
-            if training_args.process_index == 0:
-                tokenizer = train_tokenizer(
-                    texts=corpus_texts(train_text, progress="training the tokenizer"), vocab_size=model_args.vocab_size,
-                    model=model_args.tokenizer_model,
-                    save_directory=scratch if training_args.world_size > 1 else None,
-                    model_max_length=data_args.max_length,
-                )
-            else:
-                tokenizer = load_tokenizer(scratch)
-        config = build_config(model_args, data_args, tokenizer)
-    with training_args.main_process_first(desc="tokenization"):
-        train_dataset = tokenize_parallel(train_text, tokenizer, data_args.max_length,
-                                          data_args.preprocessing_num_workers)
-        valid_dataset = tokenize_parallel(valid_text, tokenizer, data_args.max_length,
-                                          data_args.preprocessing_num_workers, split="validation")
-    return tokenizer, config, train_dataset, valid_dataset
+def _train_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args: Seq2SeqTrainingArguments,
+                     train_text):
+    """The tokenizer trained on `train_text` by the main process; the other processes load it from the scratch
+    folder it saves to."""
+    scratch = Path(training_args.output_dir) / TOKENIZER_SCRATCH
+    with training_args.main_process_first(desc="tokenizer"):
+        if training_args.process_index == 0:
+            return train_corpus_tokenizer(train_text, model_args.vocab_size, model_args.tokenizer_model,
+                                          data_args.max_length,
+                                          save_directory=scratch if training_args.world_size > 1 else None)
+        return load_tokenizer(scratch)
 
 
 def save_finished_model(trainer: HeadAttnSeq2SeqTrainer, output_dir: Path, metrics: dict,
