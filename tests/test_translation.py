@@ -14,8 +14,8 @@ from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.commands import translate as translate_command
 from hf_headattn.commands.translate import main
 from hf_headattn.translation import quantization
-from hf_headattn.translation import (Hypothesis, Translation, align, format_translation, length_sorted_batches,
-                                     quantize, read_lines, translate)
+from hf_headattn.translation import (DEFAULT_BATCH_SIZE, Hypothesis, Translation, align, default_batch_size,
+                                     format_translation, length_sorted_batches, quantize, read_lines, translate)
 from hf_headattn.translation.alignments import decoded_word_indices, pharaoh, source_word_indices
 
 from helpers import (RNN_CONFIGS, RNN_EOS_BIAS, VARIANT_CONFIGS, VOCAB, random_model, random_rnn_model, rnn_config,
@@ -82,6 +82,11 @@ def test_length_sorted_batches_cover_every_sentence_once_within_both_limits():
 
 
 # ------------------------------------------------------------------------------------------------ translate
+def test_the_fast_path_fills_its_default_batches_with_sentences_where_fewer_beams_leave_room():
+    assert [default_batch_size(beams) for beams in (1, 2, 4, 5, 10)] == [640, 320, 160, 128, 128]
+    assert default_batch_size(1, fast=False) == DEFAULT_BATCH_SIZE  # generate's batches ride along: not larger
+
+
 def test_output_keeps_input_order_and_blank_lines_whatever_the_batches(model, tokenizer, sources):
     alone = [translate(model, tokenizer, [source], num_beams=3, **GENERATION)[0] for source in sources]
     for batch_size, max_tokens in ((2, None), (32, None), (None, 40)):
@@ -393,6 +398,25 @@ def test_command_writes_one_line_per_input_line(folder, tmp_path, capsys):
         scores = [hypothesis["score"] for hypothesis in record["translations"]]
         assert scores == sorted(scores, reverse=True) and len(scores) in (0, 3)
         assert all(set(hypothesis) == {"text", "score", "alignment"} for hypothesis in record["translations"])
+
+
+@pytest.mark.parametrize("flags, batch_size", [
+    ((), 640), (("--num_beams", "4"), 160), (("--decoding", "generate"), DEFAULT_BATCH_SIZE),
+    (("--do_sample",), DEFAULT_BATCH_SIZE), (("--batch_size", "7"), 7), (("--max_tokens", "99"), None)])
+def test_command_batches_by_the_search_that_decodes(folder, tmp_path, capsys, monkeypatch, flags, batch_size):
+    model_dir, data = folder
+    asked = {}
+    real = translate_command.translate
+
+    def recording(*args, **kwargs):
+        asked.update(batch_size=kwargs["batch_size"], max_tokens=kwargs["max_tokens"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(translate_command, "translate", recording)
+    run(["--model", model_dir, "--input", data["test.src"], "--output", tmp_path / "out.en", "--num_beams", "1",
+         "--quiet", *flags], capsys)
+    assert asked["batch_size"] == batch_size
+    assert asked["max_tokens"] == (99 if "--max_tokens" in flags else None if "--batch_size" in flags else 4096)
 
 
 def test_command_refuses_bad_input_before_translating(folder, tmp_path, capsys):

@@ -27,8 +27,8 @@ from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_a
                    keep_freed_memory, non_negative_int, positive_float, positive_int, probability, random_seed,
                    skip_exit_collections)
 from ..output_files import new_file
-from ..translation import (ALIGNMENT_HEADS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, OUTPUT_FORMATS, QUANTIZATIONS,
-                           format_translation, quantize, read_lines, translate)
+from ..translation import (ALIGNMENT_HEADS, DEFAULT_BATCH_ROWS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, OUTPUT_FORMATS,
+                           QUANTIZATIONS, default_batch_size, format_translation, quantize, read_lines, translate)
 from ..translation.quantization import CPU_DTYPE_FLAGS, cpu_has_any_flag
 from ..translation.sentences import distributed_state
 
@@ -119,8 +119,9 @@ def make_parser() -> argparse.ArgumentParser:
     decoding.add_argument("--seed", type=random_seed, default=None, help="random seed (sampling)")
     batching = parser.add_argument_group("batching (sentences are sorted by length, output keeps input order)")
     batching.add_argument("--batch_size", type=positive_int, default=None,
-                          help=f"sentences per batch (default: {DEFAULT_BATCH_SIZE}, with --max_tokens "
-                               f"{DEFAULT_MAX_TOKENS}, when neither is given; given one alone, the other has no limit)")
+                          help=f"sentences per batch (default, when neither is given: {DEFAULT_BATCH_SIZE}, or with "
+                               f"--decoding fast {DEFAULT_BATCH_ROWS} / --num_beams where that is more, with "
+                               f"--max_tokens {DEFAULT_MAX_TOKENS}; given one alone, the other has no limit)")
     batching.add_argument("--max_tokens", type=positive_int, default=None, help="padded source tokens per batch")
     batching.add_argument("--strict", action="store_true",
                           help="refuse lines longer than the model takes (default: translate them cut, warning once)")
@@ -233,18 +234,26 @@ def _load_and_translate(parser, args, sources, state):
     progress = not args.quiet and (args.progress or (args.input != "-" and sys.stderr.isatty()))
     started = time.perf_counter()
     try:
+        fast = args.decoding == "fast" and decodes_fast(model, generate_kwargs)
         batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
-                                  else (DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS))
+                                  else (default_batch_size(num_beams, fast), DEFAULT_MAX_TOKENS))
         translations = translate(model, tokenizer, sources, nbest=args.nbest, batch_size=batch_size,
                                  max_tokens=max_tokens, scores=args.nbest > 1 or args.output_format == "jsonl",
                                  alignments=args.alignments, alignment_layer=args.alignment_layer,
                                  alignment_heads=args.alignment_heads, strict=args.strict,
-                                 fast=args.decoding == "fast", progress=progress,
+                                 fast=fast, progress=progress,
                                  desc=f"translating {Path(args.input).name if args.input != '-' else 'stdin'}",
                                  **generate_kwargs)
     except ValueError as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
     return translations, time.perf_counter() - started
+
+
+def decodes_fast(model, generate_kwargs: dict) -> bool:
+    """Whether the fast path decodes these options (else `generate` does, and batches keep its size)."""
+    from ..decoding import fast_path_refusal, resolve_generation_config
+
+    return fast_path_refusal(model, *resolve_generation_config(model, **generate_kwargs)) is None
 
 
 def _ctranslate2_export(parser, args):

@@ -24,7 +24,8 @@ command's ``--help``) is instant. Tooling, not model runtime: never copied into 
 """
 
 from .alignments import ALIGNMENT_HEADS, cross_attention_layers, default_alignment_layer
-from .batches import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, length_sorted_batches, source_token_limit
+from .batches import (DEFAULT_BATCH_ROWS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, default_batch_size,
+                      length_sorted_batches, source_token_limit)
 from .forced_alignment import align
 from .quantization import QUANTIZATIONS, quantize
 from .results import Hypothesis, HypothesisAttention, Translation
@@ -33,6 +34,7 @@ from .text_files import OUTPUT_FORMATS, format_translation, read_lines
 
 __all__ = [
     "ALIGNMENT_HEADS",
+    "DEFAULT_BATCH_ROWS",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_MAX_TOKENS",
     "OUTPUT_FORMATS",
@@ -43,6 +45,7 @@ __all__ = [
     "align",
     "cross_attention_layers",
     "default_alignment_layer",
+    "default_batch_size",
     "format_translation",
     "length_sorted_batches",
     "quantize",
