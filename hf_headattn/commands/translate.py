@@ -234,9 +234,10 @@ def _load_and_translate(parser, args, sources, state):
     progress = not args.quiet and (args.progress or (args.input != "-" and sys.stderr.isatty()))
     started = time.perf_counter()
     try:
-        fast = args.decoding == "fast" and decodes_fast(model, generate_kwargs)
+        fast = args.decoding == "fast"
         batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
-                                  else (default_batch_size(num_beams, fast), DEFAULT_MAX_TOKENS))
+                                  else (default_batch_size(num_beams, fast and decodes_fast(model, generate_kwargs)),
+                                        DEFAULT_MAX_TOKENS))
         translations = translate(model, tokenizer, sources, nbest=args.nbest, batch_size=batch_size,
                                  max_tokens=max_tokens, scores=args.nbest > 1 or args.output_format == "jsonl",
                                  alignments=args.alignments, alignment_layer=args.alignment_layer,
