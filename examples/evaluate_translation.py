@@ -6,7 +6,7 @@ REP, DROP and BLEU by length; the same command as `hf-headattn-evaluate` and `py
     python examples/evaluate_translation.py --model runs/de-en \
         --source ../shared/data/multi30k/test_2016_flickr.de --reference ../shared/data/multi30k/test_2016_flickr.en \
         --train_source ../shared/data/multi30k/train.de --train_target ../shared/data/multi30k/train.en \
-        --output_dir runs/de-en/eval --num_beams 4 --batch_size 32 --device auto
+        --output_dir runs/de-en/eval --num_beams 4 --device auto
 """
 
 from hf_headattn.commands.evaluate import main

@@ -51,8 +51,8 @@ from torch import nn
 from transformers import GenerationConfig
 from transformers.generation import logits_process
 
-__all__ = ["FastPathUnsupported", "fast_generate", "fast_path_refusal", "fast_search", "generate_sequences",
-           "resolve_generation_config", "search_sequences"]
+__all__ = ["FastPathUnsupported", "fast_generate", "fast_path_decodes", "fast_path_refusal", "fast_search",
+           "generate_sequences", "resolve_generation_config", "search_sequences"]
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +166,12 @@ def fast_path_refusal(model, generation_config: GenerationConfig, model_kwargs: 
         if value is not None and not (name == "guidance_scale" and value == 1):
             return f"generation option {name}={value!r}"
     return None
+
+
+def fast_path_decodes(model, **generate_kwargs) -> bool:
+    """Whether :func:`fast_search` decodes `model` with these `generate` options (else `generate` does):
+    :func:`fast_path_refusal` of the generation config they resolve to."""
+    return fast_path_refusal(model, *resolve_generation_config(model, **generate_kwargs)) is None
 
 
 def fast_generate(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,

@@ -30,6 +30,7 @@ from pathlib import Path
 from .loading import DEVICES, resolve_device
 from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, check_length_buckets
 from .output_files import write_text
+from .translation.batches import AUTO_BATCH_SIZE, DEFAULT_BATCH_SIZE
 
 # torch, the models and the training helpers are imported where they are used, so that `--help` is instant.
 
@@ -122,7 +123,7 @@ def evaluate_model(
     reference_path: str | Path,
     *,
     num_beams: int = 4,
-    batch_size: int = 32,
+    batch_size: int | str = AUTO_BATCH_SIZE,
     device: str = "auto",
     train_source: str | Path | None = None,
     train_target: str | Path | None = None,
@@ -148,7 +149,9 @@ def evaluate_model(
             CTranslate2 export (``hf-headattn-export``), recognised by its files and translated with CTranslate2
             (``device`` as for a model; ``coverage_penalty`` and ``tokenizer`` refused).
         source_path, reference_path: Line-aligned test files (one sentence a line).
-        num_beams, batch_size: Beam size and sentences per ``generate`` call.
+        num_beams, batch_size: Beam size, and sentences a batch: a positive int, or ``"auto"`` (the default) for
+            :func:`hf_headattn.translation.translate`'s (640 decoder rows on the fast path, at least 128 sentences;
+            32 through `generate`; 128 for an export). The JSON records the number used.
         device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         train_source, train_target: The aligner's training corpus (both or neither). DROP is computed only with
             it: eflomal trained on these pairs (once per corpus, then read from the cache), `drop_runs` alignments
@@ -197,7 +200,9 @@ def evaluate_model(
     model_dir, source_path, reference_path = Path(model_dir), Path(source_path), Path(reference_path)
     _check_model_dir(model_dir)
     _check_positive_int("num_beams", num_beams)
-    _check_positive_int("batch_size", batch_size)
+    if batch_size != AUTO_BATCH_SIZE and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                         or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive int or {AUTO_BATCH_SIZE!r}, got {batch_size!r}")
     _check_positive_int("drop_runs", drop_runs)
     if max_length is not None:
         _check_positive_int("max_length", max_length)
@@ -304,10 +309,11 @@ def evaluate_model(
 def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
                           coverage_penalty, length_penalty, early_stopping, tokenizer, force,
                           desc) -> tuple[list[str], dict, dict]:
-    """(hypotheses, the JSON's "model", the JSON's "decoding" device, max_length and time) of a saved model."""
+    """(hypotheses, the JSON's "model", the JSON's "decoding" batch size, device, max_length and time) of a saved
+    model."""
     from .decoding import resolve_generation_config
     from .loading import load_model_and_tokenizer
-    from .translation import translate_sentences
+    from .translation import resolve_batch_size, translate_sentences
 
     # a local folder (checked by evaluate_model): its code may run
     model, tokenizer = load_model_and_tokenizer(model_dir, tokenizer=tokenizer, force=force)
@@ -321,6 +327,7 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
     generate_kwargs = {"coverage_penalty": coverage_penalty} if coverage_penalty else {}
     ranking = {name: value for name, value in (("length_penalty", length_penalty), ("early_stopping", early_stopping))
                if value is not None}
+    batch_size = resolve_batch_size(model, batch_size, num_beams=num_beams, **generate_kwargs, **ranking)
     started = time.perf_counter()
     hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
                                      **generate_kwargs, **ranking)
@@ -330,7 +337,8 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
                     "parameters": sum(parameter.numel() for parameter in model.parameters())}
     # how beam search ranked and stopped: the overrides, else the folder's, else generate's defaults
     searched = resolve_generation_config(model, num_beams=num_beams, **ranking)[0]
-    return hypotheses, model_record, {"device": str(torch_device), "max_length": model.generation_config.max_length,
+    return hypotheses, model_record, {"batch_size": batch_size, "device": str(torch_device),
+                                      "max_length": model.generation_config.max_length,
                                       "length_penalty": searched.length_penalty,
                                       "early_stopping": searched.early_stopping, "translation_seconds": seconds}
 
@@ -341,13 +349,15 @@ def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, ba
     from .translation.ctranslate2_backend import load_export, translate_export
 
     export = load_export(model_dir, device=device)
+    batch_size = DEFAULT_BATCH_SIZE if batch_size == AUTO_BATCH_SIZE else batch_size
     started = time.perf_counter()
     translations = translate_export(export, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
                                     max_new_tokens=None if max_length is None else max(max_length - 1, 1),
                                     length_penalty=length_penalty, early_stopping=early_stopping, progress=True)
     seconds = time.perf_counter() - started
     return [translation.text for translation in translations], export.describe(), {
-        "device": export.device, "max_length": export.generation["max_length"] if max_length is None else max_length,
+        "batch_size": batch_size, "device": export.device,
+        "max_length": export.generation["max_length"] if max_length is None else max_length,
         "length_penalty": export.generation["length_penalty"] if length_penalty is None else length_penalty,
         "early_stopping": True,  # CTranslate2's rule (num_beams finished hypotheses), whatever the flag
         "translation_seconds": seconds, "backend": "ctranslate2", "compute_type": export.compute_type}
@@ -396,7 +406,7 @@ def non_finite_field(value, name: str = "") -> tuple[str, float] | None:
 
 
 def translate_and_score(model_dir: str | Path, source_path: str | Path, reference_path: str | Path,
-                        num_beams: int = 4, batch_size: int = 32) -> dict:
+                        num_beams: int = 4, batch_size: int | str = AUTO_BATCH_SIZE) -> dict:
     """Translate a test file with a saved model folder (loaded through its own code) and score it with sacrebleu:
     ``{"bleu", "chrf", "sentences", "hypotheses"}``."""
     from .loading import load_model_and_tokenizer

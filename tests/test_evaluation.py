@@ -117,6 +117,29 @@ def test_example_script_runs_the_command(models, data, tmp_path, monkeypatch, ca
     assert (tmp_path / "test.beam2.metrics.json").is_file() and "| written: " in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("family, flags, name, batch_size", [
+    ("transformer", (), "beam4", 160), ("transformer", ("--num_beams", "2"), "beam2", 320),
+    ("rnn", ("--num_beams", "1"), "greedy", 640),
+    ("rnn", ("--num_beams", "2", "--coverage_penalty", "0.4"), "beam2-cp0.4", 32)])  # generate decodes it
+def test_the_command_batches_as_translate_does_unless_told(family, flags, name, batch_size, models, data, tmp_path,
+                                                          capsys):
+    """Without --batch_size, hf-headattn-translate's batches for the search that decodes; the JSON records the
+    number."""
+    from hf_headattn.commands.evaluate import main
+
+    main(["--model", str(models[family]), "--source", str(data["test.src"]), "--reference", str(data["test.tgt"]),
+          "--output_dir", str(tmp_path), "--device", "cpu", *flags])
+    results = json.loads((tmp_path / f"test.{name}.metrics.json").read_text(encoding="utf-8"))
+    assert results["decoding"]["batch_size"] == batch_size
+
+
+def test_a_batch_size_that_is_neither_a_count_nor_auto_is_refused(models, data, tmp_path):
+    with pytest.raises(ValueError, match="batch_size must be a positive int or 'auto', got 'all'"):
+        evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], batch_size="all", device="cpu",
+                       output_dir=tmp_path)
+    assert not tmp_path.joinpath("test.beam4.metrics.json").exists()
+
+
 def test_decoding_settings_name_the_outputs_so_runs_never_overwrite_each_other(models, data, tmp_path):
     runs = {  # file stem -> settings; all written into one folder
         "greedy": dict(num_beams=1), "beam2": dict(num_beams=2), "beam2-maxlen6": dict(num_beams=2, max_length=6),

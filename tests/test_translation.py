@@ -13,9 +13,10 @@ from hf_headattn.decoding import fast_generate
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.commands import translate as translate_command
 from hf_headattn.commands.translate import main
-from hf_headattn.translation import quantization
-from hf_headattn.translation import (DEFAULT_BATCH_SIZE, Hypothesis, Translation, align, default_batch_size,
-                                     format_translation, length_sorted_batches, quantize, read_lines, translate)
+from hf_headattn.translation import quantization, sentences as translation_sentences
+from hf_headattn.translation import (DEFAULT_BATCH_SIZE, GENERATE_BATCH_SIZE, Hypothesis, Translation, align,
+                                     default_batch_size, format_translation, length_sorted_batches, quantize,
+                                     read_lines, translate)
 from hf_headattn.translation.alignments import decoded_word_indices, pharaoh, source_word_indices
 
 from helpers import (RNN_CONFIGS, RNN_EOS_BIAS, VARIANT_CONFIGS, VOCAB, random_model, random_rnn_model, rnn_config,
@@ -84,7 +85,37 @@ def test_length_sorted_batches_cover_every_sentence_once_within_both_limits():
 # ------------------------------------------------------------------------------------------------ translate
 def test_the_fast_path_fills_its_default_batches_with_sentences_where_fewer_beams_leave_room():
     assert [default_batch_size(beams) for beams in (1, 2, 4, 5, 10)] == [640, 320, 160, 128, 128]
-    assert default_batch_size(1, fast=False) == DEFAULT_BATCH_SIZE  # generate's batches ride along: not larger
+    # generate's batches ride along until their longest sentence ends: fewer sentences, at any beam size
+    assert [default_batch_size(beams, fast=False) for beams in (1, 5)] == [GENERATE_BATCH_SIZE] * 2 == [32, 32]
+    assert DEFAULT_BATCH_SIZE == 128
+
+
+def record_batch_limits(monkeypatch) -> dict:
+    """The sentences and padded tokens a batch of the last `translate` call (`length_sorted_batches`' limits)."""
+    asked = {}
+    real = translation_sentences.length_sorted_batches
+
+    def recording(lengths, batch_size, max_tokens):
+        asked.update(batch_size=batch_size, max_tokens=max_tokens)
+        return real(lengths, batch_size, max_tokens)
+
+    monkeypatch.setattr(translation_sentences, "length_sorted_batches", recording)
+    return asked
+
+
+@pytest.mark.parametrize("options, batch_size", [
+    (dict(num_beams=1), 640), (dict(num_beams=4), 160), (dict(num_beams=1, fast=False), GENERATE_BATCH_SIZE),
+    (dict(num_beams=1, do_sample=True), GENERATE_BATCH_SIZE), (dict(num_beams=2, batch_size=7), 7)])
+def test_translate_batches_by_the_search_that_decodes(tokenizer, sources, monkeypatch, options, batch_size):
+    """`batch_size="auto"`, the default: the fast path's rows rule where it decodes, else generate's 128."""
+    asked = record_batch_limits(monkeypatch)
+    translate(random_model(tiny_config()), tokenizer, sources, **options, **GENERATION)
+    assert asked == {"batch_size": batch_size, "max_tokens": 4096}
+
+
+def test_translate_refuses_a_batch_size_it_does_not_know(tokenizer, sources):
+    with pytest.raises(ValueError, match="batch_size must be a positive int, None or 'auto', got 'all'"):
+        translate(random_model(tiny_config()), tokenizer, sources, batch_size="all", **GENERATION)
 
 
 def test_output_keeps_input_order_and_blank_lines_whatever_the_batches(model, tokenizer, sources):
@@ -401,18 +432,11 @@ def test_command_writes_one_line_per_input_line(folder, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags, batch_size", [
-    ((), 640), (("--num_beams", "4"), 160), (("--decoding", "generate"), DEFAULT_BATCH_SIZE),
-    (("--do_sample",), DEFAULT_BATCH_SIZE), (("--batch_size", "7"), 7), (("--max_tokens", "99"), None)])
+    ((), 640), (("--num_beams", "4"), 160), (("--decoding", "generate"), GENERATE_BATCH_SIZE),
+    (("--do_sample",), GENERATE_BATCH_SIZE), (("--batch_size", "7"), 7), (("--max_tokens", "99"), None)])
 def test_command_batches_by_the_search_that_decodes(folder, tmp_path, capsys, monkeypatch, flags, batch_size):
     model_dir, data = folder
-    asked = {}
-    real = translate_command.translate
-
-    def recording(*args, **kwargs):
-        asked.update(batch_size=kwargs["batch_size"], max_tokens=kwargs["max_tokens"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(translate_command, "translate", recording)
+    asked = record_batch_limits(monkeypatch)
     run(["--model", model_dir, "--input", data["test.src"], "--output", tmp_path / "out.en", "--num_beams", "1",
          "--quiet", *flags], capsys)
     assert asked["batch_size"] == batch_size

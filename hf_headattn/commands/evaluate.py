@@ -13,6 +13,7 @@ from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_a
                    keep_freed_memory, non_negative_float, positive_int, skip_exit_collections)
 from ..evaluation import TOKENIZE_CHOICES, evaluate_model
 from ..metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS
+from ..translation.batches import AUTO_BATCH_SIZE
 
 
 EXAMPLES = """examples:
@@ -45,7 +46,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train_source", help="source side of the DROP aligner's training corpus")
     parser.add_argument("--train_target", help="target side of it; DROP is only computed with both")
     parser.add_argument("--num_beams", type=positive_int, default=4, help="beam size (1: greedy)")
-    parser.add_argument("--batch_size", type=positive_int, default=32, help="sentences translated at once")
+    parser.add_argument("--batch_size", type=positive_int, default=None,
+                        help="sentences translated at once (default: hf-headattn-translate's: 640 / --num_beams on the "
+                             "fast path, at least 128; 32 through generate; 128 for an export)")
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
     parser.add_argument("--max_length", type=positive_int, default=None,
                         help="longest output in tokens (None: the folder's generation_config.max_length)")
@@ -94,7 +97,7 @@ def main(argv=None) -> None:
     try:  # what the library refuses (a damaged file, named; mismatched test files; ...) is one line, not a traceback
         results = evaluate_model(
             args.model, args.source, args.reference,
-            num_beams=args.num_beams, batch_size=args.batch_size, device=args.device,
+            num_beams=args.num_beams, batch_size=args.batch_size or AUTO_BATCH_SIZE, device=args.device,
             train_source=args.train_source, train_target=args.train_target, output_dir=args.output_dir,
             max_length=args.max_length, buckets=args.length_buckets, tokenize=args.tokenize, test_name=args.test_name,
             drop_runs=args.drop_runs, drop_cache_dir=args.drop_cache_dir, coverage_penalty=args.coverage_penalty,

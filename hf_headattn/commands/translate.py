@@ -27,8 +27,9 @@ from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_a
                    keep_freed_memory, non_negative_int, positive_float, positive_int, probability, random_seed,
                    skip_exit_collections)
 from ..output_files import new_file
-from ..translation import (ALIGNMENT_HEADS, DEFAULT_BATCH_ROWS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, OUTPUT_FORMATS,
-                           QUANTIZATIONS, default_batch_size, format_translation, quantize, read_lines, translate)
+from ..translation import (ALIGNMENT_HEADS, AUTO_BATCH_SIZE, DEFAULT_BATCH_ROWS, DEFAULT_BATCH_SIZE,
+                           DEFAULT_MAX_TOKENS, GENERATE_BATCH_SIZE, OUTPUT_FORMATS, QUANTIZATIONS, format_translation,
+                           quantize, read_lines, translate)
 from ..translation.quantization import CPU_DTYPE_FLAGS, cpu_has_any_flag
 from ..translation.sentences import distributed_state
 
@@ -119,9 +120,10 @@ def make_parser() -> argparse.ArgumentParser:
     decoding.add_argument("--seed", type=random_seed, default=None, help="random seed (sampling)")
     batching = parser.add_argument_group("batching (sentences are sorted by length, output keeps input order)")
     batching.add_argument("--batch_size", type=positive_int, default=None,
-                          help=f"sentences per batch (default, when neither is given: {DEFAULT_BATCH_SIZE}, or with "
-                               f"--decoding fast {DEFAULT_BATCH_ROWS} / --num_beams where that is more, with "
-                               f"--max_tokens {DEFAULT_MAX_TOKENS}; given one alone, the other has no limit)")
+                          help=f"sentences per batch (default, when neither is given: on the fast path "
+                               f"{DEFAULT_BATCH_ROWS} / --num_beams, at least {DEFAULT_BATCH_SIZE}; through generate "
+                               f"{GENERATE_BATCH_SIZE}; for an export {DEFAULT_BATCH_SIZE}; with --max_tokens "
+                               f"{DEFAULT_MAX_TOKENS}; given one alone, the other has no limit)")
     batching.add_argument("--max_tokens", type=positive_int, default=None, help="padded source tokens per batch")
     batching.add_argument("--strict", action="store_true",
                           help="refuse lines longer than the model takes (default: translate them cut, warning once)")
@@ -236,8 +238,7 @@ def _load_and_translate(parser, args, sources, state):
     try:
         fast = args.decoding == "fast"
         batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
-                                  else (default_batch_size(num_beams, fast and decodes_fast(model, generate_kwargs)),
-                                        DEFAULT_MAX_TOKENS))
+                                  else (AUTO_BATCH_SIZE, DEFAULT_MAX_TOKENS))
         translations = translate(model, tokenizer, sources, nbest=args.nbest, batch_size=batch_size,
                                  max_tokens=max_tokens, scores=args.nbest > 1 or args.output_format == "jsonl",
                                  alignments=args.alignments, alignment_layer=args.alignment_layer,
@@ -248,13 +249,6 @@ def _load_and_translate(parser, args, sources, state):
     except ValueError as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
     return translations, time.perf_counter() - started
-
-
-def decodes_fast(model, generate_kwargs: dict) -> bool:
-    """Whether the fast path decodes these options (else `generate` does, and batches keep its size)."""
-    from ..decoding import fast_path_refusal, resolve_generation_config
-
-    return fast_path_refusal(model, *resolve_generation_config(model, **generate_kwargs)) is None
 
 
 def _ctranslate2_export(parser, args):

@@ -24,19 +24,21 @@ command's ``--help``) is instant. Tooling, not model runtime: never copied into 
 """
 
 from .alignments import ALIGNMENT_HEADS, cross_attention_layers, default_alignment_layer
-from .batches import (DEFAULT_BATCH_ROWS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, default_batch_size,
-                      length_sorted_batches, source_token_limit)
+from .batches import (AUTO_BATCH_SIZE, DEFAULT_BATCH_ROWS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, GENERATE_BATCH_SIZE,
+                      default_batch_size, length_sorted_batches, source_token_limit)
 from .forced_alignment import align
 from .quantization import QUANTIZATIONS, quantize
 from .results import Hypothesis, HypothesisAttention, Translation
-from .sentences import translate, translate_sentences
+from .sentences import resolve_batch_size, translate, translate_sentences
 from .text_files import OUTPUT_FORMATS, format_translation, read_lines
 
 __all__ = [
     "ALIGNMENT_HEADS",
+    "AUTO_BATCH_SIZE",
     "DEFAULT_BATCH_ROWS",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_MAX_TOKENS",
+    "GENERATE_BATCH_SIZE",
     "OUTPUT_FORMATS",
     "QUANTIZATIONS",
     "Hypothesis",
@@ -50,6 +52,7 @@ __all__ = [
     "length_sorted_batches",
     "quantize",
     "read_lines",
+    "resolve_batch_size",
     "source_token_limit",
     "translate",
     "translate_sentences",

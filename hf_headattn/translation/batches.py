@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["DEFAULT_BATCH_ROWS", "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_TOKENS", "default_batch_size",
-           "length_sorted_batches", "source_token_limit"]
+__all__ = ["AUTO_BATCH_SIZE", "DEFAULT_BATCH_ROWS", "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_TOKENS", "GENERATE_BATCH_SIZE",
+           "default_batch_size", "length_sorted_batches", "source_token_limit"]
 
-# translate's batches unless told otherwise (the command's too, when neither --batch_size nor --max_tokens is given):
-# 128 sentences (with beam 5 on 2 CPU cores 1.25x faster than 32, and faster than 256, whose [rows, vocab] logits no
-# longer stay in cache; measured on Multi30k's test set), and at most 4,096 padded source tokens so that a file of
-# long sentences gets smaller batches. The fast path takes more sentences where fewer beams leave room, up to
-# `DEFAULT_BATCH_ROWS` decoder rows (sentences x beams, :func:`default_batch_size`).
+# The fast path's batches at beam 5 and more (and the CTranslate2 export's): 128 sentences (with beam 5 on 2 CPU cores
+# 1.25x faster than 32, and faster than 256, whose [rows, vocab] logits no longer stay in cache; measured on
+# Multi30k's test set), and at most 4,096 padded source tokens so that a file of long sentences gets smaller batches.
+# The fast path takes more sentences where fewer beams leave room, up to `DEFAULT_BATCH_ROWS` decoder rows
+# (sentences x beams, :func:`default_batch_size`).
 DEFAULT_BATCH_SIZE = 128
 DEFAULT_MAX_TOKENS = 4096
 # The fast path's decoder rows a batch: fewer beams, more sentences. The trained Transformer of
@@ -26,15 +26,20 @@ DEFAULT_MAX_TOKENS = 4096
 # limit caps both near 256); 2 beams 2.85 s in 128, 2.71 s in 320; 4 beams 5.42 s in 128, 5.32 s in 160; 10 beams
 # 11.8 s in 128 against 12.7 s in 64, so never fewer than 128 sentences.
 DEFAULT_BATCH_ROWS = 640
+# `generate`'s batches: it steps a batch until its longest sentence ends, so more sentences cost it more steps. The
+# same model and lines through `translate(..., fast=False)`, 2 threads, 3 rounds in one process: beam 5 13.6 / 13.2 /
+# 16.1 / 20.8 s in batches of 16 / 32 / 64 / 128 sentences, greedy 4.8 / 3.8 / 3.7 / 4.0 s.
+GENERATE_BATCH_SIZE = 32
+# The `batch_size` that asks for `default_batch_size` of the search that decodes (translate's default).
+AUTO_BATCH_SIZE = "auto"
 
 
 def default_batch_size(num_beams: int, fast: bool = True) -> int:
-    """Sentences a batch when the caller gives neither limit: `DEFAULT_BATCH_SIZE`, or for the fast path as many as
-    fill `DEFAULT_BATCH_ROWS` decoder rows at `num_beams` beams where that is more (greedy: 640, which the
-    `DEFAULT_MAX_TOKENS` token limit cuts to ~256 sentences of Multi30k's length). `generate` keeps
-    `DEFAULT_BATCH_SIZE`: its batches ride along until their longest sentence ends, so more sentences cost it more
-    steps."""
-    return max(DEFAULT_BATCH_SIZE, DEFAULT_BATCH_ROWS // max(1, num_beams)) if fast else DEFAULT_BATCH_SIZE
+    """Sentences a batch when the caller asks for `AUTO_BATCH_SIZE`: for the fast path as many as fill
+    `DEFAULT_BATCH_ROWS` decoder rows at `num_beams` beams, never fewer than `DEFAULT_BATCH_SIZE` (greedy: 640, which
+    the `DEFAULT_MAX_TOKENS` token limit cuts to ~256 sentences of Multi30k's length); for `generate` (`fast` False),
+    `GENERATE_BATCH_SIZE`."""
+    return max(DEFAULT_BATCH_SIZE, DEFAULT_BATCH_ROWS // max(1, num_beams)) if fast else GENERATE_BATCH_SIZE
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int | None = 32,

@@ -26,13 +26,14 @@ import os
 from collections.abc import Sequence
 
 from .alignments import ALIGNMENT_HEADS, alignment_layer_index, decoded_word_indices, pharaoh, source_word_indices
-from .batches import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, length_sorted_batches, source_token_limit
+from .batches import (AUTO_BATCH_SIZE, DEFAULT_MAX_TOKENS, default_batch_size, length_sorted_batches,
+                      source_token_limit)
 from .results import Hypothesis, HypothesisAttention, Translation
 from .teacher_forcing import teacher_forced
 
 # torch, Transformers and the models are imported where they are used, so that the command's `--help` is instant.
 
-__all__ = ["check_source_lengths", "distributed_state", "translate", "translate_sentences"]
+__all__ = ["check_source_lengths", "distributed_state", "resolve_batch_size", "translate", "translate_sentences"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def translate(
     sources: Sequence[str],
     *,
     nbest: int = 1,
-    batch_size: int | None = DEFAULT_BATCH_SIZE,
+    batch_size: int | str | None = AUTO_BATCH_SIZE,
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
     scores: bool = False,
     alignments: bool = False,
@@ -70,7 +71,9 @@ def translate(
             Transformers encoder-decoder) and its tokenizer.
         nbest: Hypotheses per sentence (at most ``num_beams``), best first.
         batch_size, max_tokens: Limits of a batch: sentences, and padded source tokens (see
-            :func:`length_sorted_batches`).
+            :func:`length_sorted_batches`; either may be None, not both). ``batch_size="auto"`` (the default) takes
+            :func:`default_batch_size` of the search that decodes: on the fast path 640 decoder rows (sentences x
+            beams), never fewer than 128 sentences; with `generate` 32.
         scores: Give each hypothesis its score (see :mod:`.teacher_forcing`); implied by ``nbest > 1``.
         alignments, alignment_layer, alignment_heads: Give each hypothesis its Pharaoh word alignment, from this
             decoder layer (Transformers; negative counts from the end; default the last) with the heads
@@ -87,8 +90,9 @@ def translate(
             ``no_repeat_ngram_size``, ``do_sample``, ``top_k``, ``top_p``, ``temperature``, ...).
 
     Raises:
-        ValueError: ``nbest`` above ``num_beams``, an unknown ``alignment_heads``, a layer the model lacks, or a
-            too-long source with ``strict``.
+        ValueError: ``nbest`` above ``num_beams``, a batch limit that is neither a positive int, None nor
+            ``"auto"``, an unknown ``alignment_heads``, a layer the model lacks, or a too-long source with
+            ``strict``.
     """
     from tqdm.auto import tqdm
 
@@ -102,6 +106,7 @@ def translate(
         # the saved generation config's max_length yields to max_new_tokens; saying so, Transformers would warn on
         # every call
         generate_kwargs = {**generate_kwargs, "max_length": None}
+    batch_size = resolve_batch_size(model, batch_size, fast=fast, **generate_kwargs)
     if alignment_heads not in ALIGNMENT_HEADS:
         raise ValueError(f"Unknown alignment_heads={alignment_heads!r}; accepted: {', '.join(ALIGNMENT_HEADS)}")
     if alignments or attention:
@@ -210,7 +215,27 @@ def _translate_batch(model, tokenizer, texts, *, nbest, limit, fast, scores, ali
     return grouped
 
 
-def translate_sentences(model, tokenizer, sources: Sequence[str], num_beams: int = 4, batch_size: int = 32,
+def resolve_batch_size(model, batch_size: int | str | None = AUTO_BATCH_SIZE, *, fast: bool = True,
+                       **generate_kwargs) -> int | None:
+    """The sentences a batch :func:`translate` decodes with these arguments: `batch_size` itself, or for ``"auto"``
+    :func:`default_batch_size` of the search that decodes them (the fast path where it decodes these `generate`
+    options and `fast` is set, else `generate`).
+
+    Raises:
+        ValueError: a string other than ``"auto"``.
+    """
+    if batch_size == AUTO_BATCH_SIZE:
+        from ..decoding import fast_path_decodes
+
+        num_beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1
+        return default_batch_size(num_beams, fast and fast_path_decodes(model, **generate_kwargs))
+    if isinstance(batch_size, str):
+        raise ValueError(f"batch_size must be a positive int, None or {AUTO_BATCH_SIZE!r}, got {batch_size!r}")
+    return batch_size
+
+
+def translate_sentences(model, tokenizer, sources: Sequence[str], num_beams: int = 4,
+                        batch_size: int | str | None = AUTO_BATCH_SIZE,
                         desc: str = "translating", progress: bool = True, **generate_kwargs) -> list[str]:
     """The best translation's text of each source, in input order (:func:`translate` with defaults)."""
     translations = translate(model, tokenizer, sources, batch_size=batch_size, desc=desc, progress=progress,
