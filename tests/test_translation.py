@@ -91,7 +91,8 @@ def test_the_fast_path_fills_its_default_batches_with_sentences_where_fewer_beam
 
 
 def record_batch_limits(monkeypatch) -> dict:
-    """The sentences and padded tokens a batch of the last `translate` call (`length_sorted_batches`' limits)."""
+    """The limits (sentences, padded tokens) `translate` cut its last batches by, as `length_sorted_batches` got
+    them."""
     asked = {}
     real = translation_sentences.length_sorted_batches
 
@@ -107,7 +108,7 @@ def record_batch_limits(monkeypatch) -> dict:
     (dict(num_beams=1), 640), (dict(num_beams=4), 160), (dict(num_beams=1, fast=False), GENERATE_BATCH_SIZE),
     (dict(num_beams=1, do_sample=True), GENERATE_BATCH_SIZE), (dict(num_beams=2, batch_size=7), 7)])
 def test_translate_batches_by_the_search_that_decodes(tokenizer, sources, monkeypatch, options, batch_size):
-    """`batch_size="auto"`, the default: the fast path's rows rule where it decodes, else generate's 128."""
+    """`batch_size="auto"`, the default: the fast path's rows rule where it decodes, else generate's 32."""
     asked = record_batch_limits(monkeypatch)
     translate(random_model(tiny_config()), tokenizer, sources, **options, **GENERATION)
     assert asked == {"batch_size": batch_size, "max_tokens": 4096}
