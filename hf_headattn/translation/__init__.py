@@ -5,11 +5,11 @@ sentence, in input order, each with its hypotheses (text, score, Pharaoh word al
 nothing and writes nothing. The command around it is :mod:`hf_headattn.commands.translate`
 (``hf-headattn-translate``). One job a module:
 
-* :mod:`.sentences` — :func:`translate` and :func:`translate_sentences`: blank lines, batches, processes, decoding
-  (through :mod:`hf_headattn.decoding`'s fast path or ``generate``), and the hypotheses;
+* :mod:`.sentences` — :func:`translate` and :func:`translate_sentences`: blank lines, batches (their size for a model
+  and its options: :func:`resolve_batch_size`), processes, decoding (through :mod:`hf_headattn.decoding`'s fast path
+  or ``generate``), and the hypotheses;
 * :mod:`.batches` — length-sorted batches within ``batch_size`` and ``max_tokens``, the default sizes for the
-  search that decodes (:func:`default_batch_size`; :func:`resolve_batch_size` applies it to a model and its
-  options), and the longest source a model takes;
+  search that decodes (:func:`default_batch_size`), and the longest source a model takes;
 * :mod:`.teacher_forcing` — scores and attention of finished hypotheses, from one teacher-forced pass;
 * :mod:`.alignments` — Pharaoh word alignments from that attention;
 * :mod:`.forced_alignment` — :func:`align`: the alignments of given translations;
