@@ -6,8 +6,8 @@ size) at every step of its longest translation. Here finished sentences leave th
 (:meth:`Cache.batch_select_indices`, variant states included), the encoder outputs and the source mask, so later
 steps cost only the sentences still being translated. Dropping rows copies every row that stays (its cache grows
 with the step), so finished rows are dropped together, once the steps spent on them since the last drop match what
-a drop costs (:meth:`_BatchDecoder.worth_dropping`); until then they are stepped along and their results, recorded
-the step they finished, stay as they were. The search itself is `generate`'s:
+a drop costs (:meth:`_BatchDecoder.worth_dropping`); until then they are stepped along, their results stay as they
+were the step they finished, and they are taken when their rows leave. The search itself is `generate`'s:
 
 * the generation config is resolved by `generate`'s own preparation (`_prepare_generation_config`,
   `_prepare_special_tokens`, `_prepare_generated_length`), and logits are processed by the same
@@ -34,7 +34,9 @@ calls `generate`.
 
 The model's input checks run once per call: on the caller's source and mask, before they go to the device (the
 encoder is called bare, so nothing else checks the source ids), and on the first step's inputs; later steps continue
-the cache, which makes the model skip them, so no step reads a value on the host for them.
+the cache, which makes the model skip them, so no step reads a value on the host for them. The search reads one
+number a step, as `generate` does: how many sentences are done (on a GPU each read waits for the device); which
+ones, and their results, only when rows leave.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -303,23 +305,25 @@ class _BatchDecoder:
         running[:, 0] = self.start
         sentence_of_row = list(range(self.batch_size))
         results: list[torch.Tensor | None] = [None] * self.batch_size
-        recorded = torch.zeros(self.batch_size, dtype=torch.bool, device=device)  # rows whose sentence is done
+        # each row's result length once its sentence is done (0: not done); its tokens up to there stay as they were
+        result_length = torch.zeros(self.batch_size, dtype=torch.long, device=device)
         length = 1
         while True:
             scores = self.processors(running[:, :length], self.next_token_logits(running[:, length - 1]))
             running[:, length] = scores.max(dim=-1).indices
             length += 1
             done = self.ends(running[:, length - 1]) | (length >= self.max_length) | self.out_of_time()
-            for row in (done & ~recorded).nonzero().flatten().tolist():
-                results[sentence_of_row[row]] = running[row, :length]
-            recorded |= done
-            finished = int(recorded.sum())
-            if finished == recorded.numel():
-                return self.output(results)
-            if self.worth_dropping(finished, recorded.numel()):
-                rows = (~recorded).nonzero().flatten()
+            result_length.masked_fill_(done & (result_length == 0), length)
+            finished = int(result_length.count_nonzero())  # the step's one read on the host
+            if finished == result_length.numel() or self.worth_dropping(finished, result_length.numel()):
+                done_rows = result_length.nonzero().flatten()
+                for row, row_length in zip(done_rows.tolist(), result_length[done_rows].tolist()):
+                    results[sentence_of_row[row]] = running[row, :row_length]
+                if finished == result_length.numel():
+                    return self.output(results)
+                rows = (result_length == 0).nonzero().flatten()
                 self.keep_rows(rows)
-                running, recorded = running[rows], recorded[rows]
+                running, result_length = running[rows], result_length[rows]
                 sentence_of_row = [sentence_of_row[row] for row in rows.tolist()]
 
     # ------------------------------------------------------------------ beam search (generate's _beam_search)
@@ -362,7 +366,7 @@ class _BatchDecoder:
         sentence_of_row = list(range(batch))
         results: list[list[torch.Tensor]] = [[] for _ in range(batch)]
         result_scores: list[torch.Tensor | None] = [None] * batch  # each sentence's returned hypotheses' scores
-        recorded = torch.zeros(batch, dtype=torch.bool, device=device)  # sentences whose results are taken
+        recorded = torch.zeros(batch, dtype=torch.bool, device=device)  # sentences that are done
         length = 1
         while True:
             if length == running.shape[-1]:  # this step writes column `length`: make room, up to max_length
@@ -406,32 +410,34 @@ class _BatchDecoder:
                 beam_scores=finished_scores, is_sent_finished=is_finished, cur_len=length,
                 max_length=self.max_length, decoder_prompt_len=1, early_stopping=early_stopping,
                 length_penalty=length_penalty)
-            # a done sentence stays done: the heuristic's flags only fall, and finished hypotheses only fill up
-            done = ~can_improve[:, 0] | (is_finished.all(dim=-1) & (early_stopping is True))
-            last_step = bool(hits_stop.all())  # generate stops once every continuation ends (max_length)
-            if last_step:
-                done = torch.ones_like(done)
-            for sentence in (done & ~recorded).nonzero().flatten().tolist():
-                # a hypothesis' generated length: its steps' beam indices (generate crops its output by them too)
-                lengths = 1 + (finished_indices[sentence, :returned] >= 0).sum(dim=-1)
-                results[sentence_of_row[sentence]] = [hypothesis[:length] for hypothesis, length in
-                                                      zip(finished[sentence, :returned], lengths.tolist())]
-                result_scores[sentence_of_row[sentence]] = finished_scores[sentence, :returned]
+            # A done sentence stays done, and its finished hypotheses as they are: the heuristic's flags only fall,
+            # and finished hypotheses only fill up. So its results are taken when its rows leave or the search ends.
+            # generate stops once every continuation ends (max_length, max_time).
+            done = ~can_improve[:, 0] | (is_finished.all(dim=-1) & (early_stopping is True)) | hits_stop.all()
             recorded |= done
-            finished_sentences = int(recorded.sum())
+            finished_sentences = int(recorded.sum())  # the step's one read on the host
+            if finished_sentences < batch and not self.worth_dropping(finished_sentences * num_beams,
+                                                                      batch * num_beams):
+                continue
+            taken = recorded.nonzero().flatten()
+            # a hypothesis' generated length: its steps' beam indices (generate crops its output by them too)
+            lengths = 1 + (finished_indices[taken, :returned] >= 0).sum(dim=-1)
+            for sentence, hypothesis_lengths in zip(taken.tolist(), lengths.tolist()):
+                results[sentence_of_row[sentence]] = [hypothesis[:length] for hypothesis, length in
+                                                      zip(finished[sentence, :returned], hypothesis_lengths)]
+                result_scores[sentence_of_row[sentence]] = finished_scores[sentence, :returned]
             if finished_sentences == batch:
                 return (self.output([sequence for sentence in results for sequence in sentence]),
                         torch.cat(result_scores))
-            if self.worth_dropping(finished_sentences * num_beams, batch * num_beams):
-                kept = (~recorded).nonzero().flatten()
-                rows = (kept[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1)
-                self.keep_rows(rows)
-                batch = kept.numel()
-                running, finished = running[kept], finished[kept]
-                running_scores, finished_scores = running_scores[kept], finished_scores[kept]
-                running_indices, finished_indices = running_indices[kept], finished_indices[kept]
-                is_finished, can_improve, recorded = is_finished[kept], can_improve[kept], recorded[kept]
-                sentence_of_row = [sentence_of_row[sentence] for sentence in kept.tolist()]
+            kept = (~recorded).nonzero().flatten()
+            rows = (kept[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1)
+            self.keep_rows(rows)
+            batch = kept.numel()
+            running, finished = running[kept], finished[kept]
+            running_scores, finished_scores = running_scores[kept], finished_scores[kept]
+            running_indices, finished_indices = running_indices[kept], finished_indices[kept]
+            is_finished, can_improve, recorded = is_finished[kept], can_improve[kept], recorded[kept]
+            sentence_of_row = [sentence_of_row[sentence] for sentence in kept.tolist()]
 
 
 def generate_sequences(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, *,

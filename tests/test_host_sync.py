@@ -22,7 +22,7 @@ CPU: there a read waits for nothing and lets the solvers skip work); here they r
 Two reads are allowed in a training forward, once per call: the input checks (`check_seq2seq_inputs`: the user's
 tensors are checked before any work; a decoding step that continues a cache skips them) and the LSTM packing
 (`pack_padded_sequence` takes the lengths on the host: the LSTM encoder and the PREDICTED fertility tagger). A decoding
-step makes none.
+step makes none, and the fast path's search between steps reads one number a step, as `generate`'s does.
 """
 
 import contextlib
@@ -34,6 +34,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from hf_headattn.decoding import fast_generate
 from hf_headattn.runtime import (modeling_headattn, modeling_headattn_rnn, rnn_packing, sparse_attention,
                                  sparse_solvers)
 from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
@@ -380,6 +381,28 @@ def test_decoding_steps_read_nothing(name, kernels_as_off_the_host):
     assert syncs.calls == [] and syncs.allowed == [], (
         f"{len(syncs.calls)} host syncs in {DECODING_STEPS} decoding steps:\n" + "\n".join(syncs.calls))
 
+
+
+SEARCH_STEPS = 6
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize("name", ["transformer-softmax", "transformer-csparsemax-guided", "lstm-softmax"])
+def test_fast_search_reads_one_number_a_step(name, num_beams, kernels_as_off_the_host):
+    """The fast path's search, like `generate`'s, reads one number a step on the host (how many sentences are done):
+    which sentences are done, and their results, are read only when rows leave the batch, here once, at the end
+    (every sentence held to the same length)."""
+    model = _build(name).eval()
+    input_ids, attention_mask, _ = _inputs("cpu")
+    with HostSyncs() as syncs:
+        sequences = fast_generate(model, input_ids, attention_mask, num_beams=num_beams,
+                                  min_new_tokens=SEARCH_STEPS, max_new_tokens=SEARCH_STEPS)
+    assert sequences.shape == (input_ids.shape[0], 1 + SEARCH_STEPS)
+    searching = [call for call in syncs.calls if call.split(" <- ")[0].endswith(("greedy", "beam_search"))]
+    # the steps' reads come first, one each; the others after the last step
+    assert [call.split(" at ")[0] for call in searching[:SEARCH_STEPS + 1]] == ["__int__"] * SEARCH_STEPS + [
+        "nonzero"], "\n".join(searching)
+    assert all(not call.startswith("__int__") for call in searching[SEARCH_STEPS:]), "\n".join(searching)
 
 def _kernel_inputs(rows: int, keys: int, device: str = "cpu"):
     """Attention-like scores and bounds (some exhausted, an unbounded sink last), with masked keys, a row with no
