@@ -16,7 +16,7 @@ from hf_headattn.commands.translate import main
 from hf_headattn.translation import quantization, sentences as translation_sentences
 from hf_headattn.translation import (DEFAULT_BATCH_SIZE, GENERATE_BATCH_SIZE, Hypothesis, Translation, align,
                                      default_batch_size, format_translation, length_sorted_batches, quantize,
-                                     read_lines, translate)
+                                     read_lines, resolve_batch_size, translate)
 from hf_headattn.translation.alignments import decoded_word_indices, pharaoh, source_word_indices
 
 from helpers import (RNN_CONFIGS, RNN_EOS_BIAS, VARIANT_CONFIGS, VOCAB, random_model, random_rnn_model, rnn_config,
@@ -88,6 +88,17 @@ def test_the_fast_path_fills_its_default_batches_with_sentences_where_fewer_beam
     # generate's batches ride along until their longest sentence ends: fewer sentences, at any beam size
     assert [default_batch_size(beams, fast=False) for beams in (1, 5)] == [GENERATE_BATCH_SIZE] * 2 == [32, 32]
     assert DEFAULT_BATCH_SIZE == 128
+    # on a GPU a step's time hardly grows with its rows: generate keeps the larger batches, the fast path its rule
+    assert [default_batch_size(beams, fast=False, device_type="cuda") for beams in (1, 5)] == [128, 128]
+    assert [default_batch_size(beams, device_type="cuda") for beams in (1, 5)] == [640, 128]
+
+
+def test_auto_batches_follow_the_models_device(monkeypatch):
+    model = random_model(tiny_config())
+    assert resolve_batch_size(model, fast=False) == GENERATE_BATCH_SIZE
+    monkeypatch.setattr(type(model), "device", property(lambda self: torch.device("cuda")))
+    assert resolve_batch_size(model, fast=False) == resolve_batch_size(model, do_sample=True) == DEFAULT_BATCH_SIZE
+    assert resolve_batch_size(model, num_beams=4) == 160
 
 
 def record_batch_limits(monkeypatch) -> dict:

@@ -122,7 +122,7 @@ def make_parser() -> argparse.ArgumentParser:
     batching.add_argument("--batch_size", type=positive_int, default=None,
                           help=f"sentences per batch (default, when neither is given: on the fast path "
                                f"{DEFAULT_BATCH_ROWS} / --num_beams, at least {DEFAULT_BATCH_SIZE}; through generate "
-                               f"{GENERATE_BATCH_SIZE}; for an export {DEFAULT_BATCH_SIZE}; with --max_tokens "
+                               f"{GENERATE_BATCH_SIZE} on a CPU, {DEFAULT_BATCH_SIZE} on a GPU; for an export {DEFAULT_BATCH_SIZE}; with --max_tokens "
                                f"{DEFAULT_MAX_TOKENS}; given one alone, the other has no limit)")
     batching.add_argument("--max_tokens", type=positive_int, default=None, help="padded source tokens per batch")
     batching.add_argument("--strict", action="store_true",

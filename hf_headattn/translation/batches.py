@@ -26,20 +26,25 @@ DEFAULT_MAX_TOKENS = 4096
 # limit caps both near 256); 2 beams 2.85 s in 128, 2.71 s in 320; 4 beams 5.42 s in 128, 5.32 s in 160; 10 beams
 # 11.8 s in 128 against 12.7 s in 64, so never fewer than 128 sentences.
 DEFAULT_BATCH_ROWS = 640
-# `generate`'s batches: it steps a batch until its longest sentence ends, so more sentences cost it more steps. The
-# same model and lines through `translate(..., fast=False)`, 2 threads, 3 rounds in one process: beam 5 13.6 / 13.2 /
-# 16.1 / 20.8 s in batches of 16 / 32 / 64 / 128 sentences, greedy 4.8 / 3.8 / 3.7 / 4.0 s.
+# `generate`'s batches on a CPU: it steps a batch until its longest sentence ends, so more sentences cost it more
+# steps. The same model and lines through `translate(..., fast=False)`, 2 threads, 3 rounds in one process: beam 5
+# 13.6 / 13.2 / 16.1 / 20.8 s in batches of 16 / 32 / 64 / 128 sentences, greedy 4.8 / 3.8 / 3.7 / 4.0 s. On a GPU a
+# step's time hardly grows with its rows (the kernels' launches, not their work, set it at these sizes), so the rows
+# that ride along cost little and fewer, larger batches pay: there `generate` keeps `DEFAULT_BATCH_SIZE`, the batches
+# the GPU table of BENCHMARKS.md ran it in.
 GENERATE_BATCH_SIZE = 32
 # The `batch_size` that asks for `default_batch_size` of the search that decodes (translate's default).
 AUTO_BATCH_SIZE = "auto"
 
 
-def default_batch_size(num_beams: int, fast: bool = True) -> int:
+def default_batch_size(num_beams: int, fast: bool = True, device_type: str = "cpu") -> int:
     """Sentences a batch when the caller asks for `AUTO_BATCH_SIZE`: for the fast path as many as fill
     `DEFAULT_BATCH_ROWS` decoder rows at `num_beams` beams, never fewer than `DEFAULT_BATCH_SIZE` (greedy: 640, which
     the `DEFAULT_MAX_TOKENS` token limit cuts to ~256 sentences of Multi30k's length); for `generate` (`fast` False),
-    `GENERATE_BATCH_SIZE`."""
-    return max(DEFAULT_BATCH_SIZE, DEFAULT_BATCH_ROWS // max(1, num_beams)) if fast else GENERATE_BATCH_SIZE
+    `GENERATE_BATCH_SIZE` on a CPU (`device_type` ``"cpu"``) and `DEFAULT_BATCH_SIZE` on any other device."""
+    if fast:
+        return max(DEFAULT_BATCH_SIZE, DEFAULT_BATCH_ROWS // max(1, num_beams))
+    return GENERATE_BATCH_SIZE if device_type == "cpu" else DEFAULT_BATCH_SIZE
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int | None = 32,

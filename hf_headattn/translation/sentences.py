@@ -73,7 +73,7 @@ def translate(
         batch_size, max_tokens: Limits of a batch: sentences, and padded source tokens (see
             :func:`length_sorted_batches`; either may be None, not both). ``batch_size="auto"`` (the default) takes
             :func:`default_batch_size` of the search that decodes: on the fast path 640 decoder rows (sentences x
-            beams), never fewer than 128 sentences; with `generate` 32.
+            beams), never fewer than 128 sentences; with `generate` 32 on a CPU, 128 on a GPU.
         scores: Give each hypothesis its score (see :mod:`.teacher_forcing`); implied by ``nbest > 1``.
         alignments, alignment_layer, alignment_heads: Give each hypothesis its Pharaoh word alignment, from this
             decoder layer (Transformers; negative counts from the end; default the last) with the heads
@@ -228,7 +228,7 @@ def resolve_batch_size(model, batch_size: int | str | None = AUTO_BATCH_SIZE, *,
         from ..decoding import fast_path_decodes
 
         num_beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1
-        return default_batch_size(num_beams, fast and fast_path_decodes(model, **generate_kwargs))
+        return default_batch_size(num_beams, fast and fast_path_decodes(model, **generate_kwargs), model.device.type)
     if isinstance(batch_size, str):
         raise ValueError(f"batch_size must be a positive int, None or {AUTO_BATCH_SIZE!r}, got {batch_size!r}")
     return batch_size
