@@ -30,7 +30,7 @@ from pathlib import Path
 from .loading import DEVICES, resolve_device
 from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, check_length_buckets
 from .output_files import write_text
-from .translation.batches import AUTO_BATCH_SIZE, DEFAULT_BATCH_SIZE
+from .translation.batches import AUTO_BATCH_SIZE
 
 # torch, the models and the training helpers are imported where they are used, so that `--help` is instant.
 
@@ -346,10 +346,10 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
 def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
                            length_penalty, early_stopping, desc, **_) -> tuple[list[str], dict, dict]:
     """The same of a CTranslate2 export (its tokenizer and coverage penalty were refused by evaluate_model)."""
-    from .translation.ctranslate2_backend import load_export, translate_export
+    from .translation.ctranslate2_backend import export_batch_size, load_export, translate_export
 
     export = load_export(model_dir, device=device)
-    batch_size = DEFAULT_BATCH_SIZE if batch_size == AUTO_BATCH_SIZE else batch_size
+    batch_size = export_batch_size(batch_size)
     started = time.perf_counter()
     translations = translate_export(export, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
                                     max_new_tokens=None if max_length is None else max(max_length - 1, 1),

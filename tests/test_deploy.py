@@ -13,7 +13,8 @@ from hf_headattn import train_tokenizer
 from hf_headattn.commands.export import main
 from hf_headattn.export import export_ctranslate2, translate_with_ctranslate2
 from hf_headattn.toy_corpus import make_toy_corpus
-from hf_headattn.translation import translate
+from hf_headattn.translation import DEFAULT_BATCH_SIZE, translate
+from hf_headattn.translation.ctranslate2_backend import export_batch_size
 
 from helpers import EOS, random_model, tiny_config, toy_data, train_tiny_model
 
@@ -339,6 +340,14 @@ def test_evaluate_command_scores_an_export_as_the_model(folder, folder_export, t
     assert metrics["decoding"]["backend"] == "ctranslate2" and metrics["decoding"]["compute_type"] == "float32"
     assert metrics["decoding"]["max_length"] == 12 and metrics["model"]["model_type"] == "headattn"
     assert metrics["model"]["exported_from"] == str(folder)
+    assert metrics["decoding"]["batch_size"] == export_batch_size() == 128  # what translate_export took for "auto"
+
+
+def test_an_exports_batches_are_the_fast_paths_at_beam_5_unless_told():
+    assert export_batch_size("auto") == DEFAULT_BATCH_SIZE and export_batch_size(7) == 7
+    assert export_batch_size(None) is None  # no limit but --max_tokens
+    with pytest.raises(ValueError, match="batch_size must be a positive int, None or 'auto', got 'all'"):
+        export_batch_size("all")
 
 
 @pytest.mark.parametrize("flags, named", [

@@ -122,8 +122,9 @@ def make_parser() -> argparse.ArgumentParser:
     batching.add_argument("--batch_size", type=positive_int, default=None,
                           help=f"sentences per batch (default, when neither is given: on the fast path "
                                f"{DEFAULT_BATCH_ROWS} / --num_beams, at least {DEFAULT_BATCH_SIZE}; through generate "
-                               f"{GENERATE_BATCH_SIZE} on a CPU, {DEFAULT_BATCH_SIZE} on a GPU; for an export {DEFAULT_BATCH_SIZE}; with --max_tokens "
-                               f"{DEFAULT_MAX_TOKENS}; given one alone, the other has no limit)")
+                               f"{GENERATE_BATCH_SIZE} on a CPU, {DEFAULT_BATCH_SIZE} on a GPU; for an export "
+                               f"{DEFAULT_BATCH_SIZE}; with --max_tokens {DEFAULT_MAX_TOKENS}; given one alone, the "
+                               "other has no limit)")
     batching.add_argument("--max_tokens", type=positive_int, default=None, help="padded source tokens per batch")
     batching.add_argument("--strict", action="store_true",
                           help="refuse lines longer than the model takes (default: translate them cut, warning once)")
@@ -272,7 +273,7 @@ def _translate_with_export(parser, args, sources, export):
 
     progress = not args.quiet and (args.progress or (args.input != "-" and sys.stderr.isatty()))
     batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
-                              else (DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS))
+                              else (AUTO_BATCH_SIZE, DEFAULT_MAX_TOKENS))
     try:
         loaded = load_export(export, device=args.device, compute_type=compute_type_of(args.dtype, args.quantize))
         started = time.perf_counter()

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .alignments import decoded_word_indices, pharaoh, source_word_indices
-from .batches import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, length_sorted_batches
+from .batches import AUTO_BATCH_SIZE, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, length_sorted_batches
 from .results import Hypothesis, Translation
 from .sentences import check_source_lengths
 
@@ -56,8 +56,8 @@ from .sentences import check_source_lengths
 
 __all__ = ["CTRANSLATE2_FILES", "DEPLOY_EXTRA", "EXPORT_RECORD", "GENERATION_CONFIG", "GENERATION_OPTIONS",
            "TOKENIZER_FOLDER", "CTranslate2Export", "check_export_options", "compute_type_of", "ctranslate2_device",
-           "find_export",
-           "generation_defaults", "import_ctranslate2", "load_export", "translate_export"]
+           "export_batch_size", "find_export", "generation_defaults", "import_ctranslate2", "load_export",
+           "translate_export"]
 
 logger = logging.getLogger(__name__)
 
@@ -308,8 +308,23 @@ def load_export(folder: str | Path, *, device: str = "auto", compute_type: str =
                              translator.compute_type)
 
 
+def export_batch_size(batch_size: int | str | None = AUTO_BATCH_SIZE) -> int | None:
+    """The sentences a batch :func:`translate_export` queues: `batch_size` itself, or for ``"auto"``
+    `DEFAULT_BATCH_SIZE`, the fast path's batch at beam 5 (CTranslate2 decodes every sentence of a batch to its own
+    end, so its batches need no rows rule).
+
+    Raises:
+        ValueError: a string other than ``"auto"``.
+    """
+    if batch_size == AUTO_BATCH_SIZE:
+        return DEFAULT_BATCH_SIZE
+    if isinstance(batch_size, str):
+        raise ValueError(f"batch_size must be a positive int, None or {AUTO_BATCH_SIZE!r}, got {batch_size!r}")
+    return batch_size
+
+
 def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[str], *, nbest: int = 1,
-                     batch_size: int | None = DEFAULT_BATCH_SIZE, max_tokens: int | None = DEFAULT_MAX_TOKENS,
+                     batch_size: int | str | None = AUTO_BATCH_SIZE, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                      scores: bool = False, alignments: bool = False, alignment_layer: int | None = None,
                      alignment_heads: str = "mean", strict: bool = False, progress: bool = False,
                      desc: str = "translating", seed: int | None = None, ctranslate2_options: dict | None = None,
@@ -367,8 +382,9 @@ def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[s
                             max_length=limit)["input_ids"]
     pieces = dict(zip(kept, (tokenizer.convert_ids_to_tokens(ids) for ids in encoded)))
     source_words = dict(zip(kept, source_word_indices(tokenizer, texts, encoded, limit))) if alignments else {}
+    cut_lengths = [min(length, limit or length) for length in lengths]
     batches = [[kept[k] for k in batch] for batch in length_sorted_batches(
-        [min(length, limit or length) for length in lengths], batch_size, max_tokens)] if kept else []
+        cut_lengths, export_batch_size(batch_size), max_tokens)] if kept else []
 
     # every batch queued at once, so that inter_threads translators take them in parallel; read back in order
     queued = [(batch, translator.translate_batch([pieces[index] for index in batch], asynchronous=True, **options),
