@@ -291,9 +291,10 @@ class _BatchDecoder:
         self.encoder_outputs = type(self.encoder_outputs)(**{
             name: rows_of(value) if torch.is_tensor(value) else value for name, value in self.encoder_outputs.items()})
 
-    def output(self, sequences: list[torch.Tensor]) -> torch.LongTensor:
-        """One [length] row per sequence -> [sequences, longest], padded with the pad token."""
-        return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=self.pad)
+    def padded_after(self, sequences: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """[..., length] `sequences` with the pad token from each one's length on (`lengths`: [...])."""
+        positions = torch.arange(sequences.shape[-1], device=sequences.device)
+        return sequences.masked_fill(positions >= lengths[..., None], self.pad)
 
     def ends(self, tokens: torch.Tensor) -> torch.Tensor:
         return torch.isin(tokens, self.eos)
@@ -303,10 +304,12 @@ class _BatchDecoder:
         device = self.attention_mask.device
         running = torch.full((self.batch_size, self.max_length), self.pad, dtype=torch.long, device=device)
         running[:, 0] = self.start
-        sentence_of_row = list(range(self.batch_size))
-        results: list[torch.Tensor | None] = [None] * self.batch_size
+        sentence_of_row = torch.arange(self.batch_size, device=device)
+        # each sentence's result, taken when its row leaves; written in tensors, not sliced out row by row: on a GPU
+        # every operation is a launch, and the search's pace is the launches'
+        results, result_lengths = torch.full_like(running, self.pad), torch.zeros_like(sentence_of_row)
         # each row's result length once its sentence is done (0: not done); its tokens up to there stay as they were
-        result_length = torch.zeros(self.batch_size, dtype=torch.long, device=device)
+        result_length = torch.zeros_like(sentence_of_row)
         length = 1
         while True:
             scores = self.processors(running[:, :length], self.next_token_logits(running[:, length - 1]))
@@ -315,16 +318,17 @@ class _BatchDecoder:
             done = self.ends(running[:, length - 1]) | (length >= self.max_length) | self.out_of_time()
             result_length.masked_fill_(done & (result_length == 0), length)
             finished = int(result_length.count_nonzero())  # the step's one read on the host
-            if finished == result_length.numel() or self.worth_dropping(finished, result_length.numel()):
-                done_rows = result_length.nonzero().flatten()
-                for row, row_length in zip(done_rows.tolist(), result_length[done_rows].tolist()):
-                    results[sentence_of_row[row]] = running[row, :row_length]
-                if finished == result_length.numel():
-                    return self.output(results)
-                rows = (result_length == 0).nonzero().flatten()
+            if finished == result_length.numel():
+                results.index_copy_(0, sentence_of_row, self.padded_after(running, result_length))
+                result_lengths.index_copy_(0, sentence_of_row, result_length)
+                return results[:, :int(result_lengths.max())]
+            if self.worth_dropping(finished, result_length.numel()):
+                done_rows, rows = result_length.nonzero().flatten(), (result_length == 0).nonzero().flatten()
+                results.index_copy_(0, sentence_of_row[done_rows],
+                                    self.padded_after(running[done_rows], result_length[done_rows]))
+                result_lengths.index_copy_(0, sentence_of_row[done_rows], result_length[done_rows])
                 self.keep_rows(rows)
-                running, result_length = running[rows], result_length[rows]
-                sentence_of_row = [sentence_of_row[row] for row in rows.tolist()]
+                running, result_length, sentence_of_row = running[rows], result_length[rows], sentence_of_row[rows]
 
     # ------------------------------------------------------------------ beam search (generate's _beam_search)
     def top_k_continuations(self, log_probs: torch.Tensor, running: torch.Tensor, running_indices: torch.Tensor,
@@ -363,9 +367,11 @@ class _BatchDecoder:
         can_improve = torch.ones((batch, 1), dtype=torch.bool, device=device)
         running_indices = torch.full((batch, num_beams, capacity - 1), -1, dtype=torch.int32, device=device)
         finished_indices = running_indices.clone()
-        sentence_of_row = list(range(batch))
-        results: list[list[torch.Tensor]] = [[] for _ in range(batch)]
-        result_scores: list[torch.Tensor | None] = [None] * batch  # each sentence's returned hypotheses' scores
+        sentence_of_row = torch.arange(batch, device=device)
+        # each sentence's returned hypotheses, their lengths and scores, taken when its rows leave (see greedy)
+        results = torch.full((batch, returned, self.max_length), self.pad, dtype=torch.long, device=device)
+        result_lengths = torch.zeros((batch, returned), dtype=torch.long, device=device)
+        result_scores = torch.zeros((batch, returned), device=device)
         recorded = torch.zeros(batch, dtype=torch.bool, device=device)  # sentences that are done
         length = 1
         while True:
@@ -419,16 +425,17 @@ class _BatchDecoder:
             if finished_sentences < batch and not self.worth_dropping(finished_sentences * num_beams,
                                                                       batch * num_beams):
                 continue
-            taken = recorded.nonzero().flatten()
+            taken = (recorded.nonzero().flatten() if finished_sentences < batch
+                     else torch.arange(batch, device=device))
             # a hypothesis' generated length: its steps' beam indices (generate crops its output by them too)
             lengths = 1 + (finished_indices[taken, :returned] >= 0).sum(dim=-1)
-            for sentence, hypothesis_lengths in zip(taken.tolist(), lengths.tolist()):
-                results[sentence_of_row[sentence]] = [hypothesis[:length] for hypothesis, length in
-                                                      zip(finished[sentence, :returned], hypothesis_lengths)]
-                result_scores[sentence_of_row[sentence]] = finished_scores[sentence, :returned]
+            sentences = sentence_of_row[taken]
+            results[:, :, :finished.shape[-1]].index_copy_(
+                0, sentences, self.padded_after(finished[taken, :returned], lengths))
+            result_lengths.index_copy_(0, sentences, lengths)
+            result_scores.index_copy_(0, sentences, finished_scores[taken, :returned])
             if finished_sentences == batch:
-                return (self.output([sequence for sentence in results for sequence in sentence]),
-                        torch.cat(result_scores))
+                return results[:, :, :int(result_lengths.max())].flatten(0, 1), result_scores.flatten()
             kept = (~recorded).nonzero().flatten()
             rows = (kept[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1)
             self.keep_rows(rows)
@@ -437,7 +444,7 @@ class _BatchDecoder:
             running_scores, finished_scores = running_scores[kept], finished_scores[kept]
             running_indices, finished_indices = running_indices[kept], finished_indices[kept]
             is_finished, can_improve, recorded = is_finished[kept], can_improve[kept], recorded[kept]
-            sentence_of_row = [sentence_of_row[sentence] for sentence in kept.tolist()]
+            sentence_of_row = sentence_of_row[kept]
 
 
 def generate_sequences(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, *,
