@@ -7,9 +7,11 @@
 #     the same weights and CTranslate2's CUDA build (examples/benchmark_decoding.py; target: the fast path at least
 #     2x generate). The softmax zoo model is trained first where --output-dir lacks it (about 2 minutes on an H100).
 #  3. no host synchronisation: tests/test_host_sync.py's `test_no_sync_on_cuda` (a forward, a backward and ten
-#     decoding steps of every variant, and the sparse kernels, under torch.cuda.set_sync_debug_mode("error")).
+#     decoding steps of every variant, and the sparse kernels, under torch.cuda.set_sync_debug_mode("error"));
+#  4. where a decoding batch's time goes on the GPU, the fast path against generate (examples/
+#     benchmark_decoding_profile.py: one batch of 128 sentences at beam 5 under torch.profiler, well under a minute).
 # The benchmarks write their JSON into RESULTS_DIR and their sections of BENCHMARKS.md ("Speed (GPU: ...)", "Decoding
-# speed: translating a file (GPU: ...)"); the test's result is in the output.
+# speed: translating a file (GPU: ...)", "Decoding profile: ... (GPU: ...)"); the test's result is in the output.
 #
 #   bash examples/benchmark_gpu.sh [RESULTS_DIR [DATA_DIR [MODELS_DIR]]]
 #   (defaults: benchmarks, ../shared/data/multi30k, runs/quality)
@@ -27,4 +29,7 @@ python examples/benchmark_decoding.py --device cuda --sentences 10000 --beams 5 
     --systems "ours, generate" "ours, fast" "CTranslate2 float32" "CTranslate2 int8_float16" \
     --data-dir "$data" --output-dir "$models" --output "$results/decoding-gpu.json" --markdown BENCHMARKS.md || failed=1
 python -m pytest -q -p no:cacheprovider tests/test_host_sync.py -k test_no_sync_on_cuda || failed=1
+python examples/benchmark_decoding_profile.py --device cuda --data-dir "$data" \
+    --model "$models/transformer-softmax/seed-1" --output "$results/decoding_profile-gpu.json" \
+    --markdown BENCHMARKS.md || failed=1
 exit $failed

@@ -718,7 +718,8 @@ def write_report(args) -> None:
 # Sections other scripts write into the report between markers (examples/benchmark_<name>.py); a rewrite keeps them
 # decoding, decoding-gpu, backends: in BENCHMARKS.md
 OTHER_SECTIONS = ("alignment", "averaging", "decoding", "decoding-gpu", "decoding-full", "speed-gpu", "data_prep",
-                  "fast_path", "compiled_step", "backends", "backends-gpu", "translation_outputs")
+                  "fast_path", "compiled_step", "backends", "backends-gpu", "translation_outputs", "decoding_profile",
+                  "decoding_profile-gpu")
 
 
 def section_markers(name: str) -> tuple[str, str]:

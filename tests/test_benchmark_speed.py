@@ -178,6 +178,30 @@ def test_compiled_step_benchmark_runs_on_a_tiny_model(tmp_path):
     assert "## Compiled decoding step (CPU)" in (tmp_path / "BENCHMARKS.md").read_text()
 
 
+
+def test_decoding_profile_runs_on_a_tiny_model(tmp_path):
+    """The whole script on a tiny trained model: both searches give the same lines, each step reads a value on the
+    host at least once (generate's stopping check; the fast path's count of done sentences), the CPU has no kernel
+    launches, and the JSON and the BENCHMARKS.md section are written."""
+    from helpers.runs import toy_data, train_tiny_model
+
+    script = load_example("benchmark_decoding_profile")
+    data = toy_data(tmp_path / "data")
+    model_dir = train_tiny_model(data, tmp_path / "model", "transformer")
+    (tmp_path / script.TEST_SOURCE).write_text(data["test.src"].read_text(encoding="utf-8"), encoding="utf-8")
+    script.main(["--model", str(model_dir), "--data-dir", str(tmp_path), "--device", "cpu", "--sentences", "6",
+                 "--num-beams", "2", "--rounds", "1", "--threads", "1", "--output", str(tmp_path / "profile.json"),
+                 "--markdown", str(tmp_path / "BENCHMARKS.md")])
+    report = json.loads((tmp_path / "profile.json").read_text())
+    assert report["same_lines"] and report["sentences"] == 6 and set(report["systems"]) == {"generate", "fast path"}
+    for system in report["systems"].values():
+        assert system["steps"] > 0 and system["wall_ms"] > 0 and system["operators_ms"] > 0
+        assert system["operator_calls"] > system["steps"] and system["host_reads"] >= system["steps"]
+        assert system["kernel_launches"] == 0 and system["device_waits"] == 0 and system["top_operators"]
+    section = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "## Decoding profile: one batch, fast path against generate (CPU)" in section
+    assert "<!-- end of section decoding_profile -->" in section
+
 def _fast_path_report():
     def model(greedy, beam5, beam5_differing=0):
         return {"seconds": {"greedy": greedy, "beam5": beam5},
