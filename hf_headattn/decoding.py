@@ -180,7 +180,8 @@ def fast_generate(model, input_ids: torch.LongTensor, attention_mask: torch.Tens
                   **generate_kwargs) -> torch.LongTensor:
     """`model.generate(input_ids, attention_mask=attention_mask, **generate_kwargs)`'s sequences (greedy or beam
     search; `num_return_sequences` per sentence, best first), from the fast path: [batch * returned, length],
-    starting with the decoder start token, padded with the pad token after a sequence's end.
+    starting with the decoder start token, filled after a sequence's end as `generate` fills it (greedy search: the
+    pad token; beam search: the pad token, or the end of sentence where the pad id is 0).
 
     Raises:
         FastPathUnsupported: options the fast path does not decode (:func:`fast_path_refusal`, logits processors
@@ -246,6 +247,9 @@ class _BatchDecoder:
         self.batch_size = attention_mask.shape[0]
         self.max_length = generation_config.max_length
         self.pad = int(generation_config._pad_token_tensor)
+        # what generate's beam search writes after a hypothesis' end: its `output_fill_value`, `pad_token_id or
+        # eos_token_id[0]`, so the end of sentence where the pad id is 0
+        self.beam_fill = self.pad or int(generation_config._eos_token_tensor.reshape(-1)[0])
         self.eos = generation_config._eos_token_tensor
         self.start = int(generation_config._decoder_start_token_tensor.reshape(-1)[0])
         self.deadline = None if generation_config.max_time is None else started + generation_config.max_time
@@ -291,10 +295,11 @@ class _BatchDecoder:
         self.encoder_outputs = type(self.encoder_outputs)(**{
             name: rows_of(value) if torch.is_tensor(value) else value for name, value in self.encoder_outputs.items()})
 
-    def padded_after(self, sequences: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """[..., length] `sequences` with the pad token from each one's length on (`lengths`: [...])."""
+    @staticmethod
+    def padded_after(sequences: torch.Tensor, lengths: torch.Tensor, fill: int) -> torch.Tensor:
+        """[..., length] `sequences` with `fill` from each one's length on (`lengths`: [...])."""
         positions = torch.arange(sequences.shape[-1], device=sequences.device)
-        return sequences.masked_fill(positions >= lengths[..., None], self.pad)
+        return sequences.masked_fill(positions >= lengths[..., None], fill)
 
     def ends(self, tokens: torch.Tensor) -> torch.Tensor:
         return torch.isin(tokens, self.eos)
@@ -319,13 +324,13 @@ class _BatchDecoder:
             result_length.masked_fill_(done & (result_length == 0), length)
             finished = int(result_length.count_nonzero())  # the step's one read on the host
             if finished == result_length.numel():
-                results.index_copy_(0, sentence_of_row, self.padded_after(running, result_length))
+                results.index_copy_(0, sentence_of_row, self.padded_after(running, result_length, self.pad))
                 result_lengths.index_copy_(0, sentence_of_row, result_length)
-                return results[:, :int(result_lengths.max())]
+                return results[:, :int(result_lengths.max())].contiguous()
             if self.worth_dropping(finished, result_length.numel()):
                 done_rows, rows = result_length.nonzero().flatten(), (result_length == 0).nonzero().flatten()
                 results.index_copy_(0, sentence_of_row[done_rows],
-                                    self.padded_after(running[done_rows], result_length[done_rows]))
+                                    self.padded_after(running[done_rows], result_length[done_rows], self.pad))
                 result_lengths.index_copy_(0, sentence_of_row[done_rows], result_length[done_rows])
                 self.keep_rows(rows)
                 running, result_length, sentence_of_row = running[rows], result_length[rows], sentence_of_row[rows]
@@ -357,7 +362,7 @@ class _BatchDecoder:
         # The token and beam-index buffers grow with the hypotheses (generate allocates max_length columns): each
         # step's top-k gathers and merges copy them whole, so their width is paid at every step.
         capacity = min(self.max_length, BEAM_BUFFER_COLUMNS)
-        running = torch.full((batch, num_beams, capacity), self.pad, dtype=torch.long, device=device)
+        running = torch.full((batch, num_beams, capacity), self.beam_fill, dtype=torch.long, device=device)
         running[:, :, 0] = self.start
         finished = running.clone()
         running_scores = torch.zeros((batch, num_beams), device=device)
@@ -369,7 +374,7 @@ class _BatchDecoder:
         finished_indices = running_indices.clone()
         sentence_of_row = torch.arange(batch, device=device)
         # each sentence's returned hypotheses, their lengths and scores, taken when its rows leave (see greedy)
-        results = torch.full((batch, returned, self.max_length), self.pad, dtype=torch.long, device=device)
+        results = torch.full((batch, returned, self.max_length), self.beam_fill, dtype=torch.long, device=device)
         result_lengths = torch.zeros((batch, returned), dtype=torch.long, device=device)
         result_scores = torch.zeros((batch, returned), device=device)
         recorded = torch.zeros(batch, dtype=torch.bool, device=device)  # sentences that are done
@@ -377,7 +382,7 @@ class _BatchDecoder:
         while True:
             if length == running.shape[-1]:  # this step writes column `length`: make room, up to max_length
                 extra = min(running.shape[-1], self.max_length - running.shape[-1])
-                running, finished = (nn.functional.pad(tensor, (0, extra), value=self.pad)
+                running, finished = (nn.functional.pad(tensor, (0, extra), value=self.beam_fill)
                                      for tensor in (running, finished))
                 running_indices, finished_indices = (nn.functional.pad(tensor, (0, extra), value=-1)
                                                      for tensor in (running_indices, finished_indices))
@@ -431,11 +436,11 @@ class _BatchDecoder:
             lengths = 1 + (finished_indices[taken, :returned] >= 0).sum(dim=-1)
             sentences = sentence_of_row[taken]
             results[:, :, :finished.shape[-1]].index_copy_(
-                0, sentences, self.padded_after(finished[taken, :returned], lengths))
+                0, sentences, self.padded_after(finished[taken, :returned], lengths, self.beam_fill))
             result_lengths.index_copy_(0, sentences, lengths)
             result_scores.index_copy_(0, sentences, finished_scores[taken, :returned])
             if finished_sentences == batch:
-                return results[:, :, :int(result_lengths.max())].flatten(0, 1), result_scores.flatten()
+                return results[:, :, :int(result_lengths.max())].flatten(0, 1).contiguous(), result_scores.flatten()
             kept = (~recorded).nonzero().flatten()
             rows = (kept[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1)
             self.keep_rows(rows)

@@ -90,6 +90,7 @@ def test_fast_path_gives_the_ids_of_generate(model, search, max_new_tokens):
         expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
     fast = fast_generate(model, input_ids, attention_mask, **options)
     assert up_to_end(fast) == up_to_end(expected)
+    assert torch.equal(fast, expected) and fast.is_contiguous()  # padded after the end as generate pads
 
 
 @pytest.mark.parametrize("name", ["transformer-softmax", "transformer-csparsemax-guided", "lstm-2x2-dependent"])
