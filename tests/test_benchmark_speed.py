@@ -159,16 +159,22 @@ def test_compiled_step_benchmark_steps_the_cached_decoder_as_a_full_forward_woul
     assert torch.equal(tokens, prefix[:, 1:])
 
 
+def tiny_model_beside_its_test_source(tmp_path, test_source: str):
+    """A tiny trained Transformer's folder, with the toy test sources written to tmp_path / `test_source` (the
+    benchmarks' --data-dir is then tmp_path)."""
+    from helpers.runs import toy_data, train_tiny_model
+
+    data = toy_data(tmp_path / "data")
+    (tmp_path / test_source).write_text(data["test.src"].read_text(encoding="utf-8"), encoding="utf-8")
+    return train_tiny_model(data, tmp_path / "model", "transformer")
+
+
 @pytest.mark.slow
 def test_compiled_step_benchmark_runs_on_a_tiny_model(tmp_path):
     """The whole script on a tiny trained model: it compiles, times both steps, finds the same tokens and writes its
     JSON and its BENCHMARKS.md section."""
-    from helpers.runs import toy_data, train_tiny_model
-
     script = load_example("benchmark_compiled_step")
-    data = toy_data(tmp_path / "data")
-    model_dir = train_tiny_model(data, tmp_path / "model", "transformer")
-    (tmp_path / script.TEST_SOURCE).write_text(data["test.src"].read_text(encoding="utf-8"), encoding="utf-8")
+    model_dir = tiny_model_beside_its_test_source(tmp_path, script.TEST_SOURCE)
     script.main(["--model", str(model_dir), "--data-dir", str(tmp_path), "--sentences", "4", "--num-beams", "2",
                  "--steps", "3", "--rounds", "1", "--threads", "1", "--output", str(tmp_path / "compiled.json"),
                  "--markdown", str(tmp_path / "BENCHMARKS.md")])
@@ -178,17 +184,12 @@ def test_compiled_step_benchmark_runs_on_a_tiny_model(tmp_path):
     assert "## Compiled decoding step (CPU)" in (tmp_path / "BENCHMARKS.md").read_text()
 
 
-
 def test_decoding_profile_runs_on_a_tiny_model(tmp_path):
     """The whole script on a tiny trained model: both searches give the same lines, each step reads a value on the
     host at least once (generate's stopping check; the fast path's count of done sentences), the CPU has no kernel
     launches, and the JSON and the BENCHMARKS.md section are written."""
-    from helpers.runs import toy_data, train_tiny_model
-
     script = load_example("benchmark_decoding_profile")
-    data = toy_data(tmp_path / "data")
-    model_dir = train_tiny_model(data, tmp_path / "model", "transformer")
-    (tmp_path / script.TEST_SOURCE).write_text(data["test.src"].read_text(encoding="utf-8"), encoding="utf-8")
+    model_dir = tiny_model_beside_its_test_source(tmp_path, script.TEST_SOURCE)
     script.main(["--model", str(model_dir), "--data-dir", str(tmp_path), "--device", "cpu", "--sentences", "6",
                  "--num-beams", "2", "--rounds", "1", "--threads", "1", "--output", str(tmp_path / "profile.json"),
                  "--markdown", str(tmp_path / "BENCHMARKS.md")])
