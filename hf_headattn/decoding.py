@@ -18,7 +18,7 @@ were the step they finished, and they are taken when their rows leave. The searc
 * beam search calls `generate`'s own beam-search steps (`_get_running_beams_for_next_iteration`,
   `_update_finished_beams`, `_check_early_stop_heuristic`), one call per step for the whole batch, and reorders the
   cache with `reorder_cache` as `generate` does; its `_get_top_k_continuations` is rewritten here only to find the
-  top-k through chunk maxima (:func:`top_k`, the same values and indices 4x faster);
+  top-k on the CPU through chunk maxima (:func:`top_k`, torch.topk's values and indices, ties included, 4x faster);
 * `min_length` and `min_new_tokens` suppress the end of sentence in place (:class:`SuppressEndBelowLength`) instead
   of through Transformers' processors, which copy the scores at every step.
 
@@ -36,7 +36,8 @@ The model's input checks run once per call: on the caller's source and mask, bef
 encoder is called bare, so nothing else checks the source ids), and on the first step's inputs; later steps continue
 the cache, which makes the model skip them, so no step reads a value on the host for them. The search reads one
 number a step, as `generate` does: how many sentences are done (on a GPU each read waits for the device); which
-ones, and their results, only when rows leave.
+ones, and their results, only when rows leave (and on the CPU, where a read waits for nothing, :func:`top_k` looks
+for ties).
 
 Tooling, not model runtime: never copied into a checkpoint.
 """
@@ -115,19 +116,29 @@ class SuppressEndBelowLength:
 
 
 def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.topk(scores, k)` of [rows, n] scores (sorted, largest first), through chunk maxima: the k best values
-    lie in the k chunks with the best maxima (a chunk holding one of them has at most k - 1 chunks above it), so
-    one pass over the scores for the chunks' maxima and a top-k over k * `chunk` candidates replace the top-k over
-    all of them (beam search's candidates: beams x vocabulary; 4x faster on the CPU at 5 x 8,000)."""
+    """`torch.topk(scores, k)` of [rows, n] scores (sorted, largest first), on the CPU through chunk maxima: the k + 1
+    best values lie in the k + 1 chunks with the best maxima (a chunk holding one of them has at most k chunks above
+    it, or ties with them), so one pass over the scores for the chunks' maxima and a top-k over (k + 1) * `chunk`
+    candidates replace the top-k over all of them (beam search's candidates: beams x vocabulary; 4x faster on the CPU
+    at 5 x 8,000). Where those k + 1 values are all distinct, the k best and their order are torch.topk's. A row with
+    a tie among them (sums of log-probabilities tie often in float32) is taken from torch.topk itself, whose order of
+    equal values is its own; checking for one reads a value on the host, so on other devices this is torch.topk."""
     rows, n, chunk = *scores.shape, TOP_K_CHUNK
-    if n < 4 * k * chunk:
+    if n < 4 * (k + 1) * chunk or scores.device.type != "cpu":
         return torch.topk(scores, k)
     padded = scores if n % chunk == 0 else nn.functional.pad(scores, (0, -n % chunk), value=-math.inf)
     padded = padded.view(rows, -1, chunk)
-    best_chunks = padded.amax(dim=-1).topk(k).indices  # [rows, k]
+    best_chunks = padded.amax(dim=-1).topk(k + 1).indices  # [rows, k + 1]
     candidates = padded.gather(1, best_chunks[:, :, None].expand(-1, -1, chunk)).view(rows, -1)
-    values, positions = candidates.topk(k)
-    return values, best_chunks.gather(1, positions // chunk) * chunk + positions % chunk
+    values, positions = candidates.topk(k + 1)
+    indices = best_chunks.gather(1, positions // chunk) * chunk + positions % chunk
+    tied = ~(values[:, :-1] > values[:, 1:]).all(dim=-1)  # NaN compares as a tie
+    values, indices = values[:, :k], indices[:, :k]
+    if tied.any():
+        tied_rows = tied.nonzero().flatten()
+        exact = torch.topk(scores[tied_rows], k)
+        values[tied_rows], indices[tied_rows] = exact.values, exact.indices
+    return values, indices
 
 
 def check_generation_counts(model, generate_kwargs: dict) -> None:

@@ -119,6 +119,20 @@ def test_top_k_through_chunk_maxima_is_torch_topk(shape):
     assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
 
 
+def test_top_k_through_chunk_maxima_orders_ties_as_torch_topk():
+    """Sums of log-probabilities tie often in float32 (at -225 they are 1.5e-5 apart): torch.topk orders equal values
+    its own way, which the chunks' candidates alone would not reproduce (Malaviya's LSTM in
+    examples/benchmark_fast_path.py: 1 of 128 sentences differed from generate at beam 5)."""
+    torch.manual_seed(0)
+    scores = (torch.log_softmax(torch.randn(64, 40_000), dim=-1) * 4).round() / 4  # many equal values
+    scores[1, ::7] = -float("inf")
+    scores[2, 100] = float("nan")  # torch.topk puts NaN first
+    values, indices = top_k(scores, 10)
+    expected = torch.topk(scores, 10)
+    assert torch.allclose(values, expected.values, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(indices, expected.indices)
+
+
 @pytest.mark.parametrize("name", ["transformer-softmax", "transformer-csparsemax-guided", "lstm-2x2-dependent"])
 def test_hypotheses_longer_than_the_first_beam_buffers(name):
     """Beam search's token buffers start BEAM_BUFFER_COLUMNS wide and grow, up to max_length: hypotheses longer than
