@@ -133,7 +133,7 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     values, positions = candidates.topk(k + 1)
     indices = best_chunks.gather(1, positions // chunk) * chunk + positions % chunk
     tied = ~(values[:, :-1] > values[:, 1:]).all(dim=-1)  # NaN compares as a tie
-    values, indices = values[:, :k], indices[:, :k]
+    values, indices = values[:, :k].contiguous(), indices[:, :k].contiguous()  # as torch.topk's
     if tied.any():
         tied_rows = tied.nonzero().flatten()
         exact = torch.topk(scores[tied_rows], k)

@@ -130,7 +130,7 @@ def test_top_k_through_chunk_maxima_orders_ties_as_torch_topk():
     values, indices = top_k(scores, 10)
     expected = torch.topk(scores, 10)
     assert torch.allclose(values, expected.values, rtol=0, atol=0, equal_nan=True)
-    assert torch.equal(indices, expected.indices)
+    assert torch.equal(indices, expected.indices) and values.is_contiguous() and indices.is_contiguous()
 
 
 @pytest.mark.parametrize("name", ["transformer-softmax", "transformer-csparsemax-guided", "lstm-2x2-dependent"])
