@@ -321,30 +321,30 @@ class _BatchDecoder:
         running = torch.full((self.batch_size, self.max_length), self.pad, dtype=torch.long, device=device)
         running[:, 0] = self.start
         sentence_of_row = torch.arange(self.batch_size, device=device)
-        # each sentence's result, taken when its row leaves; written in tensors, not sliced out row by row: on a GPU
-        # every operation is a launch, and the search's pace is the launches'
+        # each sentence's result and its length, taken when its row leaves; written in tensors, not sliced out row by
+        # row: on a GPU every operation is a launch, and the search's pace is the launches'
         results, result_lengths = torch.full_like(running, self.pad), torch.zeros_like(sentence_of_row)
-        # each row's result length once its sentence is done (0: not done); its tokens up to there stay as they were
-        result_length = torch.zeros_like(sentence_of_row)
+        # each row's length when its sentence was done (0: not done); its tokens up to there stay as they were
+        done_length = torch.zeros_like(sentence_of_row)
         length = 1
         while True:
             scores = self.processors(running[:, :length], self.next_token_logits(running[:, length - 1]))
             running[:, length] = scores.max(dim=-1).indices
             length += 1
             done = self.ends(running[:, length - 1]) | (length >= self.max_length) | self.out_of_time()
-            result_length.masked_fill_(done & (result_length == 0), length)
-            finished = int(result_length.count_nonzero())  # the step's one read on the host
-            if finished == result_length.numel():
-                results.index_copy_(0, sentence_of_row, self.padded_after(running, result_length, self.pad))
-                result_lengths.index_copy_(0, sentence_of_row, result_length)
+            done_length.masked_fill_(done & (done_length == 0), length)
+            rows, finished = done_length.numel(), int(done_length.count_nonzero())  # the step's one read on the host
+            if finished < rows and not self.worth_dropping(finished, rows):
+                continue
+            taken = done_length.nonzero().flatten() if finished < rows else torch.arange(rows, device=device)
+            sentences = sentence_of_row[taken]
+            results.index_copy_(0, sentences, self.padded_after(running[taken], done_length[taken], self.pad))
+            result_lengths.index_copy_(0, sentences, done_length[taken])
+            if finished == rows:
                 return results[:, :int(result_lengths.max())].contiguous()
-            if self.worth_dropping(finished, result_length.numel()):
-                done_rows, rows = result_length.nonzero().flatten(), (result_length == 0).nonzero().flatten()
-                results.index_copy_(0, sentence_of_row[done_rows],
-                                    self.padded_after(running[done_rows], result_length[done_rows], self.pad))
-                result_lengths.index_copy_(0, sentence_of_row[done_rows], result_length[done_rows])
-                self.keep_rows(rows)
-                running, result_length, sentence_of_row = running[rows], result_length[rows], sentence_of_row[rows]
+            kept = (done_length == 0).nonzero().flatten()
+            self.keep_rows(kept)
+            running, done_length, sentence_of_row = running[kept], done_length[kept], sentence_of_row[kept]
 
     # ------------------------------------------------------------------ beam search (generate's _beam_search)
     def top_k_continuations(self, log_probs: torch.Tensor, running: torch.Tensor, running_indices: torch.Tensor,
