@@ -151,7 +151,7 @@ def evaluate_model(
         source_path, reference_path: Line-aligned test files (one sentence a line).
         num_beams, batch_size: Beam size, and sentences a batch: a positive int, or ``"auto"`` (the default) for
             :func:`hf_headattn.translation.translate`'s (640 decoder rows on the fast path, at least 128 sentences;
-            32 through `generate`; 128 for an export). The JSON records the number used.
+            32 through `generate` on a CPU, 128 on a GPU; 128 for an export). The JSON records the number used.
         device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         train_source, train_target: The aligner's training corpus (both or neither). DROP is computed only with
             it: eflomal trained on these pairs (once per corpus, then read from the cache), `drop_runs` alignments

@@ -48,7 +48,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_beams", type=positive_int, default=4, help="beam size (1: greedy)")
     parser.add_argument("--batch_size", type=positive_int, default=None,
                         help="sentences translated at once (default: hf-headattn-translate's: 640 / --num_beams on the "
-                             "fast path, at least 128; 32 through generate; 128 for an export)")
+                             "fast path, at least 128; 32 through generate on a CPU, 128 on a GPU; 128 for an "
+                             "export)")
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
     parser.add_argument("--max_length", type=positive_int, default=None,
                         help="longest output in tokens (None: the folder's generation_config.max_length)")

@@ -8,10 +8,10 @@ Tooling, not model runtime: never copied into a checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["AUTO_BATCH_SIZE", "DEFAULT_BATCH_ROWS", "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_TOKENS", "GENERATE_BATCH_SIZE",
-           "default_batch_size", "length_sorted_batches", "source_token_limit"]
+           "default_batch_size", "given_or_auto", "length_sorted_batches", "source_token_limit"]
 
 # The fast path's batches at beam 5 and more (and the CTranslate2 export's): 128 sentences (with beam 5 on 2 CPU cores
 # 1.25x faster than 32, and faster than 256, whose [rows, vocab] logits no longer stay in cache; measured on
@@ -45,6 +45,19 @@ def default_batch_size(num_beams: int, fast: bool = True, device_type: str = "cp
     if fast:
         return max(DEFAULT_BATCH_SIZE, DEFAULT_BATCH_ROWS // max(1, num_beams))
     return GENERATE_BATCH_SIZE if device_type == "cpu" else DEFAULT_BATCH_SIZE
+
+
+def given_or_auto(batch_size: int | str | None, auto: Callable[[], int]) -> int | None:
+    """`batch_size` as given, or `auto()` for `AUTO_BATCH_SIZE` (the rule of the search or backend that decodes).
+
+    Raises:
+        ValueError: a string other than ``"auto"``.
+    """
+    if batch_size == AUTO_BATCH_SIZE:
+        return auto()
+    if isinstance(batch_size, str):
+        raise ValueError(f"batch_size must be a positive int, None or {AUTO_BATCH_SIZE!r}, got {batch_size!r}")
+    return batch_size
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int | None = 32,

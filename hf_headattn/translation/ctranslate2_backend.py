@@ -48,7 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .alignments import decoded_word_indices, pharaoh, source_word_indices
-from .batches import AUTO_BATCH_SIZE, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, length_sorted_batches
+from .batches import (AUTO_BATCH_SIZE, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, given_or_auto,
+                      length_sorted_batches)
 from .results import Hypothesis, Translation
 from .sentences import check_source_lengths
 
@@ -316,11 +317,7 @@ def export_batch_size(batch_size: int | str | None = AUTO_BATCH_SIZE) -> int | N
     Raises:
         ValueError: a string other than ``"auto"``.
     """
-    if batch_size == AUTO_BATCH_SIZE:
-        return DEFAULT_BATCH_SIZE
-    if isinstance(batch_size, str):
-        raise ValueError(f"batch_size must be a positive int, None or {AUTO_BATCH_SIZE!r}, got {batch_size!r}")
-    return batch_size
+    return given_or_auto(batch_size, lambda: DEFAULT_BATCH_SIZE)
 
 
 def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[str], *, nbest: int = 1,

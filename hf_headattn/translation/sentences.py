@@ -26,8 +26,8 @@ import os
 from collections.abc import Sequence
 
 from .alignments import ALIGNMENT_HEADS, alignment_layer_index, decoded_word_indices, pharaoh, source_word_indices
-from .batches import (AUTO_BATCH_SIZE, DEFAULT_MAX_TOKENS, default_batch_size, length_sorted_batches,
-                      source_token_limit)
+from .batches import (AUTO_BATCH_SIZE, DEFAULT_MAX_TOKENS, default_batch_size, given_or_auto,
+                      length_sorted_batches, source_token_limit)
 from .results import Hypothesis, HypothesisAttention, Translation
 from .teacher_forcing import teacher_forced
 
@@ -224,14 +224,13 @@ def resolve_batch_size(model, batch_size: int | str | None = AUTO_BATCH_SIZE, *,
     Raises:
         ValueError: a string other than ``"auto"``.
     """
-    if batch_size == AUTO_BATCH_SIZE:
+    def auto() -> int:
         from ..decoding import fast_path_decodes
 
         num_beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1
         return default_batch_size(num_beams, fast and fast_path_decodes(model, **generate_kwargs), model.device.type)
-    if isinstance(batch_size, str):
-        raise ValueError(f"batch_size must be a positive int, None or {AUTO_BATCH_SIZE!r}, got {batch_size!r}")
-    return batch_size
+
+    return given_or_auto(batch_size, auto)
 
 
 def translate_sentences(model, tokenizer, sources: Sequence[str], num_beams: int = 4,
