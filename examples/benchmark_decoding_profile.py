@@ -99,9 +99,9 @@ def measure(args) -> dict:
     batch = tokenizer(lines, return_tensors="pt", padding=True).to(device)
     runs = searches(model, batch, args.num_beams)
     with torch.inference_mode():
-        texts = {name: tokenizer.batch_decode(synchronized(search, device), skip_special_tokens=True)
-                 for name, search in runs.items()}  # also the warm-up
-        steps = {name: synchronized(search, device).shape[-1] - 1 for name, search in runs.items()}
+        sequences = {name: synchronized(search, device) for name, search in runs.items()}  # also the warm-up
+        texts = {name: tokenizer.batch_decode(ids, skip_special_tokens=True) for name, ids in sequences.items()}
+        steps = {name: ids.shape[-1] - 1 for name, ids in sequences.items()}
         seconds = {name: [] for name in runs}
         for _ in range(args.rounds):
             for name, search in runs.items():
