@@ -130,6 +130,32 @@ def test_translate_refuses_a_batch_size_it_does_not_know(tokenizer, sources):
         translate(random_model(tiny_config()), tokenizer, sources, batch_size="all", **GENERATION)
 
 
+def test_each_process_takes_every_nth_batch_so_that_all_get_long_and_short_ones(tokenizer, sources, monkeypatch):
+    """Under torchrun, the second of two processes decodes batches 1, 3, ... of the longest-first order: a
+    contiguous split would give the first process every long sentence."""
+    import types
+
+    import accelerate.utils
+
+    state = types.SimpleNamespace(process_index=1, num_processes=2, is_main_process=False)
+    monkeypatch.setattr(translation_sentences, "distributed_state", lambda: state)
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda objects: objects)  # this process's share alone
+    decoded = []
+    real = translation_sentences._translate_batch
+    monkeypatch.setattr(translation_sentences, "_translate_batch",
+                        lambda model, tokenizer, texts, **kwargs: decoded.append(texts) or real(model, tokenizer, texts,
+                                                                                               **kwargs))
+    kept = [source for source in sources if source.strip()]
+    lengths = [len(ids) for ids in tokenizer(kept)["input_ids"]]
+    batches = [[kept[k] for k in batch] for batch in length_sorted_batches(lengths, 2)]
+    assert len(batches) == 5
+    translated = translate(random_model(tiny_config()), tokenizer, sources, batch_size=2, max_tokens=None,
+                           **GENERATION)
+    assert decoded == [batches[1], batches[3]]
+    assert [bool(translation.hypotheses) for translation in translated] == [
+        any(source in batch for batch in decoded) for source in sources]
+
+
 def test_output_keeps_input_order_and_blank_lines_whatever_the_batches(model, tokenizer, sources):
     alone = [translate(model, tokenizer, [source], num_beams=3, **GENERATION)[0] for source in sources]
     for batch_size, max_tokens in ((2, None), (32, None), (None, 40)):

@@ -6,9 +6,9 @@
 * the other sentences are sorted by token length (longest first) and packed into batches of at most
   ``batch_size`` sentences and, with ``max_tokens``, at most that many padded source tokens
   (:func:`~.batches.length_sorted_batches`), so that a batch holds sentences of similar length and little padding;
-* under ``torchrun`` / ``accelerate launch`` Accelerate's ``PartialState.split_between_processes`` gives each
-  process its share of the batches and ``gather_object`` brings the translations back, so every process returns
-  the whole list in input order;
+* under ``torchrun`` / ``accelerate launch`` each process takes every n-th batch (n processes; the batches come
+  longest first, so each gets long and short ones) and Accelerate's ``gather_object`` brings the translations
+  back, so every process returns the whole list in input order;
 * each batch is decoded by :func:`hf_headattn.decoding.generate_sequences` (the fast path for greedy and beam
   search, else ``model.generate``; ``nbest`` hypotheses);
 * with ``scores``, ``alignments`` or ``attention``, one teacher-forced pass over the chosen hypotheses gives their
@@ -20,7 +20,6 @@ Tooling, not model runtime: never copied into a checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -121,19 +120,21 @@ def translate(
     batches = [[kept[k] for k in batch] for batch in length_sorted_batches(
         [min(length, limit or length) for length in lengths], batch_size, max_tokens)]
 
+    # Batches come longest first: each process takes every num_processes-th, so that all get long and short ones
+    # (Accelerate's split_between_processes gives the first process the first, longest, part)
+    own_batches = batches[state.process_index::state.num_processes] if state else batches
     results: dict[int, list[Hypothesis]] = {}
-    with (state.split_between_processes(batches) if state else contextlib.nullcontext(batches)) as own_batches:
-        bar = tqdm(total=sum(len(batch) for batch in own_batches), desc=desc, unit="sentence",
-                   disable=not progress or (state is not None and not state.is_main_process))
-        for batch in own_batches:
-            texts = [sources[index] for index in batch]
-            hypotheses = _translate_batch(model, tokenizer, texts, nbest=nbest, limit=limit, fast=fast,
-                                          scores=scores or nbest > 1, alignments=alignments,
-                                          alignment_layer=alignment_layer, alignment_heads=alignment_heads,
-                                          attention=attention, generate_kwargs=generate_kwargs)
-            results.update(zip(batch, hypotheses))
-            bar.update(len(batch))
-        bar.close()
+    bar = tqdm(total=sum(len(batch) for batch in own_batches), desc=desc, unit="sentence",
+               disable=not progress or (state is not None and not state.is_main_process))
+    for batch in own_batches:
+        texts = [sources[index] for index in batch]
+        hypotheses = _translate_batch(model, tokenizer, texts, nbest=nbest, limit=limit, fast=fast,
+                                      scores=scores or nbest > 1, alignments=alignments,
+                                      alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                                      attention=attention, generate_kwargs=generate_kwargs)
+        results.update(zip(batch, hypotheses))
+        bar.update(len(batch))
+    bar.close()
     if state is not None:
         from accelerate.utils import gather_object
 
