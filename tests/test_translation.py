@@ -142,9 +142,12 @@ def test_each_process_takes_every_nth_batch_so_that_all_get_long_and_short_ones(
     monkeypatch.setattr(accelerate.utils, "gather_object", lambda objects: objects)  # this process's share alone
     decoded = []
     real = translation_sentences._translate_batch
-    monkeypatch.setattr(translation_sentences, "_translate_batch",
-                        lambda model, tokenizer, texts, **kwargs: decoded.append(texts) or real(model, tokenizer, texts,
-                                                                                               **kwargs))
+
+    def recording(model, tokenizer, texts, **kwargs):
+        decoded.append(texts)
+        return real(model, tokenizer, texts, **kwargs)
+
+    monkeypatch.setattr(translation_sentences, "_translate_batch", recording)
     kept = [source for source in sources if source.strip()]
     lengths = [len(ids) for ids in tokenizer(kept)["input_ids"]]
     batches = [[kept[k] for k in batch] for batch in length_sorted_batches(lengths, 2)]
