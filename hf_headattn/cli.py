@@ -19,8 +19,10 @@ import ctypes
 import gc
 import logging
 import math
+import os
 import platform
 import re
+import sys
 from pathlib import Path
 
 
@@ -75,8 +77,29 @@ def skip_exit_collections() -> None:
     exit handlers run, output is flushed, and every object is freed as its last reference goes; only objects held
     in reference cycles are left to the operating system, as `os._exit` leaves them all. Every command's `main`
     calls it; once registered, however often."""
-    atexit.unregister(gc.freeze)
-    atexit.register(gc.freeze)
+    atexit.unregister(freeze_heap_and_silence_teardown)
+    atexit.register(freeze_heap_and_silence_teardown)
+
+
+def freeze_heap_and_silence_teardown() -> None:
+    """The exit handler of `skip_exit_collections`. After the freeze, the objects it left uncollected are reported by
+    extensions that count their own objects at teardown: triton's nanobind bindings, which torch imports wherever
+    triton is installed, print ~40 lines of `nanobind: leaked 514 functions!` under the command's last line (its
+    error message included). Those reports are the freeze's own doing, never the command's, so once everything the
+    command wrote is flushed, standard error is pointed at the null device for the teardown (as triton does for its
+    own compile workers)."""
+    gc.freeze()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):  # closed, detached or a broken pipe: nothing left to keep
+            pass
+    try:
+        null_device = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    os.dup2(null_device, 2)
+    os.close(null_device)
 
 
 def configure_logging(verbose: bool) -> None:
