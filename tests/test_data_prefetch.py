@@ -2,10 +2,12 @@
 the command line agrees with the command's parser, what it prepares is what the command prepares itself, and it is
 taken only when made from the same recipe, stopped and cleaned up otherwise."""
 
+import io
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -184,3 +186,58 @@ def test_the_command_trains_the_same_model_with_the_data_prepared_during_start_u
         assert not list(temporary.iterdir())  # the forked process's folder removed
     for name in ("tokenizer.json", "model.safetensors"):
         assert (outputs["1"] / name).read_bytes() == (outputs["0"] / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("bad_flag", [["--cross_attention", "csparsmax"], ["--fertility", "guidded"],
+                                      ["--cross_attention", '{"variant": "sparsemax", "typo": 1}']])
+def test_a_refused_command_shows_nothing_of_the_data_preparation(toy_files, tmp_path, bad_flag):
+    """The preparation forked at start-up is speculative: a command whose flags are refused prints its usage error
+    and nothing of it (issue 75: the tokenizer's and the tokenisation's bars came first), and leaves no folder."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "TMPDIR": str(temporary), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_CACHE": str(tmp_path / "datasets")}
+    env.pop(data_prefetch.DISABLED, None)
+    argv = [*file_flags(toy_files), *TINY_MODEL, *bad_flag, "--output_dir", str(tmp_path / "run")]
+    result = subprocess.run([sys.executable, "-m", "hf_headattn.commands.train", *argv], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("usage: hf-headattn-train") and lines[-1].startswith("hf-headattn-train: error: "), \
+        result.stderr
+    assert len(lines) == 2, result.stderr
+    assert not (tmp_path / "run").exists() and not list(temporary.iterdir())
+
+
+def test_the_model_flags_are_checked_before_trainers_arguments_import_the_model_stack(toy_files, tmp_path):
+    """A misspelt variant is refused before `Seq2SeqTrainingArguments` is built, whose checks import Transformers'
+    modeling code (~2.5 s on 2 cores): the refusal costs the imports of the flags' parser and no more."""
+    script = ("import sys; from hf_headattn.training.arguments import parse_args\n"
+              "try:\n    parse_args(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+              "print('transformers.modeling_utils' in sys.modules)")
+    argv = [*file_flags(toy_files), "--cross_attention", "csparsmax", "--output_dir", str(tmp_path / "run")]
+    result = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300)
+    assert "Unknown attention variant 'csparsmax'" in result.stderr
+    assert result.stdout.strip() == "False"
+
+
+def held_output_after(release: bytes) -> tuple[str, str]:
+    """What a `HeldOutput` showed of two progress-bar updates before and after its gate got `release` (then
+    closed), and after one more line."""
+    stream, (gate_reader, gate_writer) = io.StringIO(), os.pipe()
+    held = data_prefetch.HeldOutput(stream, gate_reader)
+    held.write("bar 1\r")
+    held.write("bar 2\r")
+    before = stream.getvalue()
+    os.write(gate_writer, release)
+    os.close(gate_writer)
+    deadline = time.monotonic() + 10
+    while release and not held._shown and time.monotonic() < deadline:  # the gate's thread takes the byte
+        time.sleep(0.01)
+    held.write("after\n")
+    return before, stream.getvalue()
+
+
+def test_held_output_shows_what_it_kept_once_released_and_nothing_if_refused():
+    assert held_output_after(b"1") == ("", "bar 1\rbar 2\rafter\n")
+    assert held_output_after(b"") == ("", "")

@@ -85,6 +85,7 @@ def main(argv=None) -> None:
         from ..training.run_folder import RunRefused
 
         arguments = parse_args(argv, make_parser())
+        prefetch.show_output()  # every flag is checked: the preparation is this run's
         run_args, training_args = arguments[2], arguments[3]
         quiet_libraries(run_args.verbose, datasets=True)
         try:

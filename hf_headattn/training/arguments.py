@@ -295,9 +295,12 @@ def parse_args(argv=None, parser: HfArgumentParser | None = None):
         if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
             arguments_file = Path(argv[0])
             values = read_arguments_file(arguments_file)
-            parsed = parser.parse_dict({**NMT_TRAINING_DEFAULTS, **preset_defaults(values.get("preset")), **values})
+            values = {**NMT_TRAINING_DEFAULTS, **preset_defaults(values.get("preset")), **values}
+            check_model_arguments(*model_and_data_arguments(values))
+            parsed = parser.parse_dict(values)
         else:
             parser.set_defaults(**preset_defaults(preset_named_in(argv)))
+            check_model_arguments(*model_and_data_arguments(vars(parser.parse_known_args(argv)[0])))
             parsed = parser.parse_args_into_dataclasses(argv, look_for_args_file=False)
         check_arguments(*parsed)
     except (ValueError, OSError, yaml.YAMLError) as error:  # includes Trainer's own checks of its arguments
@@ -406,11 +409,7 @@ def preset_named_in(argv: list[str]) -> str | None:
 def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
                     training_args: Seq2SeqTrainingArguments) -> None:
     """Raise ValueError, naming the flag, for anything the command would otherwise find out late or not at all."""
-    for arguments in (model_args, data_args):
-        for spec in dataclasses.fields(arguments):
-            choices, value = spec.metadata.get("choices"), getattr(arguments, spec.name)
-            if choices and value not in choices:
-                raise ValueError(f"--{spec.name} {value!r}: choose from {', '.join(map(str, choices))}")
+    check_model_arguments(model_args, data_args)
 
     # data
     text_files = data_args.train_source is not None or data_args.train_target is not None
@@ -519,7 +518,27 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
             raise ValueError("--early_stopping_patience needs --load_best_model_at_end (and --metric_for_best_model "
                              "to watch something other than the validation loss)")
 
-    # model: flags of the other architecture, fertility without constrained attention, the config's own checks
+    if model_args.tokenizer is not None and (problem := model_path_problem(model_args.tokenizer, "--tokenizer")):
+        raise ValueError(problem)
+
+    # the run folder
+    output_dir, working_dir = Path(training_args.output_dir).resolve(), Path.cwd().resolve()
+    if output_dir == working_dir or output_dir in working_dir.parents:
+        raise ValueError(f"--output_dir {training_args.output_dir} is the current folder or holds it; the finished "
+                         "model replaces the --output_dir whole, so give the run a folder of its own (e.g. runs/de-en)")
+    find_checkpoint(run_args, training_args)  # checked here; `train` settles it under the run's lock
+
+
+def check_model_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:
+    """The checks of `check_arguments` that need only the model's and the data's flags: choices, flags of the other
+    architecture, fertility without constrained attention, and the config's own checks of the attention variants
+    and their options (`build_config`). `parse_args` runs them before Trainer's arguments are built, whose checks
+    import Transformers' whole model stack (~2.5 s on 2 cores), so that a misspelt variant is refused at once."""
+    for arguments in (model_args, data_args):
+        for spec in dataclasses.fields(arguments):
+            choices, value = spec.metadata.get("choices"), getattr(arguments, spec.name)
+            if choices and value not in choices:
+                raise ValueError(f"--{spec.name} {value!r}: choose from {', '.join(map(str, choices))}")
     defaults = ModelArguments()
     foreign = RNN_FLAGS if model_args.architecture == "transformer" else TRANSFORMER_FLAGS
     for name in foreign:
@@ -537,15 +556,16 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
     if (model_args.fertility_predictor_epochs != defaults.fertility_predictor_epochs
             and model_args.fertility != "predicted"):
         raise ValueError("--fertility_predictor_epochs applies to --fertility predicted only")
-    if model_args.tokenizer is not None and (problem := model_path_problem(model_args.tokenizer, "--tokenizer")):
-        raise ValueError(problem)
 
-    # the run folder
-    output_dir, working_dir = Path(training_args.output_dir).resolve(), Path.cwd().resolve()
-    if output_dir == working_dir or output_dir in working_dir.parents:
-        raise ValueError(f"--output_dir {training_args.output_dir} is the current folder or holds it; the finished "
-                         "model replaces the --output_dir whole, so give the run a folder of its own (e.g. runs/de-en)")
-    find_checkpoint(run_args, training_args)  # checked here; `train` settles it under the run's lock
+
+def model_and_data_arguments(values: dict) -> tuple[ModelArguments, DataArguments]:
+    """The model's and the data's argument groups of `values` (flag names to values, as parsed), the other
+    groups' flags passed over."""
+    def group(cls):
+        names = {spec.name for spec in dataclasses.fields(cls) if spec.init}
+        return cls(**{name: value for name, value in values.items() if name in names})
+
+    return group(ModelArguments), group(DataArguments)
 
 
 def attention_spec(flag: str, value: str):

@@ -14,6 +14,12 @@ would have written them. It is not started where it cannot foresee the data or w
 given --tokenizer, --sample_train_pairs, a run that resumes a checkpoint, several processes (torchrun), --help, torch
 already imported (the command called from Python), no `os.fork`; HF_HEADATTN_DATA_PREFETCH=0 turns it off.
 
+The process is speculative until the command's arguments are checked: what it writes to standard error (its
+progress bars, its warnings) is held back until the command has parsed and checked every flag
+(`DataPrefetch.show_output`), and a refused command stops it with nothing of it shown; it runs at a lower
+scheduling priority, so that on a machine of few cores it does not delay the imports and checks that decide whether
+the run goes ahead.
+
 At 29k pairs the command reaches its first optimizer step about 2 s sooner (examples/benchmark_data_prep.py).
 
 Tooling, not model runtime: never copied into a checkpoint.
@@ -28,6 +34,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +58,8 @@ PATH_FLAGS = ("train_source", "train_target", "valid_source", "valid_target", "t
 # Flags under which the data cannot be foreseen from the words alone, or is not prepared from files at the start
 UNFORESEEN_FLAGS = ("dataset", "tokenizer", "sample_train_pairs", "resume_from_checkpoint", "streaming")
 DISABLED = "HF_HEADATTN_DATA_PREFETCH"  # "0": never start the process
+# how much lower the process' scheduling priority is than the command's (os.nice: 0 same, 19 lowest)
+NICENESS = 10
 
 
 def data_recipe(values: Mapping[str, Any], file_sha256: Mapping[str, str]) -> dict:
@@ -144,8 +153,9 @@ class DataPrefetch:
     """The forked data preparation of one training command (`start`), taken (`take`) or stopped (`close`); a
     context manager that stops it and removes its temporary folder on the way out."""
 
-    def __init__(self, pid: int | None = None, reader: int | None = None, folder: Path | None = None):
-        self.pid, self._reader, self._folder = pid, reader, folder
+    def __init__(self, pid: int | None = None, reader: int | None = None, folder: Path | None = None,
+                 output_gate: int | None = None):
+        self.pid, self._reader, self._folder, self._output_gate = pid, reader, folder, output_gate
 
     @classmethod
     def start(cls, argv: list[str]) -> DataPrefetch:
@@ -161,14 +171,18 @@ class DataPrefetch:
         # made here, so that the command removes it whenever it stops the process
         folder = Path(tempfile.mkdtemp(prefix="hf-headattn-train-data-"))
         reader, writer = os.pipe()
+        gate_reader, gate_writer = os.pipe()  # one byte from the command: the arguments are valid, show the output
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # the forked process: prepare, report, exit without the parent's exit handlers
             os.close(reader)
+            os.close(gate_writer)
             status = 1
             try:
                 os.setpgid(0, 0)  # its own group: `close` stops it with the pool it may fork
+                os.nice(NICENESS)
+                sys.stderr = HeldOutput(sys.stderr, gate_reader)
                 _prepare_and_report(recipe, verbose, folder, writer, parent=os.getppid())
                 status = 0
             except BaseException:  # the command prepares the data itself and says what went wrong
@@ -176,11 +190,23 @@ class DataPrefetch:
             finally:
                 os._exit(status)
         os.close(writer)
+        os.close(gate_reader)
         try:  # as the process does itself: whichever runs first, `close` finds its group
             os.setpgid(pid, pid)
         except OSError:  # it did so already and may have exited
             pass
-        return cls(pid, reader, folder)
+        return cls(pid, reader, folder, gate_writer)
+
+    def show_output(self) -> None:
+        """Let the process' standard error through, what it held back included: the command has checked its
+        arguments, so the preparation is the run's own."""
+        if self._output_gate is not None:
+            try:
+                os.write(self._output_gate, b"1")
+            except OSError:  # the process has exited already
+                pass
+            os.close(self._output_gate)
+            self._output_gate = None
 
     @property
     def active(self) -> bool:
@@ -220,9 +246,10 @@ class DataPrefetch:
                 pass
             os.waitpid(self.pid, 0)
             self.pid = None
-        if self._reader is not None:
-            os.close(self._reader)
-            self._reader = None
+        for name in ("_reader", "_output_gate"):
+            if getattr(self, name) is not None:
+                os.close(getattr(self, name))
+                setattr(self, name, None)
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
@@ -232,6 +259,48 @@ class DataPrefetch:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+class HeldOutput:
+    """The forked process' standard error: what is written is kept until the command sends a byte down `gate` (its
+    arguments are valid, `DataPrefetch.show_output`), then written out and passed through from then on; if the
+    command closes `gate` without one (it refused its arguments), nothing is ever shown."""
+
+    def __init__(self, stream, gate: int):
+        self._stream, self._held, self._shown = stream, [], False
+        self._lock = threading.Lock()
+        threading.Thread(target=self._wait_for, args=(gate,), daemon=True).start()
+
+    def _wait_for(self, gate: int) -> None:
+        released = os.read(gate, 1) == b"1"
+        os.close(gate)
+        if released:
+            with self._lock:
+                self._shown = True
+                self._stream.write("".join(self._held))
+                self._stream.flush()
+                self._held.clear()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            if self._shown:
+                return self._stream.write(text)
+            self._held.append(text)
+            return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._shown:
+                self._stream.flush()
+
+    def isatty(self) -> bool:  # progress bars are drawn as they would be on the stream they end up on
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def __getattr__(self, name: str):  # encoding, errors, ...: the stream's
+        return getattr(self._stream, name)
 
 
 def _prepare_and_report(recipe: dict, verbose: bool, folder: Path, writer: int, parent: int) -> None:
