@@ -135,6 +135,15 @@ def quiet_libraries(verbose: bool, *, datasets: bool = False) -> None:
             datasets_library.disable_progress_bars()
 
 
+def close_progress_bars() -> None:
+    """Close every tqdm bar still open (as an exception leaves them), so that each ends its line now rather than
+    being drawn again under the command's last words when it is collected."""
+    from tqdm import tqdm
+
+    for bar in list(tqdm._instances):
+        bar.close()
+
+
 # glibc's mallopt parameters (malloc.h) and the largest mmap threshold it accepts on 64-bit systems (32 MiB)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _LARGEST_MMAP_THRESHOLD = 32 << 20

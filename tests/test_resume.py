@@ -93,3 +93,25 @@ def test_a_killed_run_resumes_to_the_same_weights_and_optimizer_state(batching, 
     metrics = json.loads((resumed / "train_results.json").read_text())
     assert clock["seconds_before"] > 0
     assert metrics["train_runtime_total"] == pytest.approx(clock["seconds_before"] + metrics["train_runtime"], abs=1e-3)
+
+
+def test_ctrl_c_says_in_one_line_which_checkpoint_the_same_command_resumes(tmp_path):
+    """Ctrl-C (SIGINT) during training: no traceback, one line naming the last complete checkpoint and the command
+    that resumes from it, and the shell's status for an interrupted command (130)."""
+    data = toy_data(tmp_path / "data")
+    output_dir = tmp_path / "run"
+    argv = command(data, output_dir, BATCHING["sentence batches"])
+    process = subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    marker = output_dir / "checkpoint-6" / "trainer_state.json"
+    deadline = time.monotonic() + 600
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=120)[1]
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    last_line = stderr.splitlines()[-1]
+    checkpoints = sorted(output_dir.glob("checkpoint-*/trainer_state.json"),
+                         key=lambda path: int(path.parent.name.split("-")[1]))
+    assert last_line.startswith("hf-headattn-train: interrupted; `hf-headattn-train --train_source ")
+    assert last_line.endswith(f"` resumes from {checkpoints[-1].parent}"), last_line

@@ -11,11 +11,12 @@ progress bars are off unless --verbose.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..cli import HelpFormatter, add_version_argument, quiet_libraries, skip_exit_collections
+from ..cli import HelpFormatter, add_version_argument, close_progress_bars, quiet_libraries, skip_exit_collections
 from ..training.data_prefetch import DataPrefetch
 
 if TYPE_CHECKING:
@@ -73,6 +74,21 @@ def make_parser() -> HfArgumentParser:
     return parser
 
 
+# what a shell reports for a command stopped by Ctrl-C (128 + SIGINT)
+INTERRUPTED_STATUS = 130
+
+
+def interrupted_line(output_dir: str, argv: list[str]) -> str:
+    """What an interrupted run says: the checkpoint it left, and the command that resumes from it (the same one)."""
+    from ..training.checkpoints import last_complete_checkpoint
+
+    command = shlex.join(["hf-headattn-train", *argv])
+    checkpoint = last_complete_checkpoint(output_dir)
+    if checkpoint is None:
+        return f"hf-headattn-train: interrupted before its first checkpoint; `{command}` starts it again"
+    return f"hf-headattn-train: interrupted; `{command}` resumes from {checkpoint}"
+
+
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     skip_exit_collections()
@@ -94,6 +110,11 @@ def main(argv=None) -> None:
                 print(summary_line(metrics, Path(training_args.output_dir)), flush=True)
         except RunRefused as error:
             raise SystemExit(f"hf-headattn-train: error: {error}") from None
+        except KeyboardInterrupt:
+            close_progress_bars()  # ends the interrupted bar's line, which it would otherwise draw again at exit
+            if training_args.process_index == 0:
+                print(interrupted_line(training_args.output_dir, argv), file=sys.stderr, flush=True)
+            raise SystemExit(INTERRUPTED_STATUS) from None
         finally:
             # Under torchrun / accelerate launch, a process group left to interpreter exit can abort a rank in
             # gloo's teardown ("terminate called without an active exception") after training succeeded.
