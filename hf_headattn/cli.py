@@ -285,6 +285,16 @@ def model_path_problem(name: str | Path, flag: str = "--model", hub_ids: bool = 
     return f"{flag} {text}: no such folder ({why}); check the path"
 
 
+def check_file_flags(parser: argparse.ArgumentParser, files: dict[str, str | Path | list | None]) -> None:
+    """Exit with `parser`'s usage error (status 2) for the first of `files` (flag -> a path, a list of paths, or None
+    where the flag is not given) that is not a file, in the words every command uses: `--source PATH: no such
+    file`."""
+    for flag, paths in files.items():
+        for path in paths if isinstance(paths, list) else [paths]:
+            if path is not None and not Path(path).is_file():
+                parser.error(f"{flag} {path}: no such file")
+
+
 def check_model_flag(parser: argparse.ArgumentParser, names, flag: str = "--model", hub_ids: bool = True) -> None:
     """Exit with `parser`'s usage error for the first of `names` (one name, a list, or None) that
     `model_path_problem` refuses."""

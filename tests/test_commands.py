@@ -382,3 +382,26 @@ def test_exit_freezes_the_heap_once_for_every_command(monkeypatch):
     for module, _ in COMMANDS.values():
         main = importlib.import_module(module).main
         assert "skip_exit_collections()" in inspect.getsource(main), module
+
+
+def test_a_missing_file_is_one_usage_error_in_every_command(tmp_path, capsys):
+    """The same words and status wherever a command is given a file that is not there (issue 75: three wordings,
+    exits 1 and 2): `PROG: error: --FLAG PATH: no such file`, status 2, before anything is loaded."""
+    missing = str(tmp_path / "missing.txt")
+    present = tmp_path / "present.txt"
+    present.write_text("ein hund .\n", encoding="utf-8")
+    cases = {
+        "hf_headattn.commands.train": (["--train_source", missing, "--train_target", str(present),
+                                        "--output_dir", str(tmp_path / "run")], "--train_source"),
+        "hf_headattn.commands.translate": (["--model", str(tmp_path / "model"), "--input", missing], "--input"),
+        "hf_headattn.commands.evaluate": (["--model", str(tmp_path / "model"), "--source", str(present),
+                                           "--reference", missing, "--output_dir", str(tmp_path / "eval")], "--reference"),
+        "hf_headattn.commands.plot": (["bleu-by-length", "--results", missing, "--output", str(tmp_path / "f.png")],
+                                      "--results"),
+    }
+    for module, (argv, flag) in cases.items():
+        with pytest.raises(SystemExit) as exit_info:
+            importlib.import_module(module).main(argv)
+        assert exit_info.value.code == 2, module
+        program = next(name for name, (command_module, _) in COMMANDS.items() if command_module == module)
+        assert capsys.readouterr().err.splitlines()[-1] == f"{program}: error: {flag} {missing}: no such file"

@@ -489,7 +489,7 @@ def test_command_refuses_bad_input_before_translating(folder, tmp_path, capsys):
     source = tmp_path / "in.de"
     source.write_text("der hund .\n", encoding="utf-8")
     cases = [
-        (["--model", model_dir, "--input", tmp_path / "missing.de"], "input file not found"),
+        (["--model", model_dir, "--input", tmp_path / "missing.de"], "missing.de: no such file"),
         (["--model", tmp_path / "no-model", "--input", source], "no-model: no such folder"),
         (["--model", model_dir, "--input", source, "--nbest", "3", "--num_beams", "2"], "--nbest 3 is more than"),
         (["--model", model_dir, "--input", source, "--output", source], "is the input file"),

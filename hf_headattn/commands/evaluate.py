@@ -9,8 +9,8 @@ import argparse
 import json
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_argument, add_json_argument,
-                   add_verbose_and_version_arguments, check_model_flag, configure_logging, finite_float,
-                   keep_freed_memory, non_negative_float, positive_int, skip_exit_collections)
+                   add_verbose_and_version_arguments, check_file_flags, check_model_flag, configure_logging,
+                   finite_float, keep_freed_memory, non_negative_float, positive_int, skip_exit_collections)
 from ..evaluation import TOKENIZE_CHOICES, evaluate_model
 from ..metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS
 from ..translation.batches import AUTO_BATCH_SIZE
@@ -92,6 +92,8 @@ def main(argv=None) -> None:
     keep_freed_memory()  # decoding reallocates tensors of MiBs at every step
     if (args.train_source is None) != (args.train_target is None):
         parser.error("--train_source and --train_target go together")
+    check_file_flags(parser, {"--source": args.source, "--reference": args.reference,
+                              "--train_source": args.train_source, "--train_target": args.train_target})
     check_model_flag(parser, args.model, hub_ids=False)  # evaluation runs only a local folder's code
     check_model_flag(parser, args.tokenizer, "--tokenizer")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
-                   configure_logging, positive_int, skip_exit_collections)
+from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_file_flags,
+                   check_model_flag, configure_logging, positive_int, skip_exit_collections)
 from ..loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed
 from ..plotting import (ATTENTION_HEADS, head_importance_figure, plot_attention_map, plot_bleu_by_length,
                         systems_from_files)
@@ -78,6 +78,7 @@ def main(argv=None):
     skip_exit_collections()
 
     if args.command == "bleu-by-length":
+        check_file_flags(parser, {"--results": args.results})
         try:  # every results file read and checked before the figure is drawn
             systems = systems_from_files(args.results, args.labels)
         except (FileNotFoundError, ValueError) as error:

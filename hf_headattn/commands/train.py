@@ -83,7 +83,7 @@ def interrupted_line(output_dir: str, argv: list[str]) -> str:
     from ..training.checkpoints import last_complete_checkpoint
 
     command = shlex.join(["hf-headattn-train", *argv])
-    checkpoint = last_complete_checkpoint(output_dir)
+    checkpoint = last_complete_checkpoint(output_dir, warn=False)
     if checkpoint is None:
         return f"hf-headattn-train: interrupted before its first checkpoint; `{command}` starts it again"
     return f"hf-headattn-train: interrupted; `{command}` resumes from {checkpoint}"

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_argument,
-                   add_verbose_and_version_arguments, check_model_flag, configure_logging, finite_float,
-                   keep_freed_memory, non_negative_int, positive_float, positive_int, probability, random_seed,
-                   skip_exit_collections)
+                   add_verbose_and_version_arguments, check_file_flags, check_model_flag, configure_logging,
+                   finite_float, keep_freed_memory, non_negative_int, positive_float, positive_int, probability,
+                   random_seed, skip_exit_collections)
 from ..output_files import new_file
 from ..translation import (ALIGNMENT_HEADS, AUTO_BATCH_SIZE, DEFAULT_BATCH_ROWS, DEFAULT_BATCH_SIZE,
                            DEFAULT_MAX_TOKENS, GENERATE_BATCH_SIZE, OUTPUT_FORMATS, QUANTIZATIONS, format_translation,
@@ -141,8 +141,8 @@ GENERATION_FLAGS = ("num_beams", "max_new_tokens", "min_new_tokens", "length_pen
 
 
 def _check_paths(parser, args) -> None:
-    if args.input != "-" and not Path(args.input).is_file():
-        parser.exit(1, f"{parser.prog}: error: input file not found: {args.input}\n")
+    if args.input != "-":
+        check_file_flags(parser, {"--input": args.input})
     if args.output == "-":
         return
     output = Path(args.output)

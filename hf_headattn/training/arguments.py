@@ -526,7 +526,7 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
     if output_dir == working_dir or output_dir in working_dir.parents:
         raise ValueError(f"--output_dir {training_args.output_dir} is the current folder or holds it; the finished "
                          "model replaces the --output_dir whole, so give the run a folder of its own (e.g. runs/de-en)")
-    find_checkpoint(run_args, training_args)  # checked here; `train` settles it under the run's lock
+    find_checkpoint(run_args, training_args, warn=False)  # checked here; `train` settles it under the run's lock
 
 
 def check_model_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:

@@ -22,12 +22,14 @@ TRAINER_STATE_NAME, OPTIMIZER_NAME, SCHEDULER_NAME = "trainer_state.json", "opti
 logger = logging.getLogger(__name__)
 
 
-def find_checkpoint(run_args, training_args) -> str | None:
+def find_checkpoint(run_args, training_args, *, warn: bool = True) -> str | None:
     """The checkpoint the run of these RunArguments and Seq2SeqTrainingArguments resumes from:
     --resume_from_checkpoint, else the last complete checkpoint in --output_dir (none with --overwrite_output_dir).
     Refuses an --output_dir that already holds a finished model, --overwrite_output_dir with a checkpoint of the
     --output_dir it would delete, a checkpoint with a damaged or missing file (`check_checkpoint_files`) and one
-    without optimizer state unless --reset_optimizer."""
+    without optimizer state unless --reset_optimizer. `warn`: log the incomplete checkpoints passed over
+    (`last_complete_checkpoint`); the flags' check, which the run repeats under its lock, does not, so that the
+    warning is printed once."""
     output_dir = Path(training_args.output_dir)
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint is not None:
@@ -41,7 +43,7 @@ def find_checkpoint(run_args, training_args) -> str | None:
     elif run_args.overwrite_output_dir or not output_dir.is_dir():
         return None
     else:
-        checkpoint = last_complete_checkpoint(output_dir)
+        checkpoint = last_complete_checkpoint(output_dir, warn=warn)
         if checkpoint is None and any((output_dir / name).exists() for name in ("config.json", "train_results.json")):
             raise ValueError(f"--output_dir {output_dir} already holds a trained model and no checkpoint to resume "
                              "from; add --overwrite_output_dir to train again there, or choose another --output_dir")
@@ -56,10 +58,11 @@ def find_checkpoint(run_args, training_args) -> str | None:
     return checkpoint
 
 
-def last_complete_checkpoint(output_dir: str | Path, before_step: int | None = None) -> str | None:
+def last_complete_checkpoint(output_dir: str | Path, before_step: int | None = None, *,
+                             warn: bool = True) -> str | None:
     """The highest-numbered checkpoint-N folder (below `before_step`, if given) that was written to the end:
     Trainer writes trainer_state.json last, so a run killed or out of disk space while saving leaves a folder
-    without it, or with one cut short."""
+    without it, or with one cut short. `warn`: log each incomplete one passed over (only without `before_step`)."""
     checkpoints = sorted(checkpoint_folders(output_dir), key=_step, reverse=True)
     for checkpoint in checkpoints:
         if before_step is not None and _step(checkpoint) >= before_step:
@@ -67,7 +70,7 @@ def last_complete_checkpoint(output_dir: str | Path, before_step: int | None = N
         problem = file_problem(checkpoint / TRAINER_STATE_NAME, JSON)
         if problem is None:
             return str(checkpoint)
-        if before_step is None:
+        if before_step is None and warn:
             logger.warning(f"{checkpoint} is incomplete (killed while saving?): its {TRAINER_STATE_NAME}, which "
                            f"Trainer writes last, {problem}; not resuming from it")
     return None
