@@ -106,9 +106,16 @@ def systems_for(variants, backends) -> list[tuple[str, str]]:
             if not (variant == "mma" and backend.startswith("flash"))]
 
 
-def can_train(backend: str, device) -> str | None:
-    """None, or why `backend` cannot train on `device`."""
-    if backend == "flex_attention" and device.type == "cpu":
+def cannot_run(backend: str, device, measure_name: str) -> str | None:
+    """None, or why `backend` cannot run `measure_name` on `device`: flex attention is refused on a CPU whose compiled
+    kernel is wrong (`attention_backends.cpu_flex_problem`) and has no backward on any CPU."""
+    if backend != "flex_attention" or device.type != "cpu":
+        return None
+    from hf_headattn.runtime.attention_backends import cpu_flex_problem
+
+    if cpu_flex_problem() is not None:
+        return "refused: PyTorch's compiled CPU kernel is wrong on this CPU"
+    if measure_name == "train":
         return "no CPU backward (PyTorch 2.13 flex attention)"
     return None
 
@@ -239,7 +246,7 @@ def run(args) -> dict:
     for system, model in models.items():  # an untimed round: compiles flex attention for every shape timed below
         start = time.perf_counter()
         for measure_name in args.measures:
-            if measure_name != "train" or can_train(system[1], device) is None:
+            if cannot_run(system[1], device, measure_name) is None:
                 measure(model, measure_name, batches, args.output_length, device)
         warm_up[system] = time.perf_counter() - start
     rounds = {system: {measure_name: [] for measure_name in args.measures} for system in systems}
@@ -247,7 +254,7 @@ def run(args) -> dict:
         order = systems[round_index % len(systems):] + systems[:round_index % len(systems)]
         for system in order:
             for measure_name in args.measures:
-                if measure_name == "train" and can_train(system[1], device) is not None:
+                if cannot_run(system[1], device, measure_name) is not None:
                     continue
                 rounds[system][measure_name].append(
                     measure(models[system], measure_name, batches, args.output_length, device))
@@ -255,9 +262,10 @@ def run(args) -> dict:
     results = {}
     for system in systems:
         entry = {"warm_up_seconds": warm_up[system],
-                 "host_sync_free_forward": host_sync_free(models[system], batches[0], device)}
+                 "host_sync_free_forward": (None if cannot_run(system[1], device, "forward")
+                                            else host_sync_free(models[system], batches[0], device))}
         for measure_name in args.measures:
-            reason = can_train(system[1], device) if measure_name == "train" else None
+            reason = cannot_run(system[1], device, measure_name)
             entry[measure_name] = {"not_run": reason} if reason else summary(rounds[system][measure_name])
         results[f"{system[0]} {system[1]}"] = entry
     return results, host_sync_by_variant(args, batches[0], device)

@@ -18,6 +18,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import AttentionInterface
 
 from hf_headattn import HeadAttnForConditionalGeneration
+from hf_headattn.runtime import attention_backends
+from hf_headattn.runtime.attention_backends import cpu_flex_problem
 from hf_headattn.runtime.variant_checks import check_attention_implementation
 from hf_headattn.runtime.transformers_compat import cache_of
 
@@ -232,16 +234,55 @@ def _assert_flex_equals_eager(model):
     _assert_beam_scores_are_the_models(model, "flex_attention")
 
 
+def _assert_flex_equals_eager_or_is_refused(model):
+    """Where this CPU's compiled flex kernel is wrong (`cpu_flex_problem`), flex attention is refused with that reason
+    before any output; elsewhere it gives eager's results."""
+    problem = cpu_flex_problem()
+    if problem is None:
+        _assert_flex_equals_eager(model)
+        return
+    model.set_attn_implementation("flex_attention")
+    input_ids, attention_mask = _batch()
+    with pytest.raises(ValueError, match="flex_attention is refused on this CPU") as refused:
+        model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=DECODER_INPUT_IDS)
+    assert str(refused.value) == problem
+
+
 def test_flex_attention_equals_eager_with_per_head_masks_on_cpu():
     """Compiled flex attention (torch.compile, on the CPU) with block masks for padding, causality and mma's heads,
-    in a full pass, cached steps and beam search."""
-    _assert_flex_equals_eager(random_model(tiny_config(**SOFTMAX_FAMILY["mma"]), std=0.1))
+    in a full pass, cached steps and beam search; or refused, naming why, on a CPU where PyTorch's kernel is wrong."""
+    _assert_flex_equals_eager_or_is_refused(random_model(tiny_config(**SOFTMAX_FAMILY["mma"]), std=0.1))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(set(SOFTMAX_FAMILY) - {"mma"}))
 def test_flex_attention_equals_eager_for_every_softmax_variant(variant):
-    _assert_flex_equals_eager(random_model(tiny_config(**SOFTMAX_FAMILY[variant]), std=0.1))
+    _assert_flex_equals_eager_or_is_refused(random_model(tiny_config(**SOFTMAX_FAMILY[variant]), std=0.1))
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_the_cpu_flex_check_compares_the_kernel_with_sdpa(monkeypatch):
+    """The check itself: None where compiled flex attention gives SDPA's outputs, a reason naming the kernel's error
+    where it does not (a stand-in kernel that spoils the last sentence, as the AVX2 EPYC's did)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def spoiling_the_last_sentence():
+        def compiled(query, key, value, block_mask):
+            output = flex_attention(query, key, value, block_mask=block_mask).clone()
+            output[-1] += 0.5
+            return output
+        return compiled
+
+    monkeypatch.setattr(attention_backends, "compiled_flex_attention", lambda: flex_attention)  # unfused: exact
+    cpu_flex_problem.cache_clear()
+    try:
+        assert cpu_flex_problem() is None
+        cpu_flex_problem.cache_clear()
+        monkeypatch.setattr(attention_backends, "compiled_flex_attention", spoiling_the_last_sentence)
+        assert re.fullmatch(r"flex_attention is refused on this CPU: PyTorch .*'s compiled CPU kernel gives outputs "
+                            r"up to 0\.5 away from SDPA's for the last of 3 short sentences .*", cpu_flex_problem())
+    finally:
+        cpu_flex_problem.cache_clear()
 
 
 def test_flex_attention_cannot_train_on_the_cpu():
@@ -250,7 +291,7 @@ def test_flex_attention_cannot_train_on_the_cpu():
     model = random_model(tiny_config(), std=0.1).train()
     model.set_attn_implementation("flex_attention")
     input_ids, attention_mask = _batch()
-    with pytest.raises(NotImplementedError, match="backward on CPU"):
+    with pytest.raises((NotImplementedError, ValueError), match="backward on CPU|refused on this CPU"):
         model(input_ids=input_ids, attention_mask=attention_mask, labels=DECODER_INPUT_IDS[:, 1:])
 
 

@@ -20,6 +20,8 @@ registries are imported where they are read: the configuration imports this modu
 `hf-headattn-train --help` must not load `transformers.modeling_utils`.
 """
 
+import functools
+
 import torch
 from torch import nn
 
@@ -175,6 +177,42 @@ def block_mask(mask, head_mask, batch: int, heads: int, num_queries: int, num_ke
     return mask.derived(("block", head_mask.key if head_mask is not None else None, needs_backward), build)
 
 
+def compiled_flex_attention():
+    """PyTorch's flex attention, compiled for fixed shapes (what `cpu_flex_problem` checks)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@functools.cache
+def cpu_flex_problem() -> str | None:
+    """Why compiled flex attention cannot be trusted on this CPU, or None where it computes what SDPA does.
+
+    PyTorch 2.13's compiled CPU kernel gives wrong outputs for the last sentence of a batch under a causal block mask
+    on short sequences on an AVX2 AMD EPYC, where AVX-512 Xeons compute it right: three equal sentences of 8
+    positions, 4 heads of 8 dimensions, and the third's output was up to 1.4 away from the first's (beam search with
+    an mma model scored 9 of 72 tokens up to 0.92 away from the model's own full pass). The shape is checked once a
+    process, on the first call of flex attention on the CPU (a compile of about a second), so that flex attention is
+    refused where its result would be wrong rather than returning it."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(1, 4, 8, 8, generator=generator).expand(3, -1, -1, -1).contiguous()
+                         for _ in range(3))
+    causal = create_block_mask(lambda batch, head, query_index, key_index: key_index <= query_index, None, None, 8, 8,
+                               device="cpu")
+    with torch.no_grad():
+        got = compiled_flex_attention()(query, key, value, block_mask=causal)
+        expected = nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True)
+    if torch.allclose(got, expected, atol=1e-4, rtol=1e-4):
+        return None
+    error = (got - expected).abs().max().item()
+    wrong = "NaN" if error != error else f"outputs up to {error:.2g} away from SDPA's"
+    return (f"flex_attention is refused on this CPU: PyTorch {torch.__version__}'s compiled CPU kernel gives {wrong} "
+            "for the last of 3 short sentences under a causal mask, so translations through it would be wrong; use "
+            "attn_implementation='sdpa' (the default) or 'eager' on this CPU, or flex_attention on a GPU")
+
+
 def describe_module(module) -> str:
     """`module` (an attention variant) as its site and layer, for error messages."""
     return f"`{module.site}` of layer {module.layer_idx} ({module.name})"
@@ -209,6 +247,8 @@ def softmax_attention(
                              "gives each head its own mask; use sdpa, eager or flex_attention for this model")
         backend_mask, is_causal = mask.padding, mask.causal
     elif kind == BLOCK:
+        if query.device.type == "cpu" and not torch.compiler.is_compiling() and (problem := cpu_flex_problem()):
+            raise ValueError(problem)
         backend_mask = block_mask(mask, head_mask, query.shape[0], query.shape[1], query.shape[2], key.shape[2],
                                   query.device)
     elif implementation == SDPA and head_mask is None and mask.is_causal:
