@@ -30,6 +30,8 @@ from helpers import (RNN_CONFIGS, RNN_EOS_BIAS, VARIANT_CONFIGS, VOCAB, free_por
 
 SETTINGS = dict(num_beams=2, nbest=2, max_new_tokens=8)
 
+NEEDS_GRADIO = "the web page needs gradio (the app extra): pip install -e \".[app]\""
+
 
 @pytest.fixture(scope="module")
 def pairs():
@@ -178,6 +180,7 @@ def test_exact_zeros_look_unlike_small_values_and_the_map_has_a_colour_bar():
 
 
 def test_linked_choices_apply_to_both_panels_and_a_missing_layer_or_head_is_named(tokenizer, lines):
+    pytest.importorskip("gradio", reason=NEEDS_GRADIO)  # the page's outputs are gradio updates
     two_layers = PanelResult("a", layer_labels=["layer 1", "layer 2"], layer_heads=[[1, 2, 3, 4], [1, 2, 3, 4]])
     one_layer = PanelResult("b", layer_labels=["source attention"], layer_heads=[[1, 2]])
     assert linked_layer_choices([two_layers, one_layer]) == [("layer 1 / source attention", "0"), ("layer 2", "1")]
@@ -207,6 +210,7 @@ def test_linked_choices_apply_to_both_panels_and_a_missing_layer_or_head_is_name
 
 
 def test_the_difference_view_subtracts_two_models_on_one_translation(tokenizer, lines, pairs):
+    pytest.importorskip("gradio", reason=NEEDS_GRADIO)  # the page's outputs are gradio updates
     softmax = DemoModel("softmax", random_model(tiny_config(vocab_size=len(tokenizer))), tokenizer)
     sparse = DemoModel("csparsemax", random_model(tiny_config(vocab_size=len(tokenizer), cross_attention="csparsemax"),
                                                   seed=1), tokenizer)
@@ -264,7 +268,7 @@ def test_words_are_split_for_people():
 
 
 def test_the_text_box_offers_the_cards_examples(tokenizer):
-    pytest.importorskip("gradio")
+    pytest.importorskip("gradio", reason=NEEDS_GRADIO)
     model = random_model(tiny_config(vocab_size=len(tokenizer)))
     carded = DemoModel("carded", model, tokenizer, examples=["ein hund läuft .", "a | b"])
     also = DemoModel("also", model, tokenizer, examples=["a | b", "zwei katzen ."])
@@ -363,7 +367,7 @@ def test_a_model_that_fails_to_load_is_a_message_and_the_others_work(tokenizer, 
 
 
 def test_the_page_never_shows_a_stack_trace(tokenizer, monkeypatch):
-    pytest.importorskip("gradio")
+    pytest.importorskip("gradio", reason=NEEDS_GRADIO)
     model = DemoModel("m", random_model(tiny_config(vocab_size=len(tokenizer))), tokenizer)
     broken = DemoModel("broken", error="OSError: no config.json")
     models = {"m": model, "broken": broken}
@@ -414,7 +418,7 @@ def test_descriptions_name_the_variants_of_both_families():
 
 
 def test_the_page_translates_over_http(tokenizer, lines, capfd):
-    pytest.importorskip("gradio")
+    pytest.importorskip("gradio", reason=NEEDS_GRADIO)
     from gradio_client import Client
 
     softmax = random_model(tiny_config(vocab_size=len(tokenizer)))
@@ -445,7 +449,7 @@ def test_the_page_translates_over_http(tokenizer, lines, capfd):
 
 
 def test_the_command_loads_its_models_and_serves_the_page(tokenizer, tmp_path, monkeypatch, capsys):
-    pytest.importorskip("gradio")
+    pytest.importorskip("gradio", reason=NEEDS_GRADIO)
     folder = tmp_path / "model"
     random_model(tiny_config(vocab_size=len(tokenizer), cross_attention="csoftmax")).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
