@@ -1,7 +1,9 @@
-"""Sparse and constrained attention transformations (Malaviya, Ferreira & Martins, 2018, Sec. 3).
+"""Sparse and constrained attention transformations (Malaviya, Ferreira & Martins, 2018, Sec. 3; the entmax family
+of Peters, Niculae & Martins, 2019, and Correia, Niculae & Martins, 2019).
 
-Three drop-in replacements for ``softmax`` over the keys, each mapping scores ``z`` (and, for the constrained
-ones, upper bounds ``u``) to a probability distribution ``alpha``:
+Drop-in replacements for ``softmax`` over the keys, each mapping scores ``z`` (and, for the constrained ones, upper
+bounds ``u``; for ``entmax_bisect``, the order ``a`` of its argument ``alpha``) to a probability distribution
+``alpha``:
 
 * ``sparsemax(z)`` (Eq. 3; Martins & Astudillo, 2016): the Euclidean projection of ``z`` onto the probability
   simplex, ``alpha_j = max(0, z_j - tau)``. Exactly zero on low-scoring keys.
@@ -12,8 +14,14 @@ ones, upper bounds ``u``) to a probability distribution ``alpha``:
 * ``csparsemax(z, u)`` (Eq. 6; the paper's proposal): the Euclidean projection onto the simplex intersected
   with the box ``0 <= alpha <= u``, ``alpha_j = max(0, min(u_j, z_j - tau))`` (Proposition 1, as corrected in
   the project's paper notes). Sparse over keys and over decoding steps.
+* ``entmax15(z)`` (Peters et al., 2019): 1.5-entmax, ``alpha_j = [z_j / 2 - tau]_+^2``, the Tsallis-entropy map
+  halfway between softmax and sparsemax: exact zeros, with a wider and smoother support than sparsemax's.
+* ``entmax_bisect(z, a)`` (Peters et al., 2019, Eq. 10; Correia et al., 2019): a-entmax for any ``a`` in (1, 2],
+  ``alpha_j = [(a - 1) z_j - tau]_+^(1 / (a - 1))`` (``a = 2``: sparsemax, ``a -> 1``: softmax), differentiable in
+  ``a`` too, for an ``a`` learned per head.
 
-The forward passes are exact (no iteration to a tolerance): their solvers (active-set passes with a sort-based
+The forward passes are exact (no iteration to a tolerance; ``entmax_bisect``'s bisection runs a fixed number of steps
+that pins tau to rounding): their solvers (active-set passes with a sort-based
 fallback, and csparsemax's compiled passes) are in `sparse_solvers`. Every backward pass is written out here (no
 autograd through a sort or an iteration), from the partition the solver settles on. Off the CPU, forward and backward
 read no tensor value on the host (no synchronisation with the device; `sparse_solvers`, "Host synchronisation").
@@ -25,6 +33,9 @@ Shared conventions:
   with every key masked is all zeros with zero gradient, never NaN. Pass padding through ``mask`` or
   ``-inf``: a large finite negative score (e.g. ``finfo.min``) is an ordinary key, which ``csoftmax`` or
   ``csparsemax`` may have to give attention to when the other keys' bounds are exhausted.
+* ``entmax_bisect``'s ``a`` is a number in (1, 2] or a tensor broadcastable to ``z`` with size 1 along ``dim`` (one
+  per row); the gradient is reduced back to its shape. A tensor's values are not read: a row whose ``a`` is outside
+  (1, 2] or NaN is NaN, as a row with a NaN score is (below).
 * ``u`` is broadcastable to ``z``; the gradient is reduced back to ``u``'s shape. ``u`` must be ``>= 0``;
   ``u = +inf`` means unbounded (e.g. the ``<SINK>`` token). Bounds ``>= 1`` never bind (no
   probability exceeds 1). Negative bounds (which only arise from rounding in ``f - beta``) are treated as 0
@@ -220,8 +231,8 @@ class EntmaxBisectFunction(torch.autograd.Function):
     """alpha-entmax over the last dim, alpha in (1, 2] per row: p_j = [(alpha - 1) z_j - tau]_+^(1 / (alpha - 1)) with
     sum_j p_j = 1 (Peters et al., 2019, Eq. 10; alpha = 2 is sparsemax, alpha -> 1 softmax).
 
-    Inputs: scores [rows, keys] with -inf on masked keys, alpha [rows, 1]. Forward: bisection on tau and a Newton
-    step (`sparse_solvers.solve_entmax_bisect`); a row whose alpha is outside (1, 2] (or NaN) is NaN, like a NaN score.
+    Inputs: scores [rows, keys] with -inf on masked keys, alpha [rows, 1]. Forward: bisection on tau
+    (`sparse_solvers.solve_entmax_bisect`); a row whose alpha is outside (1, 2] (or NaN) is NaN, like a NaN score.
     Backward, with g_j = p_j^(2 - alpha) on the support (0 elsewhere): dz by `_entmax_backward`; for alpha
     (Correia et al., 2019, Prop. 1), from p_j^(alpha - 1) = (alpha - 1) z_j - tau differentiated with sum_j dp_j = 0:
     dp_j / dalpha = (p_j - g~_j) / (alpha - 1)^2 - (p_j log p_j - g~_j sum_i p_i log p_i) / (alpha - 1),
@@ -419,7 +430,7 @@ def entmax_bisect(z: torch.Tensor, alpha, dim: int = -1, mask: torch.Tensor | No
     reaches alpha too (`EntmaxBisectFunction`). A tensor's values are not read (no host synchronisation off the CPU):
     a row whose alpha is outside (1, 2] or NaN comes out NaN, output and gradients, as a row with a NaN score does.
     The same fixed number of bisection steps for every input (`sparse_solvers.bisection_steps`: the dtype's mantissa
-    bits and two), then one Newton step, give tau to rounding. `mask` (bool, broadcastable, True = allowed) and -inf
+    bits and two) give tau to rounding. `mask` (bool, broadcastable, True = allowed) and -inf
     scores exclude keys: 0 attention, 0 gradient; an all-masked row is all zeros with zero gradient (alpha's
     included). Half precision is computed in float32. Returns z's dtype; alpha's gradient has alpha's dtype.
     """
