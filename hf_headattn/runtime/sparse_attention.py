@@ -440,8 +440,9 @@ def entmax_bisect(z: torch.Tensor, alpha, dim: int = -1, mask: torch.Tensor | No
             raise ValueError(f"alpha must be a number in (1, 2] or a tensor, got {type(alpha).__name__} {alpha!r} "
                              "(alpha = 2 is sparsemax; for alpha = 1, softmax, use torch.softmax)")
         wide = torch.is_tensor(z) and z.dtype == torch.float64
-        alpha = torch.tensor(float(alpha), dtype=torch.float64 if wide else torch.float32,
-                             device=z.device if torch.is_tensor(z) else None)
+        # a fill, not torch.tensor: off the CPU that would copy the number from host memory, a synchronisation
+        alpha = torch.full((), float(alpha), dtype=torch.float64 if wide else torch.float32,
+                           device=z.device if torch.is_tensor(z) else None)
     elif not alpha.is_floating_point():
         raise TypeError(f"alpha must be a floating-point tensor (or a number), got {alpha.dtype}")
     if torch.is_tensor(z) and alpha.dim() > 0:
