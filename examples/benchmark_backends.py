@@ -206,6 +206,10 @@ SYNC_VARIANTS = {
     "sparsemax": {"cross_attention": "sparsemax"}, "csoftmax": {"cross_attention": "csoftmax"},
     "csparsemax": {"cross_attention": "csparsemax"}, "multihop": {"cross_attention": "multihop"},
     "running_sum": {"cross_attention": "running_sum"},
+    "entmax15": {"encoder_self_attention": "entmax15", "decoder_self_attention": "entmax15",
+                 "cross_attention": "entmax15"},
+    "entmax_alpha": {"encoder_self_attention": "entmax_alpha", "decoder_self_attention": "entmax_alpha",
+                     "cross_attention": "entmax_alpha"},
 }
 
 

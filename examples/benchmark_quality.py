@@ -113,6 +113,12 @@ SYSTEMS = {
                                                                "--fertility", "predicted")),
     "transformer multihop": System("transformer", ("--cross_attention", "multihop")),  # Iida et al.'s second hop
     "transformer running_sum": System("transformer", ("--cross_attention", "running_sum")),  # the seam's test variant
+    # Peters et al., Correia et al.: every site
+    "transformer entmax15": System("transformer", ("--encoder_self_attention", "entmax15", "--decoder_self_attention",
+                                                   "entmax15", "--cross_attention", "entmax15")),
+    "transformer entmax_alpha": System("transformer", ("--encoder_self_attention", "entmax_alpha",
+                                                       "--decoder_self_attention", "entmax_alpha",
+                                                       "--cross_attention", "entmax_alpha")),
     # LSTMs (Iida et al., Malaviya et al.): heads x hops
     "lstm baseline 1x1": System("rnn"),
     "lstm 2x1": System("rnn", ("--heads", "2")),

@@ -6,7 +6,7 @@ Guides: README.md, then docs/ (installation, training, translating, evaluating, 
 reproducing) in the repository.
 Python: `HeadAttnConfig` / `HeadAttnForConditionalGeneration` (the Transformer), `HeadAttnRNNConfig` /
 `HeadAttnRNNForConditionalGeneration` (the LSTM), `ATTENTION_VARIANTS` (the registry), the kernels `sparsemax`,
-`csoftmax`, `csparsemax`, and `hf_headattn.translation.translate`.
+`csoftmax`, `csparsemax`, `entmax15`, `entmax_bisect`, and `hf_headattn.translation.translate`.
 
 The package's names load on first use (a module-level `__getattr__`, as Transformers does), so
 `import hf_headattn` and every command's `--help` start without importing torch, Transformers, datasets,
@@ -49,6 +49,8 @@ _LAZY_ATTRIBUTES = {
     "TranslationPipeline": ".runtime.pipeline_headattn",
     "csoftmax": ".runtime.sparse_attention",
     "csparsemax": ".runtime.sparse_attention",
+    "entmax15": ".runtime.sparse_attention",
+    "entmax_bisect": ".runtime.sparse_attention",
     "sparsemax": ".runtime.sparse_attention",
     "train_tokenizer": ".tokenization",
 }
@@ -91,5 +93,5 @@ if TYPE_CHECKING:  # what static analysers and IDEs see
         coverage_penalty,
     )
     from .runtime.pipeline_headattn import TranslationPipeline
-    from .runtime.sparse_attention import csoftmax, csparsemax, sparsemax
+    from .runtime.sparse_attention import csoftmax, csparsemax, entmax15, entmax_bisect, sparsemax
     from .tokenization import train_tokenizer

@@ -19,9 +19,9 @@ an earlier export, never the model's folder or one that holds it. Translating wi
 :mod:`hf_headattn.translation.ctranslate2_backend` (what `hf-headattn-translate` and `hf-headattn-evaluate` run when
 `--model` is an export).
 
-Variants CTranslate2 has no kernel for (sparsemax, csoftmax, csparsemax, MMA's masks, DHICM, multi-hop, the LSTM
-family) are refused naming the variant and the site; they run with `hf-headattn-translate` (its fast path and
-`--quantize int8`). ONNX: not exported; see docs/deploying.md for why.
+Variants CTranslate2 has no kernel for (sparsemax, entmax15, entmax_alpha, csoftmax, csparsemax, MMA's masks, DHICM,
+multi-hop, the LSTM family) are refused naming the variant and the site; they run with `hf-headattn-translate` (its
+fast path and `--quantize int8`). ONNX: not exported; see docs/deploying.md for why.
 
 Tooling, not model runtime: never copied into a checkpoint.
 """

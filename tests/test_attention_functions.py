@@ -1,5 +1,5 @@
-"""The stateless variants in any Transformers model: `register_attention_functions()` registers `headattn_sparsemax`
-and `headattn_mma` with Transformers' AttentionInterface; Marian, BART, T5 (Transformers >= 5.15) and a
+"""The stateless variants in any Transformers model: `register_attention_functions()` registers `headattn_sparsemax`,
+`headattn_mma` and `headattn_entmax15` with Transformers' AttentionInterface; Marian, BART, T5 (Transformers >= 5.15) and a
 Llama-shaped decoder-only model built or loaded with them compute them (checked against this package's own variants
 and against eager attention), train a step and `generate` with exact zeros in their attention weights; what a
 function cannot run is refused naming the model and the site."""
@@ -33,7 +33,7 @@ from hf_headattn.runtime.attention_functions import NOT_REGISTERED
 from helpers import WITHOUT_PACKAGE, random_model, tiny_config
 
 
-NAMES = ("headattn_sparsemax", "headattn_mma")
+NAMES = ("headattn_sparsemax", "headattn_mma", "headattn_entmax15")
 SEQ2SEQ = dict(vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
                pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=None)
@@ -122,16 +122,16 @@ def test_sparsemax_trains_and_generates_with_exact_zeros_in_encoder_decoders(fam
     assert zeros > 0, "sparsemax gave no exact zero"
 
 
-def test_marian_with_headattn_sparsemax_equals_the_sparsemax_variant():
-    """The registered function computes what this package's sparsemax variant computes, at every site."""
-    model = marian("headattn_sparsemax", seed=3)
+@pytest.mark.parametrize("variant", ["sparsemax", "entmax15"])
+def test_marian_with_a_registered_function_equals_its_variant(variant):
+    """The registered function computes what this package's variant of that name computes, at every site."""
+    model = marian(f"headattn_{variant}", seed=3)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "embed_positions" not in name:  # Marian's fixed position table
                 parameter.normal_(0.0, 0.3)
-    ours = HeadAttnForConditionalGeneration.from_marian(model, encoder_self_attention="sparsemax",
-                                                        decoder_self_attention="sparsemax",
-                                                        cross_attention="sparsemax")
+    ours = HeadAttnForConditionalGeneration.from_marian(model, encoder_self_attention=variant,
+                                                        decoder_self_attention=variant, cross_attention=variant)
     attention_mask = (SOURCE != 0).long()
     decoder_input_ids = torch.tensor([[0, 5, 6, 7], [0, 8, 9, 10], [0, 11, 12, 13]])
     with torch.no_grad():

@@ -45,7 +45,8 @@ EOS_BIASES = {
     "lstm-dot": 0.0, "lstm-scaled-general-csparsemax": 1.75, "lstm-sparsemax": -0.5,
     "transformer-csoftmax-constant": 2.5, "transformer-csparsemax-guided": 0.75,
     "transformer-csparsemax-predicted-no-sink": 2.25, "transformer-dhicm-every-layer-and-site": 2.75,
-    "transformer-dhicm-pruned": 1.25, "transformer-mma": 6.5, "transformer-mma-no-positions": 6.0,
+    "transformer-dhicm-pruned": 1.25, "transformer-entmax15-every-site": 6.75,
+    "transformer-entmax_alpha-learned-and-fixed": -0.75, "transformer-mma": 6.5, "transformer-mma-no-positions": 6.0,
     "transformer-multihop-dependent-2-hops": -1.25, "transformer-multihop-independent": -1.25,
     "transformer-running_sum": 6.5, "transformer-softmax": 6.25, "transformer-sparsemax-every-site": 7.0,
 }

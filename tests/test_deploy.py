@@ -85,6 +85,10 @@ def test_int8_export_translates(softmax_model, tokenizer, pairs, exported, tmp_p
     ({"cross_attention": "sparsemax"}, "cross_attention of layer 0 uses the 'sparsemax'"),
     ({"encoder_self_attention": "mma"}, "encoder_self_attention of layer 0 uses the 'mma'"),
     ({"cross_attention": "csparsemax", "constant_fertility": 1.0}, "cross_attention of layer 0 uses the 'csparsemax'"),
+    ({"decoder_self_attention": {"type": "entmax15", "layers": [1]}},
+     "decoder_self_attention of layer 1 uses the 'entmax15' attention variant; MarianMTModel computes softmax"),
+    ({"encoder_self_attention": "entmax_alpha"},
+     "encoder_self_attention of layer 0 uses the 'entmax_alpha' attention variant; MarianMTModel computes softmax"),
 ])
 def test_variants_ctranslate2_cannot_run_are_refused_naming_variant_and_site(variant, site, tokenizer, tmp_path):
     with pytest.raises(ValueError, match=site):

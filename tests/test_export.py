@@ -12,7 +12,7 @@ from transformers.exporters.configs import DynamoConfig
 from transformers.exporters.exporter_dynamo import DynamoExporter
 from transformers.exporters.utils import decompose_for_generation, prepare_for_export
 
-from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax
+from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, entmax15, entmax_bisect, sparsemax
 from hf_headattn.runtime.sparse_solvers import _SORT_BELOW
 
 from helpers import (PAD, RNN_CONFIGS, TRANSFORMER_VARIANTS, random_model, random_rnn_model, rnn_config, source_batch,
@@ -117,15 +117,24 @@ def test_a_loop_over_target_positions_refuses_a_dynamic_target_length():
 
 
 # ------------------------------------------------------------------------------------------------ kernels
-@pytest.mark.parametrize("transform", ["sparsemax", "csoftmax", "csparsemax"])
+KERNELS = {
+    "sparsemax": lambda z, u, mask: sparsemax(z, mask=mask),
+    "csoftmax": csoftmax,
+    "csparsemax": csparsemax,
+    "entmax15": lambda z, u, mask: entmax15(z, mask=mask),
+    # alpha per row from the bounds (some of them outside (1, 2]: NaN rows)
+    "entmax_bisect": lambda z, u, mask: entmax_bisect(z, 1.2 + u[..., :1] * 1.9, mask=mask),
+}
+
+
+@pytest.mark.parametrize("transform", list(KERNELS))
 def test_exported_kernels_equal_eager(transform):
     """Exported, the kernels sort every input (the eager active-set passes branch on the data): same values, on an
     input large enough for the passes, with masked keys, -inf scores, NaN rows and infeasible rows."""
-    function = {"sparsemax": sparsemax, "csoftmax": csoftmax, "csparsemax": csparsemax}[transform]
 
     class Kernel(torch.nn.Module):
         def forward(self, z, u, mask):
-            return sparsemax(z, mask=mask) if transform == "sparsemax" else function(z, u, mask=mask)
+            return KERNELS[transform](z, u, mask=mask)
 
     generator = torch.Generator().manual_seed(0)
 

@@ -40,7 +40,7 @@ from hf_headattn.runtime import (modeling_headattn, modeling_headattn_rnn, rnn_p
 from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
 from hf_headattn.runtime.configuration_headattn_rnn import ATTENTION_TRANSFORMS, CONSTRAINED_TRANSFORMS
 from hf_headattn.runtime.fertility import FERTILITY_STRATEGIES
-from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax
+from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, entmax15, entmax_bisect, sparsemax
 from hf_headattn.runtime.transformers_compat import cache_of, with_cache
 
 from helpers import (RNN_CONFIGS, TRANSFORMER_VARIANTS, VARIANT_CONFIGS, VOCAB, random_model, random_rnn_model,
@@ -421,7 +421,16 @@ KERNELS = {
     "csoftmax": lambda z, u, mask: csoftmax(z, u, mask=mask),
     "csparsemax": lambda z, u, mask: csparsemax(z, u, mask=mask),
     "csparsemax-compiled": lambda z, u, mask: csparsemax(z, u, mask=mask, compiled=True),
+    "entmax15": lambda z, u, mask: entmax15(z, mask=mask),
+    # a learned alpha per row, one of them out of (1, 2] (a NaN row, chosen without reading it)
+    "entmax_bisect": lambda z, u, mask: entmax_bisect(z, _alphas(z), mask=mask),
 }
+
+
+def _alphas(z):
+    alphas = torch.linspace(1.1, 2.0, z.shape[0], device=z.device)[:, None]
+    alphas[13] = 2.5
+    return alphas.requires_grad_()
 
 
 # Below and above `sparse_solvers._SORT_BELOW` entries (on the CPU, the second goes to the active-set passes)

@@ -57,6 +57,7 @@ VARIANTS = {
     "csoftmax-guided": {"cross_attention": "csoftmax", "fertility": "guided"},
     "csparsemax-predicted": {"cross_attention": "csparsemax", "fertility": "predicted", "fertility_predictor_size": 16},
     "multihop": {"cross_attention": {"type": "multihop", "hops": 2}},
+    "entmax": {"encoder_self_attention": "entmax15", "cross_attention": "entmax_alpha"},
     "dhicm-all-sites": {
         "encoder_self_attention": {"type": "dhicm", "layers": [0, 1]},
         "decoder_self_attention": {"type": "dhicm", "score": "mlp"},

@@ -44,6 +44,7 @@ TRANSFORMER_SYSTEMS = {
     "csparsemax-guided": {"cross_attention": "csparsemax", "fertility": "guided"},
     "csparsemax-predicted": {"cross_attention": "csparsemax", "fertility": "predicted", "fertility_predictor_size": 16},
     "multihop": {"cross_attention": {"type": "multihop", "hops": 2}},
+    "entmax": {"encoder_self_attention": "entmax15", "cross_attention": "entmax_alpha"},
 }
 RNN_SYSTEMS = {
     "lstm-baseline": {},

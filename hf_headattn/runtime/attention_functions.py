@@ -6,6 +6,8 @@
 
 - `headattn_sparsemax`: sparsemax(Q K^T * scaling + bias) V (Malaviya et al., Eq. 3), exact zeros on low-scoring
   keys, at every attention of the model.
+- `headattn_entmax15`: 1.5-entmax(Q K^T * scaling + bias) V (Peters et al., 2019), exact zeros on low-scoring keys
+  with a smoother support than sparsemax's, at every attention of the model.
 - `headattn_mma`: mixed multi-head self-attention (Cui et al., 2019): softmax with each head's mask (global, local
   |i - j| <= window, forward j >= i, backward j <= i), its options from the model config's `headattn_mma` dict
   (`{"window": 1, "head_kinds": [...]}`), by default window 1 and the paper's split of the heads into four equal
@@ -13,13 +15,14 @@
   cross-attention has no positions in common with its queries, so a model with one (encoder-decoders) is refused at
   its first cross-attention call, naming the model and the site.
 
-Both take the mask as Transformers builds it for eager attention (float, 0 / finfo.min, with any bias the model adds
+All three take the mask as Transformers builds it for eager attention (float, 0 / finfo.min, with any bias the model adds
 in it) or for sdpa (bool, True = attend; the mask function registered with them never leaves a causal mask to
 `is_causal`), the model's `position_bias` (T5's relative bias) and grouped key/value heads (`num_key_value_groups`).
 
 The other variants cannot be attention functions (`NOT_REGISTERED` says why): csoftmax, csparsemax and running_sum keep
 per-step state across decoding steps, which an attention function has nowhere to keep nor beam search to reorder;
-dhicm and multihop change the module (new weights after the heads), not the function.
+dhicm and multihop change the module (new weights after the heads), not the function, and so does entmax_alpha (a
+learned alpha per head).
 """
 
 import torch
@@ -28,7 +31,7 @@ from torch import nn
 from .attention_backends import to_additive
 from .attention_base import DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION
 from .attention_mma import HeadKindMask, MixedMultiHeadAttention, default_head_kinds
-from .sparse_attention import sparsemax
+from .sparse_attention import entmax15, sparsemax
 # Transformers before 5.10 copies into its modules cache only the direct imports of a module loaded through
 # `get_class_from_dynamic_module` (as this one is: `attention_functions.register_attention_functions`), so it also
 # imports the modules its imports need (tests/test_attention_versions.py loads it so on 5.0 and 5.9).
@@ -48,6 +51,8 @@ NOT_REGISTERED = {
              "weights U, V, W, W_s) replaces the output projection",
     "multihop": "it changes the attention module, not the function: its further hops re-weigh the heads' contexts "
                 "with new per-head weights",
+    "entmax_alpha": "it changes the attention module, not the function: each head learns its own alpha (a new "
+                    "weight per head); with a fixed alpha of 1.5 it is headattn_entmax15",
     "softmax": "it is Transformers' own eager / sdpa attention",
 }
 
@@ -118,6 +123,21 @@ def _scores_and_allowed(module, query, key, attention_mask, scaling, causal, kwa
     return scores + attention_mask.masked_fill(~allowed, 0).to(scores.dtype), allowed
 
 
+def _sparse_attention_forward(name, transform, module, query, key, value, attention_mask, scaling, dropout, is_causal,
+                              kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """`transform`(Q K^T * scaling + bias) V per head through this package's kernel (`name` for errors); returns the
+    outputs [batch, queries, heads, head_dim] and the weights."""
+    _refuse_unsupported(name, module, kwargs)
+    key, value = _grouped_heads(module, key, value)
+    scores, allowed = _scores_and_allowed(module, query, key, attention_mask, scaling, _is_causal(module, is_causal),
+                                          kwargs)
+    if allowed is not None:
+        allowed = allowed.expand(scores.shape)
+    weights = transform(scores, dim=-1, mask=allowed)
+    dropped = nn.functional.dropout(weights, p=dropout, training=dropout > 0.0)
+    return torch.matmul(dropped, value).transpose(1, 2).contiguous(), weights
+
+
 def sparsemax_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -131,15 +151,25 @@ def sparsemax_attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`headattn_sparsemax`: sparsemax(Q K^T * scaling + bias) V per head (Malaviya et al., Eq. 3), through this
     package's sparsemax kernel; returns the outputs [batch, queries, heads, head_dim] and the weights."""
-    _refuse_unsupported("headattn_sparsemax", module, kwargs)
-    key, value = _grouped_heads(module, key, value)
-    scores, allowed = _scores_and_allowed(module, query, key, attention_mask, scaling, _is_causal(module, is_causal),
-                                          kwargs)
-    if allowed is not None:
-        allowed = allowed.expand(scores.shape)
-    weights = sparsemax(scores, dim=-1, mask=allowed)
-    dropped = nn.functional.dropout(weights, p=dropout, training=dropout > 0.0)
-    return torch.matmul(dropped, value).transpose(1, 2).contiguous(), weights
+    return _sparse_attention_forward("headattn_sparsemax", sparsemax, module, query, key, value, attention_mask,
+                                     scaling, dropout, is_causal, kwargs)
+
+
+def entmax15_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`headattn_entmax15`: 1.5-entmax(Q K^T * scaling + bias) V per head (Peters et al., 2019), through this
+    package's entmax15 kernel; returns the outputs [batch, queries, heads, head_dim] and the weights."""
+    return _sparse_attention_forward("headattn_entmax15", entmax15, module, query, key, value, attention_mask,
+                                     scaling, dropout, is_causal, kwargs)
 
 
 def mma_options(module: nn.Module, num_heads: int, causal: bool) -> tuple[int, tuple[str, ...]]:
@@ -196,6 +226,7 @@ def mma_attention_forward(
 ATTENTION_FUNCTIONS = {
     f"{PREFIX}sparsemax": sparsemax_attention_forward,
     f"{PREFIX}mma": mma_attention_forward,
+    f"{PREFIX}entmax15": entmax15_attention_forward,
 }
 
 
@@ -209,7 +240,7 @@ def attention_function_mask(*args, **kwargs):
 
 
 def register_attention_functions() -> tuple[str, ...]:
-    """Register `headattn_sparsemax` and `headattn_mma` with Transformers' `AttentionInterface` (and their mask with
+    """Register `headattn_sparsemax`, `headattn_mma` and `headattn_entmax15` with Transformers' `AttentionInterface` (and their mask with
     its `AttentionMaskInterface`), so that any model built or loaded afterwards with
     `attn_implementation="headattn_sparsemax"` (or `set_attn_implementation`) runs them. Idempotent; returns the
     names."""

@@ -2,6 +2,7 @@
 
 from .attention_base import AttentionVariant
 from .attention_dhicm import DynamicHeadImportanceAttention
+from .attention_entmax import AlphaEntmaxAttention, Entmax15Attention
 from .attention_mma import MixedMultiHeadAttention
 from .attention_multihop import MultiHopAttention
 from .attention_running_sum import RunningSumAttention
@@ -18,6 +19,8 @@ ATTENTION_VARIANTS: dict[str, type[AttentionVariant]] = {
     MultiHopAttention.name: MultiHopAttention,
     ConstrainedSoftmaxAttention.name: ConstrainedSoftmaxAttention,
     ConstrainedSparsemaxAttention.name: ConstrainedSparsemaxAttention,
+    Entmax15Attention.name: Entmax15Attention,
+    AlphaEntmaxAttention.name: AlphaEntmaxAttention,
 }
 
 

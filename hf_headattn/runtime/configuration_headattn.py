@@ -14,6 +14,7 @@ from .transformers_compat import CACHE_NAME, validate_base_architecture
 # (tests/test_remote_code.py checks it).
 from .attention_backends import softmax_attention  # noqa: F401
 from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
+from .attention_entmax import Entmax15Attention  # noqa: F401
 from .attention_mma import MixedMultiHeadAttention  # noqa: F401
 from .attention_multihop import MultiHopAttention  # noqa: F401
 from .attention_running_sum import RunningSumAttention  # noqa: F401

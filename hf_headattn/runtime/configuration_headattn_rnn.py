@@ -16,6 +16,7 @@ from .transformers_compat import CACHE_NAME, validate_base_architecture
 from .attention_backends import softmax_attention  # noqa: F401
 from .attention_base import AttentionVariant  # noqa: F401
 from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
+from .attention_entmax import Entmax15Attention  # noqa: F401
 from .attention_mma import MixedMultiHeadAttention  # noqa: F401
 from .attention_registry import ATTENTION_VARIANTS  # noqa: F401
 from .attention_running_sum import RunningSumAttention  # noqa: F401

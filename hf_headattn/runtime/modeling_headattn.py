@@ -55,6 +55,7 @@ from .variant_checks import check_attention_implementation, refuse_candidate_dec
 # (tests/test_remote_code.py checks it).
 from .attention_backends import softmax_attention  # noqa: F401
 from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
+from .attention_entmax import Entmax15Attention  # noqa: F401
 from .attention_functions import register_attention_functions  # noqa: F401
 from .attention_mma import MixedMultiHeadAttention  # noqa: F401
 from .attention_multihop import MultiHopAttention  # noqa: F401

@@ -50,6 +50,7 @@ from .sparse_attention import csoftmax, csparsemax, sparsemax
 from .attention_base import unrolled_length
 from .attention_backends import softmax_attention  # noqa: F401
 from .attention_dhicm import DynamicHeadImportanceAttention  # noqa: F401
+from .attention_entmax import Entmax15Attention  # noqa: F401
 from .attention_functions import register_attention_functions  # noqa: F401
 from .attention_mma import MixedMultiHeadAttention  # noqa: F401
 from .attention_registry import ATTENTION_VARIANTS  # noqa: F401

@@ -1,7 +1,9 @@
-"""Sparse and constrained attention transformations (Malaviya, Ferreira & Martins, 2018, Sec. 3).
+"""Sparse and constrained attention transformations (Malaviya, Ferreira & Martins, 2018, Sec. 3; the entmax family
+of Peters, Niculae & Martins, 2019, and Correia, Niculae & Martins, 2019).
 
-Three drop-in replacements for ``softmax`` over the keys, each mapping scores ``z`` (and, for the constrained
-ones, upper bounds ``u``) to a probability distribution ``alpha``:
+Drop-in replacements for ``softmax`` over the keys, each mapping scores ``z`` (and, for the constrained ones, upper
+bounds ``u``; for ``entmax_bisect``, the order ``a`` of its argument ``alpha``) to a probability distribution
+``alpha``:
 
 * ``sparsemax(z)`` (Eq. 3; Martins & Astudillo, 2016): the Euclidean projection of ``z`` onto the probability
   simplex, ``alpha_j = max(0, z_j - tau)``. Exactly zero on low-scoring keys.
@@ -12,8 +14,14 @@ ones, upper bounds ``u``) to a probability distribution ``alpha``:
 * ``csparsemax(z, u)`` (Eq. 6; the paper's proposal): the Euclidean projection onto the simplex intersected
   with the box ``0 <= alpha <= u``, ``alpha_j = max(0, min(u_j, z_j - tau))`` (Proposition 1, as corrected in
   the project's paper notes). Sparse over keys and over decoding steps.
+* ``entmax15(z)`` (Peters et al., 2019): 1.5-entmax, ``alpha_j = [z_j / 2 - tau]_+^2``, the Tsallis-entropy map
+  halfway between softmax and sparsemax: exact zeros, with a wider and smoother support than sparsemax's.
+* ``entmax_bisect(z, a)`` (Peters et al., 2019, Eq. 10; Correia et al., 2019): a-entmax for any ``a`` in (1, 2],
+  ``alpha_j = [(a - 1) z_j - tau]_+^(1 / (a - 1))`` (``a = 2``: sparsemax, ``a -> 1``: softmax), differentiable in
+  ``a`` too, for an ``a`` learned per head.
 
-The forward passes are exact (no iteration to a tolerance): their solvers (active-set passes with a sort-based
+The forward passes are exact (no iteration to a tolerance; ``entmax_bisect``'s bisection runs a fixed number of steps
+that pins tau to rounding): their solvers (active-set passes with a sort-based
 fallback, and csparsemax's compiled passes) are in `sparse_solvers`. Every backward pass is written out here (no
 autograd through a sort or an iteration), from the partition the solver settles on. Off the CPU, forward and backward
 read no tensor value on the host (no synchronisation with the device; `sparse_solvers`, "Host synchronisation").
@@ -25,6 +33,9 @@ Shared conventions:
   with every key masked is all zeros with zero gradient, never NaN. Pass padding through ``mask`` or
   ``-inf``: a large finite negative score (e.g. ``finfo.min``) is an ordinary key, which ``csoftmax`` or
   ``csparsemax`` may have to give attention to when the other keys' bounds are exhausted.
+* ``entmax_bisect``'s ``a`` is a number in (1, 2] or a tensor broadcastable to ``z`` with size 1 along ``dim`` (one
+  per row); the gradient is reduced back to its shape. A tensor's values are not read: a row whose ``a`` is outside
+  (1, 2] or NaN is NaN, as a row with a NaN score is (below).
 * ``u`` is broadcastable to ``z``; the gradient is reduced back to ``u``'s shape. ``u`` must be ``>= 0``;
   ``u = +inf`` means unbounded (e.g. the ``<SINK>`` token). Bounds ``>= 1`` never bind (no
   probability exceeds 1). Negative bounds (which only arise from rounding in ``f - beta``) are treated as 0
@@ -67,13 +78,15 @@ from .sparse_solvers import (
     row_sum,
     solve_csoftmax,
     solve_csparsemax,
+    solve_entmax15,
+    solve_entmax_bisect,
     solve_for_export,
     solve_sparsemax,
     torch_compiled,
 )
 
 
-__all__ = ["csoftmax", "csparsemax", "sparsemax"]
+__all__ = ["csoftmax", "csparsemax", "entmax15", "entmax_bisect", "sparsemax"]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -177,6 +190,87 @@ class ConstrainedSparsemaxFunction(torch.autograd.Function):
         grad_z, grad_u = backward(as_rows(grad_alpha), *ctx.saved_tensors)
         fill_nonfinite(ctx.nonfinite, grad_z, grad_u)
         return grad_z.view(grad_alpha.shape), grad_u.view(grad_alpha.shape), None
+
+
+def _entmax_backward(grad: torch.Tensor, skew: torch.Tensor) -> torch.Tensor:
+    """The alpha-entmax Jacobian (Peters et al., 2019, Prop. 2) applied to grad, on [rows, keys]: with
+    g_j = p_j^(2 - alpha) on the support (0 elsewhere), dz = g (dalpha - sum_j g_j dalpha_j / sum_j g_j). `skew` holds
+    g; rows where it is all zero (no allowed key) get 0."""
+    weighted = grad * skew
+    m = row_sum(weighted) / row_sum(skew).clamp(min=torch.finfo(skew.dtype).tiny)
+    return weighted.addcmul_(skew, m, value=-1)
+
+
+class Entmax15Function(torch.autograd.Function):
+    """1.5-entmax over the last dim: alpha_j = [z_j / 2 - tau]_+^2 with sum_j alpha_j = 1 (Peters et al., 2019).
+
+    Input: scores with -inf on masked keys. Forward: the sort-based threshold (`sparse_solvers.solve_entmax15`).
+    Backward (`_entmax_backward` with g = alpha^(1/2)): dz = sqrt(alpha) (dalpha - m),
+    m = sum_j sqrt(alpha_j) dalpha_j / sum_j sqrt(alpha_j).
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor) -> torch.Tensor:
+        zs = as_rows(z)
+        nonfinite = nonfinite_rows(zs.amax(dim=-1, keepdim=True))  # junk for the solver, NaN below
+        alpha, root = solve_entmax15(zs)
+        ctx.nonfinite = fill_nonfinite(nonfinite, alpha)
+        ctx.save_for_backward(root)
+        return alpha.view(z.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_alpha: torch.Tensor):
+        (root,) = ctx.saved_tensors
+        grad_z = _entmax_backward(as_rows(grad_alpha), root)
+        fill_nonfinite(ctx.nonfinite, grad_z)
+        return grad_z.view(grad_alpha.shape)
+
+
+class EntmaxBisectFunction(torch.autograd.Function):
+    """alpha-entmax over the last dim, alpha in (1, 2] per row: p_j = [(alpha - 1) z_j - tau]_+^(1 / (alpha - 1)) with
+    sum_j p_j = 1 (Peters et al., 2019, Eq. 10; alpha = 2 is sparsemax, alpha -> 1 softmax).
+
+    Inputs: scores [rows, keys] with -inf on masked keys, alpha [rows, 1]. Forward: bisection on tau
+    (`sparse_solvers.solve_entmax_bisect`); a row whose alpha is outside (1, 2] (or NaN) is NaN, like a NaN score.
+    Backward, with g_j = p_j^(2 - alpha) on the support (0 elsewhere): dz by `_entmax_backward`; for alpha
+    (Correia et al., 2019, Prop. 1), from p_j^(alpha - 1) = (alpha - 1) z_j - tau differentiated with sum_j dp_j = 0:
+    dp_j / dalpha = (p_j - g~_j) / (alpha - 1)^2 - (p_j log p_j - g~_j sum_i p_i log p_i) / (alpha - 1),
+    g~ = g / sum_i g_i, and dalpha = sum_j dalpha_j dp_j / dalpha.
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        zs, alphas = as_rows(z), alpha.reshape(-1, 1)
+        usable = (alphas > 1) & (alphas <= 2)  # False for NaN
+        nonfinite = nonfinite_rows(zs.amax(dim=-1, keepdim=True)) | ~usable  # junk for the solver, NaN below
+        alphas = torch.where(usable, alphas, 1.5)
+        p = solve_entmax_bisect(zs, alphas)
+        ctx.nonfinite = fill_nonfinite(nonfinite, p)
+        ctx.save_for_backward(p, alphas)
+        ctx.alpha_shape = alpha.shape
+        return p.view(z.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_p: torch.Tensor):
+        p, alphas = ctx.saved_tensors
+        grad = as_rows(grad_p)
+        support = p > 0
+        skew = torch.where(support, p.pow(2 - alphas), 0.0)  # g_j = p_j^(2 - alpha)
+        grad_alpha = None
+        if ctx.needs_input_grad[1]:
+            beta = alphas - 1
+            skew_normalised = skew / row_sum(skew).clamp(min=torch.finfo(skew.dtype).tiny)  # g~
+            shannon = torch.where(support, p * torch.log(torch.where(support, p, 1.0)), 0.0)  # p_j log p_j
+            dp_dalpha = ((p - skew_normalised) / (beta * beta)
+                         - (shannon - skew_normalised * row_sum(shannon)) / beta)
+            grad_alpha = row_sum(grad * dp_dalpha)
+            fill_nonfinite(ctx.nonfinite, grad_alpha)
+            grad_alpha = grad_alpha.view(ctx.alpha_shape)
+        grad_z = _entmax_backward(grad, skew)
+        fill_nonfinite(ctx.nonfinite, grad_z)
+        return grad_z.view(grad_p.shape), grad_alpha
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -299,3 +393,94 @@ def csparsemax(
     if torch.compiler.is_exporting():
         return _back(solve_for_export("csparsemax", zc, uc), dim).to(out_dtype)
     return _back(ConstrainedSparsemaxFunction.apply(zc, uc, compiled), dim).to(out_dtype)
+
+
+
+def entmax15(z: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """1.5-entmax along `dim` (Peters, Niculae & Martins, 2019): argmax_{alpha in simplex} <alpha, z> + H_1.5(alpha)
+    with the Tsallis entropy H_1.5, i.e. alpha_j = [z_j / 2 - tau]_+^2. Between softmax and sparsemax: exactly zero
+    weight on low-scoring keys, but a smoother, wider support than sparsemax's.
+
+    Exact (sorting, the threshold in closed form; see `Entmax15Function`); gradient dz = sqrt(alpha)(dalpha - m),
+    m = sum sqrt(alpha) dalpha / sum sqrt(alpha). `mask` (bool, broadcastable, True = allowed) and -inf scores exclude
+    keys: they get 0 attention and 0 gradient; an all-masked row is all zeros. Half precision is computed in float32.
+    Returns z's dtype.
+    """
+    out_dtype = z.dtype if torch.is_tensor(z) else None
+    zc, _, dim = _prepare(z, None, dim, mask)
+    if zc.shape[-1] == 0:
+        return _back(zc * 0, dim).to(out_dtype)
+    if torch.compiler.is_exporting():  # the solver is branch-free; autograd differentiates the sort if asked
+        return _back(_entmax15_for_export(zc), dim).to(out_dtype)
+    return _back(Entmax15Function.apply(zc), dim).to(out_dtype)
+
+
+def _entmax15_for_export(zc: torch.Tensor) -> torch.Tensor:
+    nonfinite = nonfinite_rows(zc.amax(dim=-1, keepdim=True))
+    return solve_entmax15(zc)[0].masked_fill(nonfinite, float("nan"))
+
+
+def entmax_bisect(z: torch.Tensor, alpha, dim: int = -1, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """alpha-entmax along `dim` (Peters, Niculae & Martins, 2019, Eq. 10): argmax_{p in simplex} <p, z> + H_alpha(p)
+    with the Tsallis entropy H_alpha, i.e. p_j = [(alpha - 1) z_j - tau]_+^(1 / (alpha - 1)); alpha = 2 is sparsemax,
+    alpha = 1.5 is `entmax15`, and alpha -> 1 tends to softmax.
+
+    `alpha`: a number in (1, 2], or a tensor broadcastable to z's shape with size 1 along `dim` (one alpha per row,
+    e.g. [heads, 1, 1] for a learned alpha per head, Correia, Niculae & Martins, 2019), differentiable: the gradient
+    reaches alpha too (`EntmaxBisectFunction`). A tensor's values are not read (no host synchronisation off the CPU):
+    a row whose alpha is outside (1, 2] or NaN comes out NaN, output and gradients, as a row with a NaN score does.
+    The same fixed number of bisection steps for every input (`sparse_solvers.bisection_steps`: the dtype's mantissa
+    bits and two) give tau to rounding. `mask` (bool, broadcastable, True = allowed) and -inf
+    scores exclude keys: 0 attention, 0 gradient; an all-masked row is all zeros with zero gradient (alpha's
+    included). Half precision is computed in float32. Returns z's dtype; alpha's gradient has alpha's dtype.
+    """
+    out_dtype = z.dtype if torch.is_tensor(z) else None
+    if not torch.is_tensor(alpha):
+        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 1 < alpha <= 2:
+            raise ValueError(f"alpha must be a number in (1, 2] or a tensor, got {type(alpha).__name__} {alpha!r} "
+                             "(alpha = 2 is sparsemax; for alpha = 1, softmax, use torch.softmax)")
+        wide = torch.is_tensor(z) and z.dtype == torch.float64
+        # a fill, not torch.tensor: off the CPU that would copy the number from host memory, a synchronisation
+        alpha = torch.full((), float(alpha), dtype=torch.float64 if wide else torch.float32,
+                           device=z.device if torch.is_tensor(z) else None)
+    elif not alpha.is_floating_point():
+        raise TypeError(f"alpha must be a floating-point tensor (or a number), got {alpha.dtype}")
+    if torch.is_tensor(z) and alpha.dim() > 0:
+        shape = _broadcast_shape(z, mask)
+        reduced = [*shape[: dim % len(shape)], 1, *shape[dim % len(shape) + 1:]] if _valid_dim(dim, shape) else None
+        if reduced is not None and (alpha.dim() > len(shape) or _broadcasts(alpha.shape, reduced) != reduced):
+            raise ValueError(f"alpha {tuple(alpha.shape)} must broadcast to the scores' shape {tuple(shape)} with size "
+                             f"1 along dim {dim} (one alpha per row), e.g. {tuple(reduced)}")
+    zc, alpha_keys, dim = _prepare(z, alpha, dim, mask)
+    alpha_rows = alpha_keys[..., :1]  # alpha is constant along the keys (checked above)
+    if zc.shape[-1] == 0:
+        return _back(zc * 0 + alpha_rows * 0, dim).to(out_dtype)
+    if torch.compiler.is_exporting():  # the solver is branch-free; autograd differentiates the bisection if asked
+        return _back(_entmax_bisect_for_export(zc, alpha_rows), dim).to(out_dtype)
+    return _back(EntmaxBisectFunction.apply(zc, alpha_rows.contiguous()), dim).to(out_dtype)
+
+
+def _entmax_bisect_for_export(zc: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    usable = (alpha > 1) & (alpha <= 2)
+    nonfinite = nonfinite_rows(zc.amax(dim=-1, keepdim=True)) | ~usable
+    return solve_entmax_bisect(zc, torch.where(usable, alpha, 1.5)).masked_fill(nonfinite, float("nan"))
+
+
+def _broadcast_shape(z: torch.Tensor, mask) -> torch.Size:
+    """The shape z and mask broadcast to (z's own when they do not: `_prepare` then refuses them)."""
+    try:
+        return torch.broadcast_shapes(z.shape, mask.shape) if torch.is_tensor(mask) else z.shape
+    except RuntimeError:
+        return z.shape
+
+
+def _valid_dim(dim, shape) -> bool:
+    return len(shape) > 0 and not isinstance(dim, bool) and isinstance(dim, int) and -len(shape) <= dim < len(shape)
+
+
+def _broadcasts(shape, target):
+    """The broadcast of shape and target as a list, or None if they do not broadcast."""
+    try:
+        return list(torch.broadcast_shapes(shape, torch.Size(target)))
+    except RuntimeError:
+        return None

@@ -37,6 +37,7 @@ solvers as they are, which makes junk in those rows alone (every step is row-wis
 """
 
 import functools
+import math
 
 import torch
 
@@ -589,6 +590,68 @@ def _csparsemax_adaptive_passes(z: torch.Tensor, us: torch.Tensor):
     alpha, active, capped = _csparsemax_solution_at(zs, us, tau, work, indicator)  # the settled partition
     n_active = n_positive.sub_(n_capped)
     return alpha, active, capped, n_active, settled & feasible & (n_active > 0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The entmax family (Peters, Niculae & Martins, 2019; Correia, Niculae & Martins, 2019), on inputs [..., keys] of
+# scores that are -inf on masked keys. Both solvers are branch-free on every device (a sort, or a fixed number of
+# bisection steps) and work at any leading shape, so torch.export runs them as they are.
+
+
+def solve_entmax15(z: torch.Tensor):
+    """1.5-entmax by sorting (Peters et al., 2019, Alg. 2): alpha_j = [z_j / 2 - tau]_+^2 with sum_j alpha_j = 1.
+    With x = (z - max z) / 2 sorted in decreasing order, f(t) = sum_j [x_j - t]_+^2 is decreasing, and key k is in
+    the support iff f(x_(k)) = sum_{i<k} (x_(i) - x_(k))^2 < 1, which grows with k (so the support is a prefix, the
+    top key always in it). On a support of k keys with mean m and sum of squared deviations s, tau is the root of
+    sum_{i<=k} (x_(i) - tau)^2 = s + k (m - tau)^2 = 1 below m: tau = m - sqrt((1 - s) / k), and s < 1 there (s is
+    at most f(x_(k)), the mean minimising the squared deviations). Support keys have x > tau >= -1, so the cumulative
+    sums' rounding grows like k ulp(1), as sparsemax's sort does. Returns (alpha, sqrt(alpha)); rows with no allowed
+    key are zeros. (NaN and +inf rows are junk, for the caller to fill.)"""
+    n = z.shape[-1]
+    x = (z - _row_max(z)) * 0.5  # -inf on masked keys
+    x_sorted = torch.sort(x, dim=-1, descending=True)[0]  # masked keys last
+    keep = x_sorted != float("-inf")
+    x_kept = torch.where(keep, x_sorted, 0.0)
+    k = torch.arange(1, n + 1, dtype=z.dtype, device=z.device)
+    x_cumsum, square_cumsum = x_kept.cumsum(dim=-1), (x_kept * x_kept).cumsum(dim=-1)
+    x_before = torch.nn.functional.pad(x_cumsum[..., :-1], (1, 0))  # sums over the keys above the k-th
+    square_before = torch.nn.functional.pad(square_cumsum[..., :-1], (1, 0))
+    f_at_key = square_before - 2 * x_kept * x_before + (k - 1) * x_kept * x_kept  # sum_{i<k} (x_(i) - x_(k))^2
+    support_size = row_sum((f_at_key < 1) & keep).clamp(min=1).to(torch.long)  # (1 for rows with no allowed key)
+    size = support_size.to(z.dtype)
+    mean = x_cumsum.gather(-1, support_size - 1) / size
+    deviations = square_cumsum.gather(-1, support_size - 1) - mean * mean * size  # s = sum (x - m)^2
+    tau = mean - torch.sqrt(((1 - deviations) / size).clamp(min=0))
+    root = (x - tau).clamp(min=0)  # [z / 2 - tau]_+, 0 on masked keys
+    return root * root, root
+
+
+def bisection_steps(dtype: torch.dtype) -> int:
+    """The bisection steps of `solve_entmax_bisect`: they halve a bracket of width below 1 down to the resolution of
+    dtype's mantissa near 1 (where tau lies, in [-1, 0)), a fixed number for every input, so no step reads a value."""
+    return round(-math.log2(torch.finfo(dtype).eps)) + 2  # eps = 2^-(mantissa bits)
+
+
+def solve_entmax_bisect(z: torch.Tensor, alpha: torch.Tensor):
+    """alpha-entmax (Peters et al., 2019, Eq. 10), alpha in (1, 2] ([..., 1], one per row): p_j = [(alpha - 1) z_j -
+    tau]_+^(1 / (alpha - 1)) with sum_j p_j = 1. With x = (alpha - 1)(z - max z), f(t) = sum_j [x_j - t]_+^q,
+    q = 1 / (alpha - 1) >= 1, is convex and decreasing, f(-1) >= 1 (the top key alone gives 1) and f(-n^(1 - alpha))
+    <= 1 (no key above 1/n). Bisection keeps the left end lo with f(lo) >= 1 for `bisection_steps` steps, and p at lo
+    is normalised to sum to 1, as the entmax package's `ensure_sum_one` does (float32 results are then within about
+    4e-7 of the exact ones for alpha down to 1.01, the rounding of p = t^q with q up to 100). Returns p; rows with no allowed key are zeros.
+    (NaN and +inf rows are junk, for the caller to fill.)"""
+    n = z.shape[-1]
+    beta = alpha - 1
+    exponent = 1 / beta
+    x = (z - _row_max(z)) * beta  # -inf on masked keys
+    lo = torch.full_like(beta, -1.0)
+    width = 1 - n ** (-beta)  # the bracket [lo, lo + width]
+    for _ in range(bisection_steps(z.dtype)):
+        width = width * 0.5
+        middle = lo + width
+        lo = torch.where(row_sum((x - middle).clamp(min=0).pow(exponent)) >= 1, middle, lo)
+    p = (x - lo).clamp(min=0).pow(exponent)  # f(lo) >= 1: the top key is in, and the sum is > 0
+    return p / row_sum(p).clamp(min=torch.finfo(z.dtype).tiny)
 
 
 def fill_nonfinite(nonfinite: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:

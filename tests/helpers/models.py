@@ -131,6 +131,14 @@ VARIANT_CONFIGS = {
     "sparsemax-every-site": {
         "encoder_self_attention": "sparsemax", "decoder_self_attention": "sparsemax", "cross_attention": "sparsemax",
     },
+    "entmax15-every-site": {
+        "encoder_self_attention": "entmax15", "decoder_self_attention": "entmax15", "cross_attention": "entmax15",
+    },
+    # learned alphas (random weights: a different alpha per head) and a fixed one
+    "entmax_alpha-learned-and-fixed": {
+        "encoder_self_attention": "entmax_alpha", "decoder_self_attention": {"type": "entmax_alpha", "alpha": 1.75},
+        "cross_attention": "entmax_alpha",
+    },
     "csoftmax-constant": {"cross_attention": "csoftmax", "constant_fertility": 1.0},
     "csparsemax-guided": {"cross_attention": {"type": "csparsemax", "exhaustion": 0.5}, "fertility": "guided"},
     "csparsemax-predicted-no-sink": {"cross_attention": {"type": "csparsemax", "sink": False}, "fertility": "predicted"},
@@ -151,6 +159,9 @@ TRANSFORMER_VARIANTS = {
     "dhicm": dict(encoder_self_attention="dhicm", decoder_self_attention="dhicm", cross_attention="dhicm"),
     "sparsemax": dict(encoder_self_attention="sparsemax", decoder_self_attention="sparsemax",
                       cross_attention="sparsemax"),
+    "entmax15": dict(encoder_self_attention="entmax15", decoder_self_attention="entmax15", cross_attention="entmax15"),
+    "entmax_alpha": dict(encoder_self_attention="entmax_alpha", decoder_self_attention="entmax_alpha",
+                         cross_attention="entmax_alpha"),
     "csoftmax": dict(cross_attention="csoftmax"),
     "csparsemax": dict(cross_attention="csparsemax"),
     "csparsemax-no-sink": dict(cross_attention={"type": "csparsemax", "sink": False}, constant_fertility=2.0),
