@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -31,6 +32,8 @@ from .loading import DEVICES, resolve_device
 from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, check_length_buckets
 from .output_files import write_text
 from .translation.batches import AUTO_BATCH_SIZE
+
+logger = logging.getLogger(__name__)
 
 # torch, the models and the training helpers are imported where they are used, so that `--help` is instant.
 
@@ -181,6 +184,8 @@ def evaluate_model(
             name without its language suffix (``test_2016_flickr.de`` -> ``test_2016_flickr``).
         tokenizer: Another tokenizer folder than the model folder's own; refused unless it is the tokenizer the model
             was trained with (see :func:`hf_headattn.loading.check_tokenizer`), or warned about with `force`.
+        force: Only warn about such a tokenizer, and about a folder whose saved code is not the installed runtime
+            (refused otherwise, naming the files: the scores would be of other code than the folder's users run).
         overwrite: Replace an earlier result of this test set name and decoding in `output_dir` (refused
             otherwise: it may be another test set of the same file name).
 
@@ -306,6 +311,26 @@ def evaluate_model(
     return results
 
 
+def refuse_other_code(model_dir: Path, force: bool) -> None:
+    """Refuse (ValueError) a folder whose saved code differs from the installed runtime, naming the files, or with
+    `force` warn: this package's model types load with the installed runtime (`auto_classes`), so the scores would be
+    the installed code's while a user of the folder, loading it with `trust_remote_code`, runs the folder's own."""
+    from importlib.metadata import version
+
+    from .loading import code_differences
+
+    differing = code_differences(model_dir)
+    if not differing:
+        return
+    message = (f"{model_dir}'s saved code differs from the installed hf_headattn {version('hf_headattn')}'s runtime "
+               f"in {', '.join(differing)}: a user of the folder runs its own code, and this evaluation would score "
+               "the installed package's instead")
+    if not force:
+        raise ValueError(f"{message}; evaluate with the hf_headattn version that saved the folder, or pass --force "
+                         "to score the installed code")
+    logger.warning(f"{message}; scoring the installed code (--force)")
+
+
 def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
                           coverage_penalty, length_penalty, early_stopping, tokenizer, force,
                           desc) -> tuple[list[str], dict, dict]:
@@ -315,6 +340,7 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
     from .loading import load_model_and_tokenizer
     from .translation import resolve_batch_size, translate_sentences
 
+    refuse_other_code(model_dir, force)
     # a local folder (checked by evaluate_model): its code may run
     model, tokenizer = load_model_and_tokenizer(model_dir, tokenizer=tokenizer, force=force)
     if coverage_penalty and "coverage_penalty" not in inspect.signature(model.generate).parameters:

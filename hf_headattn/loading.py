@@ -129,6 +129,17 @@ def check_tokenizer(model_dir: str | Path, tokenizer, tokenizer_source: str | Pa
     logger.warning(f"{message}; going on (--force)")
 
 
+RUNTIME = Path(__file__).resolve().parent / "runtime"
+
+
+def code_differences(model_dir: str | Path) -> list[str]:
+    """The Python files saved in the folder `model_dir` that are not the installed package's runtime files byte for
+    byte (or that it has no file of that name for): the code a user of the folder runs, through `trust_remote_code`,
+    where it is not what this package runs."""
+    return [path.name for path in sorted(Path(model_dir).glob("*.py"))
+            if not (RUNTIME / path.name).is_file() or (RUNTIME / path.name).read_bytes() != path.read_bytes()]
+
+
 def report_code_differences(model_dir: str | Path, model) -> None:
     """Warn, naming the files, when the loaded `model` runs its folder's own code (the runtime modules saved with it)
     and that code is not the installed package's runtime. A model of this package's types runs the installed
@@ -136,12 +147,10 @@ def report_code_differences(model_dir: str | Path, model) -> None:
     import inspect
     from importlib.metadata import version
 
-    runtime = Path(__file__).resolve().parent / "runtime"
     model_dir = Path(model_dir)
-    if not model_dir.is_dir() or Path(inspect.getfile(type(model))).resolve().parent == runtime:
+    if not model_dir.is_dir() or Path(inspect.getfile(type(model))).resolve().parent == RUNTIME:
         return
-    differing = [path.name for path in sorted(model_dir.glob("*.py"))
-                 if not (runtime / path.name).is_file() or (runtime / path.name).read_bytes() != path.read_bytes()]
+    differing = code_differences(model_dir)
     if differing:
         logger.warning(f"{model_dir}'s model code differs from the installed hf_headattn {version('hf_headattn')}'s "
                        f"runtime in {', '.join(differing)}: the model runs its own copy, saved with it by another "

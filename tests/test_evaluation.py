@@ -1,8 +1,10 @@
 """The evaluation command: a saved folder of either family + a test set -> hypotheses file and metrics JSON."""
 
 import json
+import logging
 import re
 import runpy
+import shutil
 import sys
 
 import pytest
@@ -272,3 +274,21 @@ def test_device_resolution():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="sees no CUDA device; use cpu or auto"):
             resolve_device("cuda")
+
+
+def test_a_folder_whose_code_is_not_the_installed_runtime_is_refused_naming_the_files(models, data, tmp_path, caplog):
+    """This package's model types load with the installed runtime, so evaluating a folder saved with other code
+    would score code its users never run (issue 75): refused, naming the files, or with `force` warned about."""
+    folder = tmp_path / "model"
+    shutil.copytree(models["transformer"], folder)
+    with open(folder / "modeling_headattn.py", "a", encoding="utf-8") as code:
+        code.write("\n# saved by another version\n")
+    arguments = dict(model_dir=folder, source_path=data["test.src"], reference_path=data["test.tgt"],
+                     output_dir=tmp_path / "eval", device="cpu", num_beams=1)
+    with pytest.raises(ValueError, match=r"model's saved code differs from the installed hf_headattn .*'s runtime in "
+                                         r"modeling_headattn\.py: a user of the folder runs its own code.*--force"):
+        evaluate_model(**arguments)
+    assert not (tmp_path / "eval").exists()
+    with caplog.at_level(logging.WARNING, logger="hf_headattn.evaluation"):
+        results = evaluate_model(**arguments, force=True)
+    assert "scoring the installed code (--force)" in caplog.text and results["bleu"] is not None

@@ -71,7 +71,9 @@ def make_parser() -> argparse.ArgumentParser:
                         help="another tokenizer folder than the model's own (refused unless the model was trained "
                              "with it)")
     parser.add_argument("--force", action="store_true",
-                        help="only warn when --tokenizer is not the one the model was trained with")
+                        help="only warn when --tokenizer is not the one the model was trained with, or when the "
+                             "folder's saved code is not the installed package's (refused otherwise: the scores "
+                             "would be of other code than a user of the folder runs)")
     parser.add_argument("--drop_runs", type=positive_int, default=DROP_ALIGNMENT_RUNS,
                         help="eflomal alignment runs pooled into DROP; their spread goes into the JSON")
     parser.add_argument("--drop_cache_dir", default=None,
