@@ -160,15 +160,29 @@ def write_failure(error: BaseException, folder: str | Path) -> str | None:
             f"os error {number}" in text for number in full_errors):
         return f"the disk holding {folder} is full ({free} free; {text})"
     if "inline_container" in text or "PytorchStreamWriter" in text:
+        if _nearly_full(folder):  # what PyTorch's writer does not say, the disk does
+            return f"the disk holding {folder} is full ({free} free; PyTorch's writer stopped: {text})"
         return (f"PyTorch could not write into {folder} ({text}): its writer stops like this when the disk is full "
                 f"({free} free there now)")
     return None
 
 
+NEARLY_FULL_BYTES = 256 << 20  # less free than a checkpoint of this package's models takes: the disk is full
+
+
+def _disk_usage(folder: Path):
+    """`shutil.disk_usage` of the disk of `folder` (or of its nearest existing parent)."""
+    return shutil.disk_usage(next((path for path in (folder, *folder.parents) if path.exists()), Path(os.sep)))
+
+
+def _nearly_full(folder: Path) -> bool:
+    usage = _disk_usage(folder)
+    return usage.free < min(NEARLY_FULL_BYTES, usage.total // 100)
+
+
 def _free_space(folder: Path) -> str:
     """The free space on the disk of `folder` (or of its nearest existing parent), as "12.5 MiB"."""
-    existing = next((path for path in (folder, *folder.parents) if path.exists()), Path(os.sep))
-    free = float(shutil.disk_usage(existing).free)
+    free = float(_disk_usage(folder).free)
     for unit in ("bytes", "KiB", "MiB"):
         if free < 1024:
             return f"{free:,.0f} bytes" if unit == "bytes" else f"{free:,.1f} {unit}"

@@ -11,6 +11,8 @@ import errno
 import logging
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -25,7 +27,7 @@ from hf_headattn.loading import load_model_and_tokenizer
 from hf_headattn.saved_files import DamagedFile, write_failure
 from hf_headattn.training import train
 
-from helpers import FAMILIES, toy_data
+from helpers import FAMILIES, WITHOUT_PACKAGE, random_model, random_rnn_model, rnn_config, tiny_config, toy_data
 
 STEPS, SAVE_STEPS = 4, 2
 
@@ -253,6 +255,21 @@ def test_the_writers_full_disk_errors_are_recognised(error, tmp_path):
     assert write_failure(RuntimeError("CUDA out of memory"), tmp_path) is None
 
 
+def test_pytorchs_writer_stopping_on_a_nearly_full_disk_is_called_a_full_disk(tmp_path, monkeypatch):
+    """PyTorch's zip writer gives no cause; a disk with 1.5 MiB free is full, and the message says so (issue 75)."""
+    from collections import namedtuple
+
+    from hf_headattn import saved_files
+
+    usage = namedtuple("usage", "total used free")
+    error = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+    monkeypatch.setattr(saved_files.shutil, "disk_usage", lambda path: usage(10 << 30, (10 << 30) - (3 << 19), 3 << 19))
+    assert write_failure(error, tmp_path).startswith(f"the disk holding {tmp_path} is full (1.5 MiB free; PyTorch's "
+                                                     "writer stopped: [enforce fail")
+    monkeypatch.setattr(saved_files.shutil, "disk_usage", lambda path: usage(10 << 30, 5 << 30, 5 << 30))
+    assert write_failure(error, tmp_path).startswith(f"PyTorch could not write into {tmp_path}")
+
+
 def test_a_damaged_run_manifest_is_named_with_what_to_do(tmp_path):
     from hf_headattn.training.run_manifest import read_manifest
 
@@ -260,3 +277,29 @@ def test_a_damaged_run_manifest_is_named_with_what_to_do(tmp_path):
     with pytest.raises(ValueError, match=r"run_manifest\.json is damaged .*Copy it from another checkpoint of the "
                                          "same run"):
         read_manifest(tmp_path)
+
+
+DAMAGED_DOWNLOAD_SCRIPT = WITHOUT_PACKAGE + """
+from transformers import AutoModelForSeq2SeqLM
+try:
+    AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True)
+except OSError as error:
+    print("ERROR", error)
+"""
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_a_remote_code_user_is_told_which_weights_file_is_damaged(family, tmp_path):
+    """Without this package (the folder's own code, through trust_remote_code), a cut-short model.safetensors is
+    named with what to do, not safetensors' bare "incomplete metadata" (issue 75)."""
+    model = (random_model(tiny_config()) if family == "transformer" else random_rnn_model(rnn_config()))
+    model.save_pretrained(tmp_path / "model")
+    weights = tmp_path / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    done = subprocess.run([sys.executable, "-c", DAMAGED_DOWNLOAD_SCRIPT, str(tmp_path / "model")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1",
+                                                                              "HF_MODULES_CACHE": str(tmp_path / "m")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(f"ERROR {weights} cannot be read (SafetensorError: "), done.stdout
+    assert "it is cut short or damaged, as an interrupted download or copy leaves it; copy or save the folder again" \
+        in done.stdout

@@ -45,6 +45,7 @@ from .seq2seq_common import (
     check_seq2seq_inputs,
     checks_inputs,
     inputs_checked_by_caller,
+    NamesDamagedWeights,
     seq2seq_loss,
     shift_tokens_right,
 )
@@ -414,7 +415,7 @@ class HeadAttnDecoderLayer(GradientCheckpointingLayer):
 
 
 # ------------------------------------------------------------------------------------------------ models
-class HeadAttnPreTrainedModel(PreTrainedModel):
+class HeadAttnPreTrainedModel(NamesDamagedWeights, PreTrainedModel):
     config_class = HeadAttnConfig
     config: HeadAttnConfig
     base_model_prefix = "model"

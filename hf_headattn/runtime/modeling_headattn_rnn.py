@@ -37,6 +37,7 @@ from .seq2seq_common import (
     check_seq2seq_inputs,
     checks_inputs,
     inputs_checked_by_caller,
+    NamesDamagedWeights,
     seq2seq_loss,
     shift_tokens_right,
 )
@@ -396,7 +397,7 @@ class HeadAttnRNNDecoder(nn.Module):
 
 
 # ------------------------------------------------------------------------------------------------ models
-class HeadAttnRNNPreTrainedModel(PreTrainedModel):
+class HeadAttnRNNPreTrainedModel(NamesDamagedWeights, PreTrainedModel):
     config_class = HeadAttnRNNConfig
     config: HeadAttnRNNConfig
     base_model_prefix = "model"

@@ -8,10 +8,48 @@ import contextvars
 import functools
 import inspect
 import numbers
+from pathlib import Path
 
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
+
+
+# what a cut-short or damaged weights file raises as Transformers reads it: safetensors' error (whose class is named
+# so, not imported here: the runtime imports only torch and Transformers) and PyTorch's zip reader
+WEIGHTS_READ_ERRORS = ("SafetensorError", "PytorchStreamReader", "unexpected EOF", "invalid load key")
+
+
+def damaged_weights_message(name_or_path, error: BaseException) -> str | None:
+    """What to tell a user whose `from_pretrained(name_or_path)` failed reading the weights with `error`: which file,
+    that it is cut short or damaged, and how to get it whole again; None for any other error."""
+    text = f"{type(error).__name__}: {error}"
+    if not any(marker in text for marker in WEIGHTS_READ_ERRORS):
+        return None
+    folder = Path(str(name_or_path))
+    named = [folder / name for name in ("model.safetensors", "pytorch_model.bin") if (folder / name).is_file()]
+    where = str(named[0]) if named else f"the weights file of {name_or_path}"
+    fix = ("copy or save the folder again" if folder.is_dir() else
+           f"download it again: huggingface_hub.snapshot_download({str(name_or_path)!r}, force_download=True), or "
+           "delete the model from the Hugging Face cache (`hf cache delete`)")
+    return (f"{where} cannot be read ({text}): it is cut short or damaged, as an interrupted download or copy leaves "
+            f"it; {fix}")
+
+
+class NamesDamagedWeights:
+    """`from_pretrained` that names a weights file it cannot read, and how to get it whole again, instead of the
+    reader's bare error (safetensors' "incomplete metadata"), for whoever loads the model, with or without this
+    package (`trust_remote_code`)."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        except Exception as error:
+            message = damaged_weights_message(pretrained_model_name_or_path, error)
+            if message is None:
+                raise
+            raise OSError(message) from error
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
