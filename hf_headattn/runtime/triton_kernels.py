@@ -43,13 +43,15 @@ __all__ = ["MAX_KEYS", "constrained_scan", "fits_one_block", "sparsemax_rows"]
 MAX_KEYS = 2048
 
 # The partition byte of a cell: its class (bits 0-1), whether max(f - beta, 0) passed its gradient (f - beta >= 0,
-# as torch.clamp's backward), whether the row's step was NaN.
+# as torch.clamp's backward), whether the row's step was NaN, whether the key is masked (its score's gradient is 0
+# whatever else happens, as through the torch path's masked_fill).
 ZERO = tl.constexpr(0)
 FREE = tl.constexpr(1)
 AT_BOUND = tl.constexpr(2)
 CLASS_BITS = tl.constexpr(3)
 SLACK_PASSES = tl.constexpr(4)
 NONFINITE = tl.constexpr(8)
+MASKED = tl.constexpr(16)
 
 # Bounds are clamped to [0, 2] before a solver sees them (as `sparse_solvers.clamped_bounds`): no probability
 # exceeds 1, so a bound of 2 never binds and +inf (the <SINK>) never meets inf - inf.
@@ -209,7 +211,7 @@ def _constrained_scan_forward(
         if BONUS:
             z = z + exhaustion * tl.where(is_source, bound, 0.0)  # z' = z + c u; the sink has no bonus
         alpha, cell = _constrained_solve(z, bound, attendable, SPARSE)
-        cell = cell | tl.where(is_source & (slack >= 0), SLACK_PASSES, 0)
+        cell = cell | tl.where(is_source & (slack >= 0), SLACK_PASSES, 0) | tl.where(attendable, 0, MASKED)
         offset = (row * targets + t) * keys + key
         tl.store(weights + offset, alpha, mask=in_row)
         tl.store(partition + offset, cell.to(tl.uint8), mask=in_row)
@@ -242,21 +244,23 @@ def _constrained_scan_backward(
         grad_alpha = tl.where(is_source, grad_beta, 0.0)
         if HAS_GRAD_WEIGHTS:
             grad_alpha += tl.load(grad_weights + offset, mask=in_row, other=0.0).to(tl.float32)
-        free = (cell & CLASS_BITS) == FREE
-        capped = (cell & CLASS_BITS) == AT_BOUND
+        # 0/1 indicators multiply (not select), as in the torch path: a NaN gradient reaching a row (through beta,
+        # from a later NaN step) makes all of it NaN there too
+        free = ((cell & CLASS_BITS) == FREE).to(tl.float32)
+        capped = ((cell & CLASS_BITS) == AT_BOUND).to(tl.float32)
         if SPARSE:  # Eq. 7-8: m = mean of dalpha over the free keys
-            n_free = tl.sum(free.to(tl.float32), axis=0)
-            mean = tl.sum(tl.where(free, grad_alpha, 0.0), axis=0) / tl.maximum(n_free, 1.0)
-            grad_z = tl.where(free, grad_alpha - mean, 0.0)
+            mean = tl.sum(free * grad_alpha, axis=0) / tl.maximum(tl.sum(free, axis=0), 1.0)
+            grad_z = free * (grad_alpha - mean)
         else:  # m = sum_A alpha dalpha / sum_A alpha over the free keys A; dz = 1[A] alpha (dalpha - m)
-            alpha_free = tl.where(free, tl.load(weights + offset, mask=in_row, other=0.0), 0.0)
+            alpha_free = free * tl.load(weights + offset, mask=in_row, other=0.0)
             free_mass = tl.sum(alpha_free, axis=0)
             mean = tl.sum(alpha_free * grad_alpha, axis=0) / tl.maximum(free_mass, 1.1754943508222875e-38)
             grad_z = alpha_free * (grad_alpha - mean)
-        grad_u = tl.where(capped, grad_alpha - mean, 0.0)
+        grad_u = capped * (grad_alpha - mean)
         nonfinite = (cell & NONFINITE) != 0
         grad_z = tl.where(nonfinite, float("nan"), grad_z)
         grad_u = tl.where(nonfinite, float("nan"), grad_u)
+        grad_z = tl.where((cell & MASKED) != 0, 0.0, grad_z)
         tl.store(grad_scores + offset, grad_z, mask=in_row)
         if BONUS:
             grad_u += exhaustion * grad_z  # z' = z + c u
@@ -362,9 +366,9 @@ def _sparsemax_backward(grad_weights, weights, grad_scores, keys, BLOCK: tl.cons
     in_row = key < keys
     alpha = tl.load(weights + row * keys + key, mask=in_row, other=0.0)
     grad = tl.load(grad_weights + row * keys + key, mask=in_row, other=0.0).to(tl.float32)
-    support = alpha > 0
-    mean = tl.sum(tl.where(support, grad, 0.0), axis=0) / tl.maximum(tl.sum(support.to(tl.float32), axis=0), 1.0)
-    grad_z = tl.where(support, grad - mean, 0.0)  # 1[alpha > 0] (dalpha - mean over the support)
+    support = (alpha > 0).to(tl.float32)
+    mean = tl.sum(support * grad, axis=0) / tl.maximum(tl.sum(support, axis=0), 1.0)
+    grad_z = support * (grad - mean)  # 1[alpha > 0] (dalpha - mean over the support)
     nonfinite = tl.sum((in_row & (alpha != alpha)).to(tl.int32), axis=0) > 0
     tl.store(grad_scores + row * keys + key, tl.where(nonfinite, float("nan"), grad_z), mask=in_row)
 
