@@ -179,7 +179,8 @@ def section_text(report: dict) -> str:
         "decoder step a target position. *torch*: the sparse solvers' device path, the branch-free sorting a GPU runs "
         "(`sparse_solvers.HOST_DEVICES` emptied); *triton*: `HF_HEADATTN_KERNELS=triton`, the kernels of "
         "`runtime/triton_kernels.py` run in Triton's interpreter (`TRITON_INTERPRET=1`), a launch counted once. "
-        "Nothing branches on the data, so the counts hold for any width, batch and machine; "
+        "Nothing branches on the data, so the counts hold for any width, batch and machine (the torch rows of the "
+        "Transformer grow with the target length, one solver step a position; its triton rows do not); "
         f"{m['cpu_model']}, torch {m['torch']}, Transformers {m['transformers']}, triton {report['triton']}.", "",
         f"| family | variant | path | ATen calls | Triton launches | launches | / softmax | <= {TARGET}x softmax |",
         "|---|---|---|---:|---:|---:|---:|---|"]
