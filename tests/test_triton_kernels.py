@@ -22,7 +22,8 @@ from hf_headattn.runtime import sparse_attention
 from hf_headattn.runtime.attention_sparse import constrained_attention_scan, constrained_attention_step
 from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, kernel_backend, sparsemax
 
-from helpers import REPO, WITHOUT_PACKAGE, random_model, source_batch, tiny_config
+from helpers import (REPO, WITHOUT_PACKAGE, load_example, random_model, random_rnn_model, rnn_config, source_batch,
+                     tiny_config)
 
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -206,6 +207,49 @@ def test_a_constrained_transformer_trains_through_the_kernels_as_through_the_tor
         results.append([loss] + [parameter.grad for parameter in model.parameters() if parameter.grad is not None])
     assert len(results[0]) == len(results[1]) > 10
     _assert_close(*results, atol=1e-5, rtol=1e-4)
+
+
+@needs_triton
+@pytest.mark.parametrize("family", ["transformer", "lstm"])
+def test_both_families_decode_and_train_through_the_kernels_as_through_torch(kernels, monkeypatch, family):
+    """Beam search (the Transformer's cached steps: the scan with one position and a starting cumulative attention;
+    the LSTM's steps) and the LSTM's train step, each backend."""
+    if family == "transformer":
+        build = lambda: random_model(tiny_config(cross_attention="csoftmax", decoder_layers=1))  # noqa: E731
+    else:
+        build = lambda: random_rnn_model(rnn_config(attention_transform="csparsemax", num_heads=2))  # noqa: E731
+    input_ids, attention_mask = source_batch((5, 3))
+    results = []
+    for backend in ("triton", "torch"):
+        monkeypatch.setenv("HF_HEADATTN_KERNELS", backend)
+        model = build().to(DEVICE)
+        with torch.no_grad():
+            generated = model.generate(input_ids=input_ids.to(DEVICE), attention_mask=attention_mask.to(DEVICE),
+                                       num_beams=2, max_new_tokens=4, do_sample=False)
+        loss = model(input_ids=input_ids.to(DEVICE), attention_mask=attention_mask.to(DEVICE),
+                     labels=input_ids.to(DEVICE)).loss
+        loss.backward()
+        results.append((generated, loss, *[p.grad for p in model.parameters() if p.grad is not None]))
+    assert torch.equal(results[0][0], results[1][0])
+    _assert_close(results[0][1:], results[1][1:], atol=1e-5, rtol=1e-4)
+
+
+@needs_triton
+def test_the_launch_count_sees_one_scan_kernel_a_constrained_layer_forward_and_backward(kernels):
+    """examples/benchmark_kernel_launches.py's counting: each Triton launch once, the interpreter's own tensor calls
+    not at all."""
+    counting = load_example("benchmark_kernel_launches")
+    model = random_model(tiny_config(cross_attention="csparsemax"))
+    input_ids, attention_mask = source_batch((5, 3))
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask,
+              "labels": torch.randint(2, 64, (2, 4), generator=torch.Generator().manual_seed(3))}
+    through_kernels = counting.count_train_step(model, inputs, "triton")
+    through_torch = counting.count_train_step(model, inputs, "torch")
+    assert through_kernels["triton_launches"] == 2 * model.config.decoder_layers  # forward and backward a layer
+    assert through_torch["triton_launches"] == 0
+    assert through_kernels["aten_calls"] < through_torch["aten_calls"]
+    again = counting.count_train_step(model, inputs, "triton")
+    assert again == through_kernels  # nothing depends on the data or on what ran before
 
 
 def _sparsemax_case(rows=6, keys=11, seed=10, dtype=torch.float32):
