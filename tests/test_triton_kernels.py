@@ -4,8 +4,8 @@ convention of runtime/sparse_attention.py; their sm_90 code free of register spi
 saved model that loads and runs where triton is not installed.
 
 On a CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, which tests/conftest.py sets before triton is
-imported: triton reads it as it decorates its own functions and ours), which takes about a millisecond a program and position, so the shapes are
-small. On a machine with CUDA they run compiled, on CUDA tensors."""
+imported: triton reads it as it decorates its own functions and ours), which takes about a millisecond a program and
+position, so the shapes are small. On a machine with CUDA they run compiled, on CUDA tensors."""
 
 import importlib
 import importlib.util

@@ -24,6 +24,8 @@ This module imports triton, which a saved model must not need: `sparse_attention
 kernel runs, and only then is this module imported.
 """
 
+import contextlib
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -56,6 +58,8 @@ MASKED = tl.constexpr(16)
 # Bounds are clamped to [0, 2] before a solver sees them (as `sparse_solvers.clamped_bounds`): no probability
 # exceeds 1, so a bound of 2 never binds and +inf (the <SINK>) never meets inf - inf.
 NON_BINDING_BOUND = tl.constexpr(2.0)
+# csoftmax's backward divides by the free keys' mass, floored here as the torch path floors it (float32's tiny).
+FLOAT32_TINY = tl.constexpr(1.1754943508222875e-38)
 
 
 def fits_one_block(keys: int) -> bool:
@@ -64,9 +68,14 @@ def fits_one_block(keys: int) -> bool:
 
 
 def _block_and_warps(keys: int) -> tuple[int, int]:
-    """The block (keys rounded up to a power of two) and warps for a row: about 8 keys a thread."""
-    block = max(16, triton.next_power_of_2(keys))
+    """The block (keys rounded up to a power of two, as tl.arange needs) and warps for a row: about 8 keys a thread."""
+    block = triton.next_power_of_2(keys)
     return block, max(1, min(8, block // 256))
+
+
+def _on_device_of(x: torch.Tensor):
+    """Launches go to the current CUDA device: make it x's (a no-op off CUDA)."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -254,7 +263,7 @@ def _constrained_scan_backward(
         else:  # m = sum_A alpha dalpha / sum_A alpha over the free keys A; dz = 1[A] alpha (dalpha - m)
             alpha_free = free * tl.load(weights + offset, mask=in_row, other=0.0)
             free_mass = tl.sum(alpha_free, axis=0)
-            mean = tl.sum(alpha_free * grad_alpha, axis=0) / tl.maximum(free_mass, 1.1754943508222875e-38)
+            mean = tl.sum(alpha_free * grad_alpha, axis=0) / tl.maximum(free_mass, FLOAT32_TINY)
             grad_z = alpha_free * (grad_alpha - mean)
         grad_u = capped * (grad_alpha - mean)
         nonfinite = (cell & NONFINITE) != 0
@@ -294,16 +303,17 @@ class ConstrainedScanFunction(torch.autograd.Function):
         weights = scores.new_empty(batch, heads, targets, keys, dtype=torch.float32)
         partition = scores.new_empty(batch, heads, targets, keys, dtype=torch.uint8)
         final = scores.new_empty(batch, heads, sources, dtype=torch.float32)
-        _constrained_scan_forward[(batch * heads,)](
-            scores_in, scores_in.stride(0), scores_in.stride(1), scores_in.stride(2),
-            fertility_in, fertility_in.stride(0), fertility_in.stride(1),
-            scores_in if allowed_in is None else allowed_in,
-            0 if allowed_in is None else allowed_in.stride(0), 0 if allowed_in is None else allowed_in.stride(1),
-            scores_in if start_in is None else start_in, weights, partition, final,
-            heads, targets, keys, sources, float(exhaustion),
-            HAS_ALLOWED=allowed_in is not None, HAS_START=start_in is not None, BONUS=exhaustion != 0,
-            SPARSE=sparse, BLOCK=block, num_warps=warps,
-        )
+        with _on_device_of(scores):
+            _constrained_scan_forward[(batch * heads,)](
+                scores_in, scores_in.stride(0), scores_in.stride(1), scores_in.stride(2),
+                fertility_in, fertility_in.stride(0), fertility_in.stride(1),
+                scores_in if allowed_in is None else allowed_in,
+                0 if allowed_in is None else allowed_in.stride(0), 0 if allowed_in is None else allowed_in.stride(1),
+                scores_in if start_in is None else start_in, weights, partition, final,
+                heads, targets, keys, sources, float(exhaustion),
+                HAS_ALLOWED=allowed_in is not None, HAS_START=start_in is not None, BONUS=exhaustion != 0,
+                SPARSE=sparse, BLOCK=block, num_warps=warps,
+            )
         ctx.save_for_backward(None if sparse else weights, partition)
         ctx.settings = (exhaustion, sparse, sources, block, warps)
         ctx.input_shapes = (scores.dtype, fertility.shape, fertility.dtype,
@@ -322,14 +332,16 @@ class ConstrainedScanFunction(torch.autograd.Function):
         grad_start = partition.new_empty(batch, heads, sources, dtype=torch.float32)
         grad_weights = None if grad_weights is None else grad_weights.contiguous()
         grad_final = None if grad_final is None else grad_final.contiguous()
-        _constrained_scan_backward[(batch * heads,)](
-            grad_scores if grad_weights is None else grad_weights, grad_scores if grad_final is None else grad_final,
-            grad_scores if weights is None else weights, partition,
-            grad_scores, grad_fertility, grad_start,
-            targets, keys, sources, float(exhaustion),
-            HAS_GRAD_WEIGHTS=grad_weights is not None, HAS_GRAD_FINAL=grad_final is not None, BONUS=exhaustion != 0,
-            SPARSE=sparse, BLOCK=block, num_warps=warps,
-        )
+        with _on_device_of(partition):
+            _constrained_scan_backward[(batch * heads,)](
+                grad_scores if grad_weights is None else grad_weights,
+                grad_scores if grad_final is None else grad_final,
+                grad_scores if weights is None else weights, partition,
+                grad_scores, grad_fertility, grad_start,
+                targets, keys, sources, float(exhaustion),
+                HAS_GRAD_WEIGHTS=grad_weights is not None, HAS_GRAD_FINAL=grad_final is not None, BONUS=exhaustion != 0,
+                SPARSE=sparse, BLOCK=block, num_warps=warps,
+            )
         grad_fertility = grad_fertility.sum_to_size(fertility_shape).to(fertility_dtype)
         grad_start = None if start_spec is None else grad_start.sum_to_size(start_spec[0]).to(start_spec[1])
         return grad_scores.to(scores_dtype), grad_fertility, grad_start, None, None, None, None
@@ -382,7 +394,8 @@ class SparsemaxRowsFunction(torch.autograd.Function):
         keys = z.shape[-1]
         block, warps = _block_and_warps(keys)
         weights = torch.empty_like(z, dtype=torch.float32)
-        _sparsemax_forward[(z.numel() // keys,)](z, weights, keys, BLOCK=block, num_warps=warps)
+        with _on_device_of(z):
+            _sparsemax_forward[(z.numel() // keys,)](z, weights, keys, BLOCK=block, num_warps=warps)
         ctx.save_for_backward(weights)
         ctx.launch = (block, warps)
         return weights
@@ -394,8 +407,9 @@ class SparsemaxRowsFunction(torch.autograd.Function):
         block, warps = ctx.launch
         keys = weights.shape[-1]
         grad_scores = torch.empty_like(weights)
-        _sparsemax_backward[(weights.numel() // keys,)](grad_weights.contiguous(), weights, grad_scores, keys,
-                                                        BLOCK=block, num_warps=warps)
+        with _on_device_of(weights):
+            _sparsemax_backward[(weights.numel() // keys,)](grad_weights.contiguous(), weights, grad_scores, keys,
+                                                            BLOCK=block, num_warps=warps)
         return grad_scores
 
 
