@@ -725,7 +725,7 @@ def write_report(args) -> None:
 # decoding, decoding-gpu, backends: in BENCHMARKS.md
 OTHER_SECTIONS = ("alignment", "averaging", "decoding", "decoding-gpu", "decoding-full", "speed-gpu", "data_prep",
                   "fast_path", "compiled_step", "backends", "backends-gpu", "translation_outputs", "decoding_profile",
-                  "decoding_profile-gpu")
+                  "decoding_profile-gpu", "kernel_launches")
 
 
 def section_markers(name: str) -> tuple[str, str]:

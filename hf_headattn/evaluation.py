@@ -338,7 +338,7 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
     model."""
     from .decoding import resolve_generation_config
     from .loading import load_model_and_tokenizer
-    from .translation import resolve_batch_size, translate_sentences
+    from .translation import fast_path_by_default, resolve_batch_size, translate_sentences
 
     refuse_other_code(model_dir, force)
     # a local folder (checked by evaluate_model): its code may run
@@ -353,10 +353,11 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
     generate_kwargs = {"coverage_penalty": coverage_penalty} if coverage_penalty else {}
     ranking = {name: value for name, value in (("length_penalty", length_penalty), ("early_stopping", early_stopping))
                if value is not None}
-    batch_size = resolve_batch_size(model, batch_size, num_beams=num_beams, **generate_kwargs, **ranking)
+    fast = fast_path_by_default(torch_device)  # generate on CUDA, as hf-headattn-translate's --decoding auto
+    batch_size = resolve_batch_size(model, batch_size, num_beams=num_beams, fast=fast, **generate_kwargs, **ranking)
     started = time.perf_counter()
     hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
-                                     **generate_kwargs, **ranking)
+                                     fast=fast, **generate_kwargs, **ranking)
     seconds = time.perf_counter() - started
     model_record = {"path": str(model_dir.resolve()), "name": model_dir.resolve().name,
                     "model_type": model.config.model_type, "architecture": type(model).__name__,

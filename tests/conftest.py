@@ -8,6 +8,10 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Nor write DROP's aligner cache into the home folder: one fresh cache per test session.
 os.environ.setdefault("HF_HEADATTN_CACHE", tempfile.mkdtemp(prefix="hf_headattn_test_cache_"))
+# Without CUDA, Triton's kernels run only in its interpreter, which triton reads as it is imported (Transformers
+# imports it with the models): set before any test imports it (tests/test_triton_kernels.py).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -135,6 +135,23 @@ def test_the_command_batches_as_translate_does_unless_told(family, flags, name, 
     assert results["decoding"]["batch_size"] == batch_size
 
 
+def test_the_command_decodes_through_generate_on_cuda(models, data, tmp_path, monkeypatch):
+    """As hf-headattn-translate's --decoding auto: `fast_path_by_default` of the device, here the CPU taken for CUDA;
+    the batch size says which search decoded (generate's 32 at beam 2 on a CPU, the fast path's 320)."""
+    from hf_headattn import translation
+
+    devices = []
+
+    def as_if_on_cuda(device):
+        devices.append(device)
+        return translation.sentences.fast_path_by_default(torch.device("cuda"))
+
+    monkeypatch.setattr(translation, "fast_path_by_default", as_if_on_cuda)
+    results = evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], num_beams=2, device="cpu",
+                             output_dir=tmp_path)
+    assert devices == [torch.device("cpu")] and results["decoding"]["batch_size"] == 32
+
+
 def test_a_batch_size_that_is_neither_a_count_nor_auto_is_refused(models, data, tmp_path):
     with pytest.raises(ValueError, match="batch_size must be a positive int or 'auto', got 'all'"):
         evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], batch_size="all", device="cpu",

@@ -484,6 +484,29 @@ def test_command_batches_by_the_search_that_decodes(folder, tmp_path, capsys, mo
     assert asked["max_tokens"] == (99 if "--max_tokens" in flags else None if "--batch_size" in flags else 4096)
 
 
+@pytest.mark.parametrize("flags, batch_size", [((), GENERATE_BATCH_SIZE), (("--decoding", "fast"), 640)])
+def test_the_command_decodes_through_generate_on_cuda_unless_told(folder, tmp_path, capsys, monkeypatch, flags,
+                                                                  batch_size):
+    """--decoding auto (the default) asks `fast_path_by_default` of the model's device; here the CPU is taken for
+    CUDA, and the batch size says which search decoded (generate's 32, the fast path's 640 rows)."""
+    assert not translation_sentences.fast_path_by_default(torch.device("cuda"))
+    assert not translation_sentences.fast_path_by_default("cuda:1")
+    assert translation_sentences.fast_path_by_default(torch.device("cpu"))
+    devices = []
+
+    def as_if_on_cuda(device):
+        devices.append(device)
+        return translation_sentences.fast_path_by_default(torch.device("cuda") if device.type == "cpu" else device)
+
+    monkeypatch.setattr(translate_command, "fast_path_by_default", as_if_on_cuda)
+    model_dir, data = folder
+    asked = record_batch_limits(monkeypatch)
+    run(["--model", model_dir, "--input", data["test.src"], "--output", tmp_path / "out.en", "--num_beams", "1",
+         "--quiet", *flags], capsys)
+    assert asked["batch_size"] == batch_size
+    assert devices == ([] if flags else [torch.device("cpu")])
+
+
 def test_command_refuses_bad_input_before_translating(folder, tmp_path, capsys):
     model_dir, data = folder
     source = tmp_path / "in.de"

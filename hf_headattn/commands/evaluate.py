@@ -50,7 +50,9 @@ def make_parser() -> argparse.ArgumentParser:
                         help="sentences translated at once (default: hf-headattn-translate's: 640 / --num_beams on the "
                              "fast path, at least 128; 32 through generate on a CPU, 128 on a GPU; 128 for an "
                              "export)")
-    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA if available), cpu, cuda or cuda:N; the CPU decodes through the fast path, "
+                             "CUDA through generate, where the fast path was measured slower (docs/deploying.md)")
     parser.add_argument("--max_length", type=positive_int, default=None,
                         help="longest output in tokens (None: the folder's generation_config.max_length)")
     parser.add_argument("--coverage_penalty", type=non_negative_float, default=0.0,

@@ -28,8 +28,8 @@ from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_a
                    random_seed, skip_exit_collections)
 from ..output_files import new_file
 from ..translation import (ALIGNMENT_HEADS, AUTO_BATCH_SIZE, DEFAULT_BATCH_ROWS, DEFAULT_BATCH_SIZE,
-                           DEFAULT_MAX_TOKENS, GENERATE_BATCH_SIZE, OUTPUT_FORMATS, QUANTIZATIONS, format_translation,
-                           quantize, read_lines, translate)
+                           DEFAULT_MAX_TOKENS, GENERATE_BATCH_SIZE, OUTPUT_FORMATS, QUANTIZATIONS, fast_path_by_default,
+                           format_translation, quantize, read_lines, translate)
 from ..translation.quantization import CPU_DTYPE_FLAGS, cpu_has_any_flag
 from ..translation.sentences import distributed_state
 
@@ -38,7 +38,7 @@ from ..translation.sentences import distributed_state
 logger = logging.getLogger(__name__)
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-DECODINGS = ("fast", "generate")
+DECODINGS = ("auto", "fast", "generate")
 
 EXAMPLES = """examples:
   # a file, beam 5, with a progress bar
@@ -109,9 +109,11 @@ def make_parser() -> argparse.ArgumentParser:
     decoding.add_argument("--no_repeat_ngram_size", type=non_negative_int, default=None,
                           help="forbid repeating n-grams of this size (0: off)")
     add_early_stopping_argument(decoding)
-    decoding.add_argument("--decoding", default="fast", choices=DECODINGS,
+    decoding.add_argument("--decoding", default="auto", choices=DECODINGS,
                           help="fast: greedy and beam search that drop finished sentences from their batch (the "
-                               "translations of generate); generate: Transformers' generate (sampling always uses it)")
+                               "translations of generate); generate: Transformers' generate (sampling always uses it); "
+                               "auto: fast on the CPU, generate on CUDA, where the fast path was measured slower "
+                               "(docs/deploying.md)")
     decoding.add_argument("--do_sample", action="store_true", help="sample instead of searching")
     decoding.add_argument("--top_k", type=non_negative_int, default=None,
                           help="sample from the k likeliest tokens (0: all)")
@@ -237,7 +239,7 @@ def _load_and_translate(parser, args, sources, state):
     progress = not args.quiet and (args.progress or (args.input != "-" and sys.stderr.isatty()))
     started = time.perf_counter()
     try:
-        fast = args.decoding == "fast"
+        fast = args.decoding == "fast" or (args.decoding == "auto" and fast_path_by_default(device))
         batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
                                   else (AUTO_BATCH_SIZE, DEFAULT_MAX_TOKENS))
         translations = translate(model, tokenizer, sources, nbest=args.nbest, batch_size=batch_size,

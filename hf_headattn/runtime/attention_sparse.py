@@ -22,7 +22,7 @@ from .attention_base import (
     check_number,
     unrolled_length,
 )
-from .sparse_attention import csoftmax, csparsemax, sparsemax
+from .sparse_attention import csoftmax, csparsemax, kernel_backend, sparsemax
 
 
 MALAVIYA_2018 = ("Malaviya, Ferreira & Martins (2018), *Sparse and Constrained Attention for Neural Machine "
@@ -35,14 +35,21 @@ def with_sink_column(allowed: torch.Tensor) -> torch.Tensor:
     return torch.cat([allowed, allowed.new_ones(*allowed.shape[:-1], 1)], dim=-1)
 
 
-def constrained_attention_step(transform, scores, fertility, cumulative, *, exhaustion, sink=False, allowed=None):
+def constrained_attention_step(transform, scores, fertility, cumulative, *, exhaustion, sink=False, allowed=None,
+                               backend="auto"):
     """One decoding step of constrained attention: alpha_t = transform(z + c u, u) with u = max(f - beta, 0)
     (Eq. 5 and the exhaustion bonus of Sec. 4), `transform` being csoftmax (Eq. 4) or csparsemax (Eq. 6).
 
     scores z: [..., keys]; cumulative beta: [..., sources]; fertility f broadcasts to beta. With `sink`, the last
     key is the <SINK>, with unbounded fertility and no bonus (keys = sources + 1), and `allowed` (bool, True where
     a key may be attended) must include it (see `with_sink_column`). Returns alpha_t [..., keys]. Shared by the
-    Transformer variants below and the LSTM model's source attention."""
+    Transformer variants below and the LSTM model's source attention. Scores [batch, heads, keys] (the LSTM's
+    decoding step) go, where `backend` (`sparse_attention.kernel_backend`) takes Triton, through the scan's kernel
+    with one target position; other shapes, and the torch backend, through the transform itself."""
+    if scores.dim() == 3 and _scan_backend(transform, scores, backend) == "triton":
+        weights, _ = _triton_scan(transform, scores[:, :, None], fertility, cumulative, exhaustion=exhaustion,
+                                  sink=sink, allowed=allowed)
+        return weights[:, :, 0]
     bound = (fertility - cumulative).clamp(min=0.0)
     if sink:
         if exhaustion:
@@ -51,6 +58,54 @@ def constrained_attention_step(transform, scores, fertility, cumulative, *, exha
     elif exhaustion:
         scores = torch.add(scores, bound, alpha=exhaustion)
     return transform(scores, bound, dim=-1, mask=allowed)
+
+
+def _scan_backend(transform, scores, backend):
+    """The backend of a constrained scan or step: Triton's kernels exist for csoftmax and csparsemax only."""
+    if transform is not csoftmax and transform is not csparsemax:
+        return "torch"
+    return kernel_backend(scores, backend, keys=scores.shape[-1])
+
+
+def _triton_scan(transform, scores, fertility, cumulative, *, exhaustion, sink, allowed):
+    from .triton_kernels import constrained_scan  # imports triton: only where a kernel runs
+
+    return constrained_scan(scores, fertility, cumulative, allowed, exhaustion=exhaustion, sink=sink,
+                            sparse=transform is csparsemax)
+
+
+def constrained_attention_scan(transform, scores, fertility, *, exhaustion, sink, allowed, cumulative=None,
+                               backend="auto"):
+    """Constrained attention over every target position of a layer (Eq. 5): for t = 1..T,
+    alpha_t = `constrained_attention_step`(z_t, beta_t) and beta_{t+1} = beta_t + alpha_t (its source keys).
+
+    scores z: [batch, heads, targets, keys]; fertility f: [batch, 1 or heads, sources]; allowed: [batch, 1 or heads,
+    keys] bool or None (with `sink`, its last column the <SINK>'s, see `with_sink_column`); cumulative: beta before
+    the first position, [batch, heads, sources], None for zeros. Returns (weights [batch, heads, targets, keys],
+    beta after the last position), in the scores' dtype, with gradients to the scores, the fertility and the
+    starting cumulative attention.
+
+    `backend` (`sparse_attention.kernel_backend`): "torch" loops over the positions in Python, one
+    `constrained_attention_step` each (the reference, and the CPU's path); "triton" runs the loop as one kernel
+    forward and one backward (`triton_kernels.constrained_scan`; csoftmax and csparsemax); "auto" takes Triton on
+    CUDA where triton is installed, or where HF_HEADATTN_KERNELS=triton says so."""
+    if _scan_backend(transform, scores, backend) == "triton":
+        return _triton_scan(transform, scores, fertility, cumulative, exhaustion=exhaustion, sink=sink,
+                            allowed=allowed)
+    batch, heads, num_queries, keys = scores.shape
+    num_sources = keys - 1 if sink else keys
+    if cumulative is None:
+        cumulative = scores.new_zeros(batch, heads, num_sources)
+    # beta_t depends on every earlier step's attention, so this loop over target positions is inherent to the
+    # math (Eq. 5); it is vectorised over batch, heads and source tokens.
+    step_weights = []
+    for t in range(unrolled_length(num_queries, "constrained attention's loop over target positions (Eq. 5)")):
+        weights_t = constrained_attention_step(transform, scores[:, :, t], fertility, cumulative,
+                                               exhaustion=exhaustion, sink=sink, allowed=allowed, backend="torch")
+        cumulative = cumulative + weights_t[..., :num_sources]
+        step_weights.append(weights_t)
+    weights = step_weights[0][:, :, None] if num_queries == 1 else torch.stack(step_weights, dim=2)
+    return weights, cumulative
 
 
 class SparsemaxAttention(AttentionVariant):
@@ -134,7 +189,6 @@ class ConstrainedAttention(AttentionVariant):
         if attention_mask.fertility is None:
             raise ValueError(f"{self.name} attention needs the source fertilities; the encoder computes them from "
                              "`input_ids` (encoder outputs made elsewhere must carry `fertility`)")
-        batch, heads, num_queries, _ = query.shape
         num_sources = key.shape[-2] - 1 if self.sink else key.shape[-2]
         scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling  # z: [batch, heads, queries, keys]
         fertility = attention_mask.fertility[:, None, :].to(scores.dtype)  # f: [batch, 1, sources]
@@ -144,16 +198,9 @@ class ConstrainedAttention(AttentionVariant):
                 ("constrained", self.sink),
                 lambda: with_sink_column(attention_mask.allowed[:, :, 0, :]) if self.sink
                 else attention_mask.allowed[:, :, 0, :])
-        cumulative = scores.new_zeros(batch, heads, num_sources) if state is None else state["cumulative"]
-        # beta_t depends on every earlier step's attention, so this loop over target positions is inherent to the
-        # math (Eq. 5); it is vectorised over batch, heads and source tokens, and runs once per generation step.
-        step_weights = []
-        for t in range(unrolled_length(num_queries, f"{self.name} attention's loop over target positions (Eq. 5)")):
-            weights_t = constrained_attention_step(self.transform, scores[:, :, t], fertility, cumulative,
-                                                   exhaustion=self.exhaustion, sink=self.sink, allowed=allowed)
-            cumulative = cumulative + weights_t[..., :num_sources]
-            step_weights.append(weights_t)
-        weights = step_weights[0][:, :, None] if num_queries == 1 else torch.stack(step_weights, dim=2)
+        weights, cumulative = constrained_attention_scan(  # every target position; one in a generation step
+            self.transform, scores, fertility, exhaustion=self.exhaustion, sink=self.sink, allowed=allowed,
+            cumulative=None if state is None else state["cumulative"])
         source_weights = weights[..., :num_sources] if self.sink else weights
         if output_attentions and self.sink:
             # The returned source weights must be the tensor the output is computed from (not a slice taken beside

@@ -1,6 +1,6 @@
 """Configuration of the Marian-style encoder-decoder with pluggable attention."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import PretrainedConfig
 
@@ -24,6 +24,10 @@ from .rnn_packing import run_packed_lstm  # noqa: F401
 from .seq2seq_common import inputs_checked_elsewhere  # noqa: F401
 from .sparse_attention import sparsemax  # noqa: F401
 from .sparse_solvers import solve_sparsemax  # noqa: F401
+# The Triton kernels import triton, which a saved model must load without: named here for the copy only (never run),
+# they are imported where a kernel runs (`sparse_attention.kernel_backend`).
+if TYPE_CHECKING:
+    from .triton_kernels import constrained_scan  # noqa: F401
 
 
 POSITION_EMBEDDINGS = ("sinusoidal", "none")

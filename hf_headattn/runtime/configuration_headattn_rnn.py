@@ -1,6 +1,8 @@
 """Configuration of the attentional LSTM encoder-decoder (Luong et al., 2015) that the multi-hop (Iida et al.,
 2019) and sparse/constrained attention (Malaviya et al., 2018) papers build on."""
 
+from typing import TYPE_CHECKING
+
 from transformers import PretrainedConfig
 
 from .attention_multihop import MULTIHOP_PAPER, check_hop_mode
@@ -26,6 +28,10 @@ from .rnn_packing import run_packed_lstm  # noqa: F401
 from .seq2seq_common import inputs_checked_elsewhere  # noqa: F401
 from .sparse_attention import sparsemax  # noqa: F401
 from .sparse_solvers import solve_sparsemax  # noqa: F401
+# The Triton kernels import triton, which a saved model must load without: named here for the copy only (never run),
+# they are imported where a kernel runs (`sparse_attention.kernel_backend`).
+if TYPE_CHECKING:
+    from .triton_kernels import constrained_scan  # noqa: F401
 
 
 ATTENTION_SCORES = ("general", "scaled_general", "dot")

@@ -7,6 +7,7 @@ q/k/v projections and the residual is delegated to the variant the config names 
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -66,6 +67,10 @@ from .attention_sparse import SparsemaxAttention  # noqa: F401
 from .rnn_packing import run_packed_lstm  # noqa: F401
 from .sparse_attention import sparsemax  # noqa: F401
 from .sparse_solvers import solve_sparsemax  # noqa: F401
+# The Triton kernels import triton, which a saved model must load without: named here for the copy only (never run),
+# they are imported where a kernel runs (`sparse_attention.kernel_backend`).
+if TYPE_CHECKING:
+    from .triton_kernels import constrained_scan  # noqa: F401
 
 
 logger = logging.get_logger(__name__)

@@ -12,6 +12,7 @@ second-level hops re-weigh the heads' contexts (Eq. 7-9 or 19); o_t = tanh(W_o [
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -60,6 +61,10 @@ from .attention_softmax import SoftmaxAttention  # noqa: F401
 from .configuration_headattn import HeadAttnConfig  # noqa: F401
 from .pipeline_headattn import TranslationPipeline  # noqa: F401
 from .sparse_solvers import solve_sparsemax  # noqa: F401
+# The Triton kernels import triton, which a saved model must load without: named here for the copy only (never run),
+# they are imported where a kernel runs (`sparse_attention.kernel_backend`).
+if TYPE_CHECKING:
+    from .triton_kernels import constrained_scan  # noqa: F401
 
 
 CONSTRAINED = {"csoftmax": csoftmax, "csparsemax": csparsemax}

@@ -67,6 +67,10 @@ above the solution: a key exactly at zero counts as zero, a key exactly at its b
 attention under unit bounds (alpha_j = u_j = 1) gets the ``sparsemax`` gradient and no gradient to ``u``.
 """
 
+import importlib.util
+import os
+import warnings
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -86,7 +90,40 @@ from .sparse_solvers import (
 )
 
 
-__all__ = ["csoftmax", "csparsemax", "entmax15", "entmax_bisect", "sparsemax"]
+__all__ = ["csoftmax", "csparsemax", "entmax15", "entmax_bisect", "kernel_backend", "sparsemax"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Which kernels run: torch's (the solvers below; everywhere) or Triton's (`triton_kernels`; CUDA, or any device the
+# environment names, e.g. the CPU under TRITON_INTERPRET=1).
+
+KERNELS_VARIABLE = "HF_HEADATTN_KERNELS"
+BACKENDS = ("auto", "torch", "triton")
+# The largest key row of the Triton kernels (`triton_kernels.MAX_KEYS`), repeated here so that choosing a backend
+# imports no triton; tests/test_triton_kernels.py checks that the two agree.
+TRITON_MAX_KEYS = 2048
+
+
+def kernel_backend(x: torch.Tensor, backend: str = "auto", *, keys: int) -> str:
+    """"torch" or "triton": the kernels that compute on `x` (rows of `keys` keys). "auto" takes the environment
+    variable HF_HEADATTN_KERNELS ("torch" or "triton") where it is set, else Triton where x is on CUDA and triton is
+    installed, else torch. Whatever was asked, torch runs where Triton cannot: under torch.export or torch.compile,
+    for float64 (the kernels compute in float32), and, with a warning, for rows longer than the kernels' block."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    if backend == "auto":
+        backend = os.environ.get(KERNELS_VARIABLE, "")
+        if backend not in ("", "torch", "triton"):
+            raise ValueError(f"{KERNELS_VARIABLE} must be 'torch' or 'triton' (or unset); got {backend!r}")
+        if not backend:
+            backend = "triton" if x.is_cuda and importlib.util.find_spec("triton") is not None else "torch"
+    if backend == "torch" or torch.compiler.is_compiling() or x.dtype == torch.float64:
+        return "torch"
+    if keys > TRITON_MAX_KEYS:
+        warnings.warn(f"rows of {keys} keys do not fit the Triton kernels' block of {TRITON_MAX_KEYS}: they run "
+                      "through torch", stacklevel=3)
+        return "torch"
+    return "triton"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -322,13 +359,16 @@ def _back(x: torch.Tensor, dim: int) -> torch.Tensor:
     return x if dim == x.dim() - 1 else x.movedim(-1, dim)
 
 
-def sparsemax(z: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None) -> torch.Tensor:
+def sparsemax(
+    z: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None, *, backend: str = "auto"
+) -> torch.Tensor:
     """sparsemax(z) = argmin_{alpha in simplex} ||alpha - z||^2 along `dim` (Eq. 3; Martins & Astudillo, 2016).
 
     Exact (Michelot's algorithm, sorting for rows it leaves; see `SparsemaxFunction`); gradient
     dz = 1[alpha > 0](dalpha - mean over the support). `mask` (bool, broadcastable, True = allowed) and -inf
     scores exclude keys: they get 0 attention and 0 gradient; an all-masked row is all zeros. Half precision is
-    computed in float32. Returns z's dtype.
+    computed in float32. Returns z's dtype. `backend` picks the kernel (`kernel_backend`): these solvers, or
+    Triton's `triton_kernels.sparsemax_rows`.
     """
     out_dtype = z.dtype if torch.is_tensor(z) else None
     zc, _, dim = _prepare(z, None, dim, mask)
@@ -336,6 +376,10 @@ def sparsemax(z: torch.Tensor, dim: int = -1, mask: torch.Tensor | None = None) 
         return _back(zc * 0, dim).to(out_dtype)
     if torch.compiler.is_exporting():
         return _back(solve_for_export("sparsemax", zc, None), dim).to(out_dtype)
+    if kernel_backend(zc, backend, keys=zc.shape[-1]) == "triton":
+        from .triton_kernels import sparsemax_rows  # imports triton: only where a kernel runs
+
+        return _back(sparsemax_rows(zc), dim).to(out_dtype)
     return _back(SparsemaxFunction.apply(zc), dim).to(out_dtype)
 
 

@@ -30,7 +30,7 @@ from .batches import (AUTO_BATCH_SIZE, DEFAULT_BATCH_ROWS, DEFAULT_BATCH_SIZE, D
 from .forced_alignment import align
 from .quantization import QUANTIZATIONS, quantize
 from .results import Hypothesis, HypothesisAttention, Translation
-from .sentences import resolve_batch_size, translate, translate_sentences
+from .sentences import fast_path_by_default, resolve_batch_size, translate, translate_sentences
 from .text_files import OUTPUT_FORMATS, format_translation, read_lines
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "cross_attention_layers",
     "default_alignment_layer",
     "default_batch_size",
+    "fast_path_by_default",
     "format_translation",
     "length_sorted_batches",
     "quantize",

@@ -158,7 +158,7 @@ def check_export_options(folder: str | Path, **options) -> None:
     """
     folder = Path(folder)
     refused = []
-    if options.get("decoding", "fast") != "fast":
+    if options.get("decoding", "auto") not in ("auto", "fast"):
         refused.append(f"--decoding {options['decoding']} (an export decodes with CTranslate2's own search)")
     if options.get("tokenizer") is not None:
         refused.append(f"--tokenizer {options['tokenizer']} (an export splits text with its own {TOKENIZER_FOLDER}/, "

@@ -32,7 +32,8 @@ from .teacher_forcing import teacher_forced
 
 # torch, Transformers and the models are imported where they are used, so that the command's `--help` is instant.
 
-__all__ = ["check_source_lengths", "distributed_state", "resolve_batch_size", "translate", "translate_sentences"]
+__all__ = ["check_source_lengths", "distributed_state", "fast_path_by_default", "resolve_batch_size", "translate",
+           "translate_sentences"]
 
 logger = logging.getLogger(__name__)
 
@@ -214,6 +215,14 @@ def _translate_batch(model, tokenizer, texts, *, nbest, limit, fast, scores, ali
     if scores:  # beam search ranks by the same score; sorting keeps the order exact under float rounding
         grouped = [sorted(group, key=lambda hypothesis: -hypothesis.score) for group in grouped]
     return grouped
+
+
+def fast_path_by_default(device) -> bool:
+    """Whether the commands decode through the fast path (:func:`translate`'s `fast`) when not told: on the CPU,
+    where it is about 2x `generate`, but not on CUDA, where it decoded at 0.85x `generate`'s speed on an H200
+    (BENCHMARKS.md, "Decoding speed: translating a file (GPU)"), until it is measured faster there. `device`: a
+    torch.device or its name."""
+    return getattr(device, "type", str(device).split(":")[0]) != "cuda"
 
 
 def resolve_batch_size(model, batch_size: int | str | None = AUTO_BATCH_SIZE, *, fast: bool = True,
