@@ -390,11 +390,12 @@ def test_a_missing_file_is_one_usage_error_in_every_command(tmp_path, capsys):
     missing = str(tmp_path / "missing.txt")
     present = tmp_path / "present.txt"
     present.write_text("ein hund .\n", encoding="utf-8")
+    (tmp_path / "folder").mkdir()  # evaluate's --model passes its own check, which comes first
     cases = {
         "hf_headattn.commands.train": (["--train_source", missing, "--train_target", str(present),
                                         "--output_dir", str(tmp_path / "run")], "--train_source"),
         "hf_headattn.commands.translate": (["--model", str(tmp_path / "model"), "--input", missing], "--input"),
-        "hf_headattn.commands.evaluate": (["--model", str(tmp_path / "model"), "--source", str(present),
+        "hf_headattn.commands.evaluate": (["--model", str(tmp_path / "folder"), "--source", str(present),
                                            "--reference", missing, "--output_dir", str(tmp_path / "eval")], "--reference"),
         "hf_headattn.commands.plot": (["bleu-by-length", "--results", missing, "--output", str(tmp_path / "f.png")],
                                       "--results"),

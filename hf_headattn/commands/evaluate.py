@@ -96,9 +96,9 @@ def main(argv=None) -> None:
     keep_freed_memory()  # decoding reallocates tensors of MiBs at every step
     if (args.train_source is None) != (args.train_target is None):
         parser.error("--train_source and --train_target go together")
+    check_model_flag(parser, args.model, hub_ids=False)  # evaluation runs only a local folder's code
     check_file_flags(parser, {"--source": args.source, "--reference": args.reference,
                               "--train_source": args.train_source, "--train_target": args.train_target})
-    check_model_flag(parser, args.model, hub_ids=False)  # evaluation runs only a local folder's code
     check_model_flag(parser, args.tokenizer, "--tokenizer")
 
     try:  # what the library refuses (a damaged file, named; mismatched test files; ...) is one line, not a traceback
