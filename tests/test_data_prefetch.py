@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -231,9 +230,7 @@ def held_output_after(release: bytes) -> tuple[str, str]:
     before = stream.getvalue()
     os.write(gate_writer, release)
     os.close(gate_writer)
-    deadline = time.monotonic() + 10
-    while release and not held._shown and time.monotonic() < deadline:  # the gate's thread takes the byte
-        time.sleep(0.01)
+    held.settle()
     held.write("after\n")
     return before, stream.getvalue()
 

@@ -20,6 +20,7 @@ from hf_headattn import HeadAttnForConditionalGeneration, demo, tokenization
 from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
 from hf_headattn.evaluation import translate_and_score
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
 from hf_headattn.parallel_data import PairFiles, pairs_on_disk, read_pairs, read_parallel_files
 from hf_headattn.training import arguments, checkpoints, data, run
 from hf_headattn.training.arguments import parse_args
@@ -386,7 +387,7 @@ def test_help_lists_the_package_flags_first_with_defaults_and_variant_names():
     text = " ".join(done.stdout.split())
     groups = [text.index(title) for title in (" model:", " data:", " run:", " Trainer (", " examples:")]
     assert groups == sorted(groups)
-    assert "variants: csoftmax, csparsemax, dhicm, mma, multihop, running_sum, softmax, sparsemax" in text
+    assert f"variants: {', '.join(sorted(ATTENTION_VARIANTS))}" in text
     assert "(default: 8000)" in text and "The batch size per device for training. (default: 64)" in text
     assert "--max_tokens MAX_TOKENS" in text and "--max-tokens" not in text  # the dashed alias works, unshown
 

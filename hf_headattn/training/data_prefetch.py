@@ -182,9 +182,10 @@ class DataPrefetch:
             try:
                 os.setpgid(0, 0)  # its own group: `close` stops it with the pool it may fork
                 os.nice(NICENESS)
-                sys.stderr = HeldOutput(sys.stderr, gate_reader)
+                sys.stderr = held = HeldOutput(sys.stderr, gate_reader)
                 _prepare_and_report(recipe, verbose, folder, writer, parent=os.getppid())
                 status = 0
+                held.settle()  # what it held is shown (or dropped) once the command has checked its flags
             except BaseException:  # the command prepares the data itself and says what went wrong
                 pass
             finally:
@@ -217,6 +218,7 @@ class DataPrefetch:
         the command's arguments); None if it was not, failed, or none was started."""
         if not self.active:
             return None
+        self.show_output()  # taken: the preparation is the run's (the process waits for this word to exit)
         with os.fdopen(self._reader, "rb") as pipe:
             self._reader = None
             message = pipe.read()
@@ -269,7 +271,12 @@ class HeldOutput:
     def __init__(self, stream, gate: int):
         self._stream, self._held, self._shown = stream, [], False
         self._lock = threading.Lock()
-        threading.Thread(target=self._wait_for, args=(gate,), daemon=True).start()
+        self._gate = threading.Thread(target=self._wait_for, args=(gate,), daemon=True)
+        self._gate.start()
+
+    def settle(self) -> None:
+        """Wait for the command's word (or its exit): what was held is then written out or dropped."""
+        self._gate.join()
 
     def _wait_for(self, gate: int) -> None:
         released = os.read(gate, 1) == b"1"
