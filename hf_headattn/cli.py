@@ -65,6 +65,15 @@ def add_verbose_and_version_arguments(parser: argparse.ArgumentParser) -> None:
     add_version_argument(parser)
 
 
+# how every command shows progress (`progress.Progress`), for the --help of the flags that turn it on or off
+PROGRESS_RULE = "a bar on a terminal, plain lines with the rate and ETA elsewhere (a log file, a pipe)"
+
+
+def add_quiet_argument(parser) -> None:
+    """`--quiet` / `-q`, the same in every command that has it: no progress, no summary line, errors only."""
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress, no summary line: errors only")
+
+
 def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} instead of the short summary")
 

@@ -143,6 +143,7 @@ def evaluate_model(
     tokenizer: str | Path | None = None,
     force: bool = False,
     overwrite: bool = False,
+    progress: bool = True,
 ) -> dict:
     """Translate a test set with a saved model folder and score it; write the hypotheses and the metrics JSON.
 
@@ -188,6 +189,8 @@ def evaluate_model(
             (refused otherwise, naming the files: the scores would be of other code than the folder's users run).
         overwrite: Replace an earlier result of this test set name and decoding in `output_dir` (refused
             otherwise: it may be another test set of the same file name).
+        progress: Show the translation's progress on standard error (`progress.Progress`: a bar on a terminal,
+            plain lines with rate and ETA elsewhere).
 
     Returns:
         The dict written to the JSON: ``bleu``, ``chrf``, ``ter``, ``rep``, ``drop`` (None without a training
@@ -256,7 +259,7 @@ def evaluate_model(
     hypotheses, model_record, decoding_record = translate(
         model_dir, sources, num_beams=num_beams, batch_size=batch_size, device=device, max_length=max_length,
         coverage_penalty=coverage_penalty, length_penalty=length_penalty, early_stopping=early_stopping,
-        tokenizer=tokenizer, force=force,
+        tokenizer=tokenizer, force=force, progress=progress,
         desc=f"translating {source_path.name}")
     # One hypothesis per line: a decoded line end ("\r" ends one too) would shift every later line of the file.
     hypotheses = [hypothesis.replace("\r", " ").replace("\n", " ") for hypothesis in hypotheses]
@@ -333,7 +336,7 @@ def refuse_other_code(model_dir: Path, force: bool) -> None:
 
 def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
                           coverage_penalty, length_penalty, early_stopping, tokenizer, force,
-                          desc) -> tuple[list[str], dict, dict]:
+                          desc, progress) -> tuple[list[str], dict, dict]:
     """(hypotheses, the JSON's "model", the JSON's "decoding" batch size, device, max_length and time) of a saved
     model."""
     from .decoding import resolve_generation_config
@@ -357,7 +360,7 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
     batch_size = resolve_batch_size(model, batch_size, num_beams=num_beams, fast=fast, **generate_kwargs, **ranking)
     started = time.perf_counter()
     hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
-                                     fast=fast, **generate_kwargs, **ranking)
+                                     progress=progress, fast=fast, **generate_kwargs, **ranking)
     seconds = time.perf_counter() - started
     model_record = {"path": str(model_dir.resolve()), "name": model_dir.resolve().name,
                     "model_type": model.config.model_type, "architecture": type(model).__name__,
@@ -371,7 +374,7 @@ def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, bat
 
 
 def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
-                           length_penalty, early_stopping, desc, **_) -> tuple[list[str], dict, dict]:
+                           length_penalty, early_stopping, desc, progress, **_) -> tuple[list[str], dict, dict]:
     """The same of a CTranslate2 export (its tokenizer and coverage penalty were refused by evaluate_model)."""
     from .translation.ctranslate2_backend import export_batch_size, load_export, translate_export
 
@@ -380,7 +383,7 @@ def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, ba
     started = time.perf_counter()
     translations = translate_export(export, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
                                     max_new_tokens=None if max_length is None else max(max_length - 1, 1),
-                                    length_penalty=length_penalty, early_stopping=early_stopping, progress=True)
+                                    length_penalty=length_penalty, early_stopping=early_stopping, progress=progress)
     seconds = time.perf_counter() - started
     return [translation.text for translation in translations], export.describe(), {
         "batch_size": batch_size, "device": export.device,

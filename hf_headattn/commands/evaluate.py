@@ -9,8 +9,9 @@ import argparse
 import json
 
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_argument, add_json_argument,
-                   add_verbose_and_version_arguments, check_file_flags, check_model_flag, configure_logging,
-                   finite_float, keep_freed_memory, non_negative_float, positive_int, skip_exit_collections)
+                   add_quiet_argument, add_verbose_and_version_arguments, check_file_flags, check_model_flag,
+                   configure_logging, finite_float, keep_freed_memory, non_negative_float, positive_int,
+                   skip_exit_collections)
 from ..evaluation import TOKENIZE_CHOICES, evaluate_model
 from ..metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS
 from ..translation.batches import AUTO_BATCH_SIZE
@@ -82,6 +83,7 @@ def make_parser() -> argparse.ArgumentParser:
                         help="cache of DROP's trained aligner and alignments (None: $HF_HEADATTN_CACHE/drop or "
                              "~/.cache/hf_headattn/drop)")
     add_json_argument(parser, "the whole metrics JSON (also written to --output_dir)")
+    add_quiet_argument(parser)
     add_verbose_and_version_arguments(parser)
     return parser
 
@@ -109,11 +111,14 @@ def main(argv=None) -> None:
             max_length=args.max_length, buckets=args.length_buckets, tokenize=args.tokenize, test_name=args.test_name,
             drop_runs=args.drop_runs, drop_cache_dir=args.drop_cache_dir, coverage_penalty=args.coverage_penalty,
             length_penalty=args.length_penalty, early_stopping=args.early_stopping, tokenizer=args.tokenizer,
-            force=args.force, overwrite=args.overwrite,
+            force=args.force, overwrite=args.overwrite, progress=not args.quiet,
         )
     except (OSError, ValueError) as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
-    print(json.dumps(results, indent=2, ensure_ascii=False) if args.json else summary_line(results))
+    if args.json:
+        print(json.dumps(results, indent=2, ensure_ascii=False))
+    elif not args.quiet:
+        print(summary_line(results))
 
 
 def summary_line(results: dict) -> str:

@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_early_stopping_argument,
-                   add_verbose_and_version_arguments, check_file_flags, check_model_flag, configure_logging,
+from ..cli import (PROGRESS_RULE, HelpFormatter, UnderscoreArgumentParser, add_early_stopping_argument,
+                   add_quiet_argument, add_verbose_and_version_arguments, check_file_flags, check_model_flag, configure_logging,
                    finite_float, keep_freed_memory, non_negative_int, positive_float, positive_int, probability,
                    random_seed, skip_exit_collections)
 from ..output_files import new_file
@@ -41,8 +41,8 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 DECODINGS = ("auto", "fast", "generate")
 
 EXAMPLES = """examples:
-  # a file, beam 5, with a progress bar
-  hf-headattn-translate --model runs/de-en --input test.de --output test.en --num_beams 5 --progress
+  # a file, beam 5 (progress: a bar on a terminal, plain lines in a log)
+  hf-headattn-translate --model runs/de-en --input test.de --output test.en --num_beams 5
   # standard input to standard output
   echo "Ein Mann fährt Fahrrad." | hf-headattn-translate --model runs/de-en
   # 3-best lists with scores and word alignments, one JSON object per input line
@@ -132,8 +132,9 @@ def make_parser() -> argparse.ArgumentParser:
                           help="refuse lines longer than the model takes (default: translate them cut, warning once)")
     shown = parser.add_argument_group("what is shown")
     shown.add_argument("--progress", action="store_true",
-                       help="progress bar on stderr (default: when --input is a file and stderr a terminal)")
-    shown.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary, errors only")
+                       help=f"show progress on stderr also when reading standard input (default: when --input is a "
+                            f"file): {PROGRESS_RULE}")
+    add_quiet_argument(shown)
     add_verbose_and_version_arguments(shown)
     return parser
 
@@ -236,7 +237,7 @@ def _load_and_translate(parser, args, sources, state):
         from transformers import set_seed
 
         set_seed(args.seed)
-    progress = not args.quiet and (args.progress or (args.input != "-" and sys.stderr.isatty()))
+    progress = not args.quiet and (args.progress or args.input != "-")
     started = time.perf_counter()
     try:
         fast = args.decoding == "fast" or (args.decoding == "auto" and fast_path_by_default(device))
@@ -273,7 +274,7 @@ def _ctranslate2_export(parser, args):
 def _translate_with_export(parser, args, sources, export):
     from ..translation.ctranslate2_backend import compute_type_of, load_export, translate_export
 
-    progress = not args.quiet and (args.progress or (args.input != "-" and sys.stderr.isatty()))
+    progress = not args.quiet and (args.progress or args.input != "-")
     batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
                               else (AUTO_BATCH_SIZE, DEFAULT_MAX_TOKENS))
     try:

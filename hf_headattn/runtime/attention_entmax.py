@@ -10,7 +10,8 @@ its own sparsity (Correia et al., Sec. 3), or takes a fixed `alpha`.
 import torch
 from torch import nn
 
-from .attention_base import AttentionMask, AttentionResult, AttentionVariant, check_number
+from .attention_base import check_number
+from .attention_sparse import NormalizedAttention
 from .sparse_attention import entmax15, entmax_bisect
 
 
@@ -24,7 +25,7 @@ CORREIA_2019 = ("Correia, Niculae & Martins (2019), *Adaptively Sparse Transform
 LOWEST_LEARNED_ALPHA = 1.001
 
 
-class Entmax15Attention(AttentionVariant):
+class Entmax15Attention(NormalizedAttention):
     """1.5-entmax(Q K^T / sqrt(d_k)) V per head: exact zeros on low-scoring keys, a wider support than sparsemax."""
 
     name = "entmax15"
@@ -32,26 +33,11 @@ class Entmax15Attention(AttentionVariant):
     paper = PETERS_2019
     kernel = "entmax15"
 
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: AttentionMask,
-        *,
-        hidden_states: torch.Tensor,
-        state=None,
-        output_attentions: bool = False,
-        output_head_importances: bool = False,
-    ) -> AttentionResult:
-        scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling
-        weights = entmax15(scores, dim=-1, mask=attention_mask.allowed)
-        dropped = nn.functional.dropout(weights, p=self.attention_dropout, training=self.training)
-        output = torch.matmul(dropped, value).transpose(1, 2)
-        return AttentionResult(output=output, weights=weights if output_attentions else None)
+    def normalize(self, scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+        return entmax15(scores, dim=-1, mask=allowed)
 
 
-class AlphaEntmaxAttention(AttentionVariant):
+class AlphaEntmaxAttention(NormalizedAttention):
     """alpha-entmax(Q K^T / sqrt(d_k)) V per head (Correia et al., 2019). Options:
     alpha: None (the default) learns one alpha per head, alpha_h = 1 + sigmoid(w_h) from w_h = 0, i.e. 1.5 (the
         paper's map into (1, 2) and its start), kept at `LOWEST_LEARNED_ALPHA` or above; a number in (1, 2] fixes
@@ -85,23 +71,8 @@ class AlphaEntmaxAttention(AttentionVariant):
             return self.alpha
         return (1 + torch.sigmoid(self.alpha_logit)).clamp(min=LOWEST_LEARNED_ALPHA)
 
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: AttentionMask,
-        *,
-        hidden_states: torch.Tensor,
-        state=None,
-        output_attentions: bool = False,
-        output_head_importances: bool = False,
-    ) -> AttentionResult:
-        scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling  # [batch, heads, queries, keys]
+    def normalize(self, scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
         alpha = self.head_alphas()
         if torch.is_tensor(alpha):
             alpha = alpha[:, None, None]  # one per head, for every batch row and query
-        weights = entmax_bisect(scores, alpha, dim=-1, mask=attention_mask.allowed)
-        dropped = nn.functional.dropout(weights, p=self.attention_dropout, training=self.training)
-        output = torch.matmul(dropped, value).transpose(1, 2)
-        return AttentionResult(output=output, weights=weights if output_attentions else None)
+        return entmax_bisect(scores, alpha, dim=-1, mask=allowed)

@@ -108,13 +108,14 @@ def constrained_attention_scan(transform, scores, fertility, *, exhaustion, sink
     return weights, cumulative
 
 
-class SparsemaxAttention(AttentionVariant):
-    """sparsemax(Q K^T / sqrt(d_k)) V per head (Eq. 3): exactly zero weight on low-scoring keys."""
+class NormalizedAttention(AttentionVariant):
+    """normalize(Q K^T / sqrt(d_k)) V per head: the variants that differ from softmax attention only in the map from
+    a query's scores to its weights over the keys (`normalize`, masked keys exactly 0), and so share everything
+    else: sparsemax here, entmax15 and entmax_alpha (attention_entmax.py)."""
 
-    name = "sparsemax"
-    description = "sparsemax over the keys: exactly zero weight on low-scoring keys (Malaviya et al., 2018)"
-    paper = MALAVIYA_2018
-    kernel = "sparsemax"
+    def normalize(self, scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+        """Weights [batch, heads, queries, keys] of `scores` (same shape), over the keys `allowed` lets through."""
+        raise NotImplementedError
 
     def forward(
         self,
@@ -129,10 +130,22 @@ class SparsemaxAttention(AttentionVariant):
         output_head_importances: bool = False,
     ) -> AttentionResult:
         scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling
-        weights = sparsemax(scores, dim=-1, mask=attention_mask.allowed)  # Eq. 3
+        weights = self.normalize(scores, attention_mask.allowed)
         dropped = nn.functional.dropout(weights, p=self.attention_dropout, training=self.training)
         output = torch.matmul(dropped, value).transpose(1, 2)
         return AttentionResult(output=output, weights=weights if output_attentions else None)
+
+
+class SparsemaxAttention(NormalizedAttention):
+    """sparsemax(Q K^T / sqrt(d_k)) V per head (Eq. 3): exactly zero weight on low-scoring keys."""
+
+    name = "sparsemax"
+    description = "sparsemax over the keys: exactly zero weight on low-scoring keys (Malaviya et al., 2018)"
+    paper = MALAVIYA_2018
+    kernel = "sparsemax"
+
+    def normalize(self, scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+        return sparsemax(scores, dim=-1, mask=allowed)  # Eq. 3
 
 
 class ConstrainedAttention(AttentionVariant):

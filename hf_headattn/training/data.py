@@ -350,9 +350,9 @@ def _names(files: PairFiles) -> str:
 def corpus_texts(dataset: Dataset | PairsOnDisk, progress: str | None = None):
     """Every source sentence, then every target sentence, read in slices (not all at once); with `progress`, a
     progress bar of that name (sentences read, with ETA) while they are read."""
-    from tqdm.auto import tqdm
+    from ..progress import Progress
 
-    with tqdm(total=2 * len(dataset), desc=progress, unit=" sentences", unit_scale=True,
+    with Progress(total=2 * len(dataset), desc=progress, unit=" sentences", unit_scale=True,
               disable=progress is None) as bar:
         for side, column in enumerate(("source", "target")):
             if isinstance(dataset, PairsOnDisk):
@@ -375,13 +375,23 @@ def pair_columns(dataset: Dataset | PairsOnDisk) -> tuple[list[str], list[str]]:
 @contextlib.contextmanager
 def datasets_progress_bar():
     """datasets' progress bars on inside the block (a command's own step, such as tokenising, that takes long
-    enough to want one), as they were after it."""
+    enough to want one), as they were after it, and following the package's progress rule (`progress.Progress`:
+    plain lines where standard error is no terminal). datasets takes no class for its bars, so `Dataset.map`'s is
+    swapped for the block's time."""
     import datasets
+    from datasets import arrow_dataset
+
+    from ..progress import Progress
+
+    class DatasetsProgress(Progress, arrow_dataset.hf_tqdm):  # datasets' own switch (disable_progress_bars) kept
+        pass
 
     disabled = not datasets.is_progress_bar_enabled()
     datasets.enable_progress_bars()
+    own_bar, arrow_dataset.hf_tqdm = arrow_dataset.hf_tqdm, DatasetsProgress
     try:
         yield
     finally:
+        arrow_dataset.hf_tqdm = own_bar
         if disabled:
             datasets.disable_progress_bars()

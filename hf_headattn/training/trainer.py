@@ -17,10 +17,11 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import ProgressCallback, Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, has_length, seed_worker
 
 from ..metrics import score_translations
 from ..output_files import with_default_permissions
+from ..progress import Progress
 from ..saved_files import write_failure
 from .arguments import LOSS_NORMALIZATIONS, data_seed
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
@@ -60,8 +61,21 @@ def translation_metrics(tokenizer):
 
 
 class NumericProgressCallback(ProgressCallback):
-    """Trainer's progress bar, writing each log as `loss 2.31 | grad_norm 0.8 | ...` rather than a dict of numbers
-    formatted as quoted strings."""
+    """Trainer's progress bars, as the package's (`progress.Progress`: a bar on a terminal, plain lines with rate and
+    ETA in a log), writing each log as `loss 2.31 | grad_norm 0.8 | ...` rather than a dict of numbers formatted as
+    quoted strings."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.training_bar = Progress(total=state.max_steps, desc="training", unit="step")
+        self.current_step = 0
+
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        if state.is_world_process_zero and has_length(eval_dataloader):
+            if self.prediction_bar is None:
+                self.prediction_bar = Progress(total=len(eval_dataloader), desc="validation", unit="batch",
+                                               leave=self.training_bar is None)
+            self.prediction_bar.update(1)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if "train_runtime" in logs:  # the end-of-training summary: the command's result line says it

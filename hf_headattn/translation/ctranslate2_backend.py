@@ -335,7 +335,7 @@ def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[s
         ValueError: an option CTranslate2 has no counterpart of, ``nbest`` above the beams, an option the export
             cannot honour (:func:`check_export_options`), a too-long source with ``strict``.
     """
-    from tqdm.auto import tqdm
+    from ..progress import Progress
 
     if not isinstance(export, CTranslate2Export):
         export = load_export(export)
@@ -390,7 +390,7 @@ def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[s
                if alignments else None)
               for batch in batches]
     results: dict[int, list[Hypothesis]] = {}
-    bar = tqdm(total=len(kept), desc=desc, unit="sentence", disable=not progress)
+    bar = Progress(total=len(kept), desc=desc, unit="sentence", disable=not progress)
     for batch, pending, first_steps in queued:
         outputs = [item.result() for item in pending]
         first_rows = [item.result().attention[0][0] for item in first_steps] if alignments else None

@@ -94,7 +94,7 @@ def translate(
             ``"auto"``, an unknown ``alignment_heads``, a layer the model lacks, or a too-long source with
             ``strict``.
     """
-    from tqdm.auto import tqdm
+    from ..progress import Progress
 
     num_beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1
     if isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1:
@@ -125,7 +125,7 @@ def translate(
     # (Accelerate's split_between_processes gives the first process the first, longest, part)
     own_batches = batches[state.process_index::state.num_processes] if state else batches
     results: dict[int, list[Hypothesis]] = {}
-    bar = tqdm(total=sum(len(batch) for batch in own_batches), desc=desc, unit="sentence",
+    bar = Progress(total=sum(len(batch) for batch in own_batches), desc=desc, unit="sentence",
                disable=not progress or (state is not None and not state.is_main_process))
     for batch in own_batches:
         texts = [sources[index] for index in batch]
