@@ -25,6 +25,7 @@ from transformers_envs import transformers_env
 
 
 from hf_headattn.runtime.attention_backends import cpu_flex_problem
+from hf_headattn.runtime.attention_functions import ATTENTION_FUNCTIONS
 
 pytestmark = pytest.mark.slow
 
@@ -136,13 +137,15 @@ def test_backends_and_functions_on_every_release(release, saved, tmp_path):
     result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT"))[len("RESULT"):])
     for implementation, outputs in result["backends"].items():
         if "refused" in outputs:
-            assert implementation == "flex_attention" and cpu_flex_problem() == outputs["refused"], outputs
+            # the other process's check found what this one's finds (its numbers are the wrong kernel's, never the same)
+            assert implementation == "flex_attention" and cpu_flex_problem() is not None, outputs
+            assert outputs["refused"].startswith("flex_attention is refused on this CPU: PyTorch "), outputs
             continue
         torch.testing.assert_close(torch.tensor(outputs["logits"]), expected["mma"], atol=1e-5, rtol=1e-5,
                                    msg=lambda message: f"{release}, {implementation}: {message}")
         torch.testing.assert_close(torch.tensor(outputs["switched"]), expected["mma"], atol=1e-5, rtol=1e-5)
         assert outputs["now"] == "eager"
-    assert result["names"] == ["headattn_sparsemax", "headattn_mma"]
+    assert result["names"] == list(ATTENTION_FUNCTIONS)
     torch.testing.assert_close(torch.tensor(result["marian"]), expected["marian"], atol=1e-5, rtol=1e-5)
     for name in ("bart", "t5", "llama headattn_sparsemax", "llama headattn_mma"):
         if name in result:

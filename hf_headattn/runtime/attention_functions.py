@@ -25,6 +25,8 @@ dhicm and multihop change the module (new weights after the heads), not the func
 learned alpha per head).
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -36,6 +38,9 @@ from .sparse_attention import entmax15, sparsemax
 # `get_class_from_dynamic_module` (as this one is: `attention_functions.register_attention_functions`), so it also
 # imports the modules its imports need (tests/test_attention_versions.py loads it so on 5.0 and 5.9).
 from .sparse_solvers import solve_sparsemax  # noqa: F401
+
+if TYPE_CHECKING:  # named, never imported: sparse_attention imports it only where a Triton kernel runs
+    from .triton_kernels import constrained_scan  # noqa: F401
 
 
 PREFIX = "headattn_"
@@ -240,10 +245,10 @@ def attention_function_mask(*args, **kwargs):
 
 
 def register_attention_functions() -> tuple[str, ...]:
-    """Register `headattn_sparsemax`, `headattn_mma` and `headattn_entmax15` with Transformers' `AttentionInterface` (and their mask with
-    its `AttentionMaskInterface`), so that any model built or loaded afterwards with
-    `attn_implementation="headattn_sparsemax"` (or `set_attn_implementation`) runs them. Idempotent; returns the
-    names."""
+    """Register `ATTENTION_FUNCTIONS` (`headattn_sparsemax`, `headattn_mma`, `headattn_entmax15`) with Transformers'
+    `AttentionInterface` (and their mask with its `AttentionMaskInterface`), so that any model built or loaded
+    afterwards with `attn_implementation="headattn_sparsemax"` (or `set_attn_implementation`) runs them. Idempotent;
+    returns the names."""
     from transformers import masking_utils
     from transformers.modeling_utils import AttentionInterface
 
