@@ -614,8 +614,9 @@ def solve_entmax15(z: torch.Tensor):
     x_kept = torch.where(keep, x_sorted, 0.0)
     k = torch.arange(1, n + 1, dtype=z.dtype, device=z.device)
     x_cumsum, square_cumsum = x_kept.cumsum(dim=-1), (x_kept * x_kept).cumsum(dim=-1)
-    x_before = torch.nn.functional.pad(x_cumsum[..., :-1], (1, 0))  # sums over the keys above the k-th
-    square_before = torch.nn.functional.pad(square_cumsum[..., :-1], (1, 0))
+    # sums over the keys above the k-th (inclusive sums less the k-th: a shifted copy would make torch.export guard
+    # on the key count minus one)
+    x_before, square_before = x_cumsum - x_kept, square_cumsum - x_kept * x_kept
     f_at_key = square_before - 2 * x_kept * x_before + (k - 1) * x_kept * x_kept  # sum_{i<k} (x_(i) - x_(k))^2
     support_size = row_sum((f_at_key < 1) & keep).clamp(min=1).to(torch.long)  # (1 for rows with no allowed key)
     size = support_size.to(z.dtype)
