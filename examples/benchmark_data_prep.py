@@ -21,7 +21,8 @@ The by-hand process ends when its data is ready, so its time to exit is its time
 time to its first step with it.
 
 Every process starts with empty caches (its own HF_DATASETS_CACHE and HF_HEADATTN_CACHE). Results: --output (JSON)
-and a section of BENCHMARKS.md.
+and a section of BENCHMARKS.md, one for each CPU vendor (benchmarks/data_prep-intel.json, benchmarks/data_prep-amd.json
+and their sections), so that a run on one machine leaves the other's table as it is.
 
     python examples/benchmark_data_prep.py                      # 29k, 290k and 2.9M pairs: ~15 min on 2 cores
     python examples/benchmark_data_prep.py --pairs 29000        # one size
@@ -43,7 +44,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's report sections
 
-COMMITTED = "benchmarks/data_prep.json"
+# One published table per CPU vendor: the target is to be met on each of the project's machines (issue 75), and a
+# run on one must not replace the other's numbers.
+CPU_VENDORS = ("intel", "amd")  # any other CPU: "other"
 TARGET_TIME, TARGET_PEAK_MIB, PEAK_AT = 1.2, 1024, 2_900_000  # issue 43: <= 1.2x the baseline; < 1 GB at 2.9M
 
 
@@ -235,7 +238,7 @@ def compile_package() -> None:
 def section_text(report: dict) -> str:
     machine = report["machine"]
     lines = [
-        "## Data preparation: start to the first optimizer step",
+        f"## Data preparation: start to the first optimizer step ({machine.get('cpu_model') or machine['processor']})",
         "",
         "Measured by `examples/benchmark_data_prep.py`: whole processes on Multi30k's training pairs repeated to each "
         "size, with empty caches; peak memory is the largest summed PSS of the process and its children, all of it "
@@ -275,11 +278,17 @@ def _seconds(result: dict) -> str:
     return text + f" [{result['seconds_min']:.1f}-{result['seconds_max']:.1f}]" if len(rounds) > 1 else text
 
 
+def cpu_vendor(cpu_model: str | None) -> str:
+    """Which published table a machine's run belongs to, from its CPU's model name ("AMD EPYC", "Intel(R) Xeon(R)
+    ..."); "other" for any other CPU."""
+    return next((name for name in CPU_VENDORS if name in (cpu_model or "").lower()), "other")
+
+
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--by-hand":
         return by_hand(*argv[1:4])
-    from benchmark_quality import DEFAULT_DATA_DIR, add_publish_arguments, machine, publish
+    from benchmark_quality import DEFAULT_DATA_DIR, add_publish_arguments, cpu_model, machine, publish
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, nargs="+", default=[29_000, 290_000, 2_900_000])
@@ -291,8 +300,9 @@ def main(argv=None) -> None:
                              "sizes: one); the table gives medians and ranges")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between memory samples")
     parser.add_argument("--work-dir", help="corpora, caches and logs (default: a temporary folder)")
-    add_publish_arguments(parser, COMMITTED)
+    add_publish_arguments(parser, "benchmarks/data_prep-VENDOR.json")
     args = parser.parse_args(argv)
+    vendor = cpu_vendor(cpu_model())
     if sorted(args.order) != ["by hand", "command"]:
         parser.error("--order names 'by hand' and 'command', once each")
     compile_package()
@@ -301,8 +311,8 @@ def main(argv=None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         report = {"machine": machine(), "command": shlex.join(["python", "examples/benchmark_data_prep.py", *argv]),
                   "sizes": [run_size(pairs, args, workdir) for pairs in args.pairs]}
-    publish(report, "data_prep", section_text(report), output=args.output, markdown=args.markdown, committed=COMMITTED,
-            rows=lambda report: {size["pairs"] for size in report["sizes"]})
+    publish(report, f"data_prep-{vendor}", section_text(report), output=args.output, markdown=args.markdown,
+            committed=f"benchmarks/data_prep-{vendor}.json", rows=lambda report: {size["pairs"] for size in report["sizes"]})
 
 
 if __name__ == "__main__":

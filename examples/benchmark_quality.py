@@ -723,7 +723,8 @@ def write_report(args) -> None:
 
 # Sections other scripts write into the report between markers (examples/benchmark_<name>.py); a rewrite keeps them
 # decoding, decoding-gpu, backends: in BENCHMARKS.md
-OTHER_SECTIONS = ("alignment", "averaging", "decoding", "decoding-gpu", "decoding-full", "speed-gpu", "data_prep",
+OTHER_SECTIONS = ("alignment", "averaging", "decoding", "decoding-gpu", "decoding-full", "speed-gpu", "data_prep-intel",
+                  "data_prep-amd", "data_prep-other",
                   "fast_path", "compiled_step", "backends", "backends-gpu", "translation_outputs", "decoding_profile",
                   "decoding_profile-gpu", "kernel_launches")
 

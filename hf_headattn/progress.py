@@ -19,8 +19,18 @@ from tqdm.auto import tqdm
 # seconds between two plain lines: often enough to follow a run in its log, seldom enough to keep the log short
 PLAIN_INTERVAL = 30.0
 
-PLAIN_FORMAT = "{desc}: {n_fmt}/{total_fmt}{unit} ({percentage:.0f}%) | {rate_fmt} | elapsed {elapsed} | ETA {remaining}"
-PLAIN_FORMAT_UNKNOWN_TOTAL = "{desc}: {n_fmt}{unit} | {rate_fmt} | elapsed {elapsed}"
+PLAIN_FORMAT = "{desc}: {n_fmt}/{total_fmt}{unit} ({percentage:.0f}%) | {rate_text} | elapsed {elapsed} | ETA {remaining}"
+PLAIN_FORMAT_UNKNOWN_TOTAL = "{desc}: {n_fmt}{unit} | {rate_text} | elapsed {elapsed}"
+
+
+def rate_text(rate: float | None, units: str) -> str:
+    """"410 sentences/s", or below one a second "4.23 s/step" (tqdm's own inversion reads "4.23s/ steps")."""
+    if not rate:
+        return f"? {units or 'it'}/s"
+    if rate >= 1:
+        return f"{rate:.2f} {units or 'it'}/s"
+    plural_es = units.endswith("es") and units[:-2].endswith(("ch", "sh", "x"))
+    return f"{1 / rate:.2f} s/{units[:-2] if plural_es else units.removesuffix('s') or 'it'}"
 
 
 def is_terminal(stream) -> bool:
@@ -53,7 +63,10 @@ class Progress(tqdm):
         unit = self.unit.strip()
         if unit and not unit.endswith("s"):  # the counts' unit: "50/50 sentences", beside the rate's "sentence/s"
             unit += "es" if unit.endswith(("ch", "sh", "x")) else "s"
-        details = {**self.format_dict, "unit": f" {unit}" if unit not in ("its", "") else ""}
+        units = unit if unit not in ("its", "") else ""
+        details = {**self.format_dict, "unit": f" {units}" if units else ""}
+        elapsed, counted = details["elapsed"], self.n - details.get("initial", 0)
+        details["rate_text"] = rate_text(details["rate"] or (counted / elapsed if elapsed else None), units)
         details["bar_format"] = PLAIN_FORMAT if self.total else PLAIN_FORMAT_UNKNOWN_TOTAL
         self.fp.write(self.format_meter(**details) + "\n")
         self.fp.flush()

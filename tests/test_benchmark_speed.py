@@ -4,6 +4,7 @@
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +87,17 @@ def test_data_prep_report_marks_the_targets(tmp_path):
     assert "| 29,000 | 10.0 | 300 (150) | 11.0 | 13.0 | 400 (200) | 1.10 | 1.33 | time <= 1.2x: met |" in text
     assert "| 2,900,000 | 300.0 | 900 (450) | 400.0 | 402.0 | 1100 (550) | 1.33 | 1.22 | time <= 1.2x: not met; " \
            "peak < 1 GB: not met |" in text
+
+
+def test_data_prep_publishes_one_table_a_cpu_vendor():
+    script = load_example("benchmark_data_prep")
+    assert script.cpu_vendor("AMD EPYC") == "amd" and script.cpu_vendor("Intel(R) Xeon(R) Processor") == "intel"
+    assert script.cpu_vendor("Neoverse-V2") == script.cpu_vendor(None) == "other"
+    quality = load_example("benchmark_quality")
+    assert {f"data_prep-{vendor}" for vendor in (*script.CPU_VENDORS, "other")} <= set(quality.OTHER_SECTIONS)
+    published = Path(__file__).parents[1] / "BENCHMARKS.md"
+    for vendor in script.CPU_VENDORS:
+        assert quality.section_markers(f"data_prep-{vendor}")[0] in published.read_text(encoding="utf-8")
 
 
 def test_data_prep_rounds_give_medians_ranges_and_the_largest_peaks():

@@ -37,7 +37,7 @@ def test_only_a_run_that_measures_all_of_the_published_report_replaces_it(tmp_pa
     def run(pairs, **flags):
         report = {"sizes": [{"pairs": n} for n in pairs]}
         options = {"output": None, "markdown": None, "committed": "benchmarks/sizes.json", "rows": sizes, **flags}
-        quality.publish(report, "data_prep", f"## Sizes {pairs}", **options)
+        quality.publish(report, "data_prep-intel", f"## Sizes {pairs}", **options)
         return capsys.readouterr()
 
     run([1, 2, 3])  # the first run: nothing published yet

@@ -53,6 +53,26 @@ def test_readme_set_up_commands_are_what_ci_runs():
     assert not [line for line in documented if line not in ci], ".ci/run does not run README's set-up commands"
 
 
+DURATION = re.compile(r"\b\d[\d.,]*(?:-\d[\d.,]*)? ?(?:seconds|minutes|min|hours|h|s)\b")
+ON_A_CPU = re.compile(r"\bCPUs?\b|\bcores?\b")
+CPU_NAMED = re.compile(r"Intel|Xeon|AMD|EPYC|AMX")
+
+
+def prose_paragraphs(text: str) -> list[str]:
+    """A document's paragraphs, list items and table rows, outside its code blocks, each joined onto one line."""
+    prose = re.sub(r"^```.*?^```$", "", text, flags=re.DOTALL | re.MULTILINE)
+    return [" ".join(part.split()) for part in re.split(r"\n\s*\n|\n(?=\||- )", prose)]
+
+
+def test_every_duration_measured_on_a_cpu_names_the_cpu():
+    """A time on "2 CPU cores" means little when the project's machines differ by 1.2-1.5x (an Intel Xeon, an AMD
+    EPYC): each paragraph, list item or table row of README and the guides that gives one names the CPU (issue 75)."""
+    unnamed = [f"{document.name}: {paragraph}" for document in DOCUMENTS
+               for paragraph in prose_paragraphs(document.read_text(encoding="utf-8"))
+               if DURATION.search(paragraph) and ON_A_CPU.search(paragraph) and not CPU_NAMED.search(paragraph)]
+    assert not unnamed, "durations on a CPU that do not name it:\n" + "\n".join(unnamed)
+
+
 def test_readme_is_a_front_door():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 150, "README.md is over 150 lines: move the depth into docs/"

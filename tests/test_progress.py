@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from hf_headattn.progress import Progress
+from hf_headattn.progress import Progress, rate_text
 
 from helpers import file_flags, toy_data
 
@@ -34,6 +34,12 @@ def test_plain_lines_where_the_stream_is_no_terminal():
     assert all(re.fullmatch(r"translating test\.de: \d+/40 sentences \(\d+%\) \| [\d.?]+ ?\w*sentences?/s \| "
                             r"elapsed \d\d:\d\d \| ETA [\d:?]+", line) for line in progress), progress
     assert len(progress) == len(set(progress)) == 40  # one line a count, no line twice (no redraw after the log)
+
+
+def test_a_rate_below_one_a_second_reads_as_seconds_each():
+    assert rate_text(21.834, "steps") == "21.83 steps/s" and rate_text(0.2364, "steps") == "4.23 s/step"
+    assert rate_text(0.5, "batches") == "2.00 s/batch" and rate_text(0.5, "sentences") == "2.00 s/sentence"
+    assert rate_text(0.25, "") == "4.00 s/it" and rate_text(None, "steps") == "? steps/s"
 
 
 def test_plain_lines_are_spaced_by_the_interval_and_the_last_count_is_said_once():
