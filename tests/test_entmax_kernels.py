@@ -12,6 +12,8 @@ import torch
 from hf_headattn.runtime import sparse_solvers
 from hf_headattn.runtime.sparse_attention import entmax15, entmax_bisect, sparsemax
 
+from helpers.nonfinite import nonfinite_batch
+
 
 INF, NAN = float("inf"), float("nan")
 REFERENCE_STEPS = 100
@@ -268,29 +270,6 @@ def test_half_precision_is_computed_in_float32(dtype, where):
 
 
 # ------------------------------------------------------------------------------------------------ NaN and +inf
-def _nonfinite_batch(dtype):
-    """Rows of 5 keys (z, mask) and which rows torch.softmax(z.masked_fill(~mask, -inf)) makes NaN, leaving out the
-    all-masked rows (NaN there, all zeros here: documented)."""
-    rows = [
-        ([0.3, 1.0, -0.5, 2.0, 0.1], [1, 1, 1, 1, 1]),  # finite
-        ([NAN, 1.0, 2.0, 0.5, 0.0], [1, 1, 1, 1, 1]),
-        ([INF, 0.0, 0.0, 0.0, 0.0], [1, 1, 1, 1, 1]),
-        ([INF, INF, 0.0, 1.0, 0.0], [1, 1, 1, 1, 1]),
-        ([NAN, -INF, -INF, -INF, -INF], [1, 1, 1, 1, 1]),
-        ([0.5, -INF, 1.5, -INF, 0.0], [1, 1, 1, 1, 1]),  # finite with -inf: exact zeros
-        ([0.5, NAN, 1.5, INF, 0.0], [1, 0, 1, 0, 1]),  # NaN and +inf under mask=False: ignored
-        ([NAN, INF, 1.0, 2.0, 3.0], [1, 0, 0, 1, 1]),  # NaN on an allowed key
-        ([-INF, -INF, -INF, -INF, -INF], [1, 1, 1, 1, 1]),  # all masked: zeros (torch.softmax: NaN)
-        ([1.0, 2.0, 3.0, INF, 0.0], [0, 0, 0, 0, 0]),  # all masked by mask: zeros
-    ]
-    z = torch.tensor([r[0] for r in rows], dtype=dtype)
-    mask = torch.tensor([r[1] for r in rows], dtype=torch.bool)
-    all_masked = ~(mask & (z != -INF)).any(-1)
-    nan_rows = torch.softmax(z.float().masked_fill(~mask, -INF), -1).isnan().any(-1) & ~all_masked
-    assert nan_rows.tolist() == [False, True, True, True, True, False, False, True, False, False]
-    return z, mask, nan_rows, all_masked
-
-
 KERNELS = {
     "entmax15": lambda z, alphas, mask: entmax15(z, mask=mask),
     "entmax_bisect": lambda z, alphas, mask: entmax_bisect(z, alphas, mask=mask),
@@ -300,7 +279,7 @@ KERNELS = {
 @pytest.mark.parametrize("name", list(KERNELS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_nan_and_inf_rows_propagate_like_softmax(name, dtype, where):
-    z, mask, nan_rows, all_masked = _nonfinite_batch(dtype)
+    z, mask, nan_rows, all_masked = nonfinite_batch(dtype)
     z.requires_grad_()
     alphas = torch.linspace(1.2, 1.9, z.shape[0])[:, None].requires_grad_()
     fn = KERNELS[name]

@@ -22,6 +22,7 @@ from hf_headattn.runtime import sparse_attention, sparse_solvers
 from hf_headattn.runtime.sparse_attention import csoftmax, csparsemax, sparsemax
 
 from helpers import random_model, tiny_config
+from helpers.nonfinite import NAN, nonfinite_batch
 
 
 INF = float("inf")
@@ -700,7 +701,6 @@ def test_compiled_csparsemax_explains_a_failed_compile(solver, monkeypatch):
 # NaN and +inf propagate as through torch.softmax (issue 17): a row with a NaN or +inf score on an allowed key is
 # NaN, output and gradients; masked keys are ignored whatever their score; other rows are untouched.
 
-NAN = float("nan")
 KERNELS = {
     "sparsemax": lambda z, u, **kw: sparsemax(z, **kw),
     "csoftmax": csoftmax,
@@ -708,34 +708,10 @@ KERNELS = {
 }
 
 
-def _nonfinite_batch(dtype):
-    """Rows of 5 keys (z, mask) and which rows torch.softmax(z.masked_fill(~mask, -inf)) makes NaN, leaving out the
-    all-masked row (NaN there, all zeros here: documented)."""
-    rows = [  # (scores, mask)
-        ([0.3, 1.0, -0.5, 2.0, 0.1], [1, 1, 1, 1, 1]),  # finite
-        ([NAN, 1.0, 2.0, 0.5, 0.0], [1, 1, 1, 1, 1]),  # the issue's sparsemax([nan, 1, 2, .5]) with one more key
-        ([INF, 0.0, 0.0, 0.0, 0.0], [1, 1, 1, 1, 1]),  # the issue's sparsemax([inf, 0, 0, 0])
-        ([INF, INF, 0.0, 1.0, 0.0], [1, 1, 1, 1, 1]),
-        ([INF, -INF, 0.0, 1.0, 0.0], [1, 1, 1, 1, 1]),
-        ([NAN, -INF, -INF, -INF, -INF], [1, 1, 1, 1, 1]),  # NaN beside masked keys
-        ([0.5, -INF, 1.5, -INF, 0.0], [1, 1, 1, 1, 1]),  # finite with -inf: exact zeros
-        ([0.5, NAN, 1.5, INF, 0.0], [1, 0, 1, 0, 1]),  # NaN and +inf under mask=False: ignored
-        ([NAN, INF, 1.0, 2.0, 3.0], [1, 0, 0, 1, 1]),  # NaN on an allowed key
-        ([-INF, -INF, -INF, -INF, -INF], [1, 1, 1, 1, 1]),  # all masked: zeros (torch.softmax: NaN)
-        ([1.0, 2.0, 3.0, INF, 0.0], [0, 0, 0, 0, 0]),  # all masked by mask: zeros
-    ]
-    z = torch.tensor([r[0] for r in rows], dtype=dtype)
-    mask = torch.tensor([r[1] for r in rows], dtype=torch.bool)
-    all_masked = ~(mask & (z != -INF)).any(-1)
-    nan_rows = torch.softmax(z.float().masked_fill(~mask, -INF), -1).isnan().any(-1) & ~all_masked
-    assert nan_rows.tolist() == [False, True, True, True, True, True, False, False, True, False, False]
-    return z, mask, nan_rows, all_masked
-
-
 @pytest.mark.parametrize("name", list(KERNELS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_nan_and_inf_rows_propagate_like_softmax(name, dtype):
-    z, mask, nan_rows, all_masked = _nonfinite_batch(dtype)
+    z, mask, nan_rows, all_masked = nonfinite_batch(dtype)
     bounds = torch.tensor([0.6, 0.3, 0.3, 0.5, INF], dtype=dtype)  # binding, unbounded key last: feasible
     fn = KERNELS[name]
     z = z.requires_grad_()
