@@ -12,6 +12,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from tqdm.auto import tqdm
@@ -42,9 +43,13 @@ def is_terminal(stream) -> bool:
 
 class Progress(tqdm):
     """tqdm on a terminal; elsewhere a plain line every `PLAIN_INTERVAL` seconds (the `mininterval` given) and a last
-    one when it closes, each a whole line. Takes tqdm's arguments; `unit` is shown after the counts (" sentences")."""
+    one when it closes, each a whole line. Takes tqdm's arguments; `unit` is shown after the counts (" sentences").
+    `TQDM_DISABLE=1` in the environment disables it when the bar is made (tqdm reads it once, at its import: a
+    command's --quiet sets it after)."""
 
     def __init__(self, *args, **kwargs):
+        if os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes"):
+            kwargs["disable"] = True
         stream = kwargs.get("file") or sys.stderr
         self._plain = not is_terminal(stream)
         self._shown_n = 0  # the count of the last plain line: nothing to say before any progress

@@ -74,3 +74,22 @@ def test_trainers_bars_in_a_log_are_plain_lines(tmp_path):
     assert any(line.startswith("training: 4/4 steps (100%) | ") for line in lines), done.stderr[-3000:]
     assert any(line.startswith("validation: ") and "batches (100%)" in line for line in lines), done.stderr[-3000:]
     assert any(line.startswith("training the tokenizer: ") for line in lines), done.stderr[-3000:]
+
+
+def test_quiet_training_shows_only_warnings_and_errors(tmp_path):
+    """`hf-headattn-train --quiet`, as the other commands' --quiet: no bar (the forked data preparation's included),
+    no training logs, no result line; the model is written. With --verbose beside it, a usage error."""
+    data = toy_data(tmp_path / "data")
+    argv = [*file_flags(data), "--vocab_size", "150", "--d_model", "32", "--layers", "1", "--heads", "2",
+            "--ffn_dim", "64", "--max_length", "24", "--max_steps", "2", "--eval_strategy", "steps", "--eval_steps",
+            "2", "--logging_steps", "1", "--output_dir", str(tmp_path / "run"), "--quiet"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "datasets")}
+    done = subprocess.run([sys.executable, "-m", "hf_headattn.commands.train", *argv], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert not [line for line in shown if "warn" not in line.lower()], shown
+    assert (tmp_path / "run" / "config.json").is_file()
+    refused = subprocess.run([sys.executable, "-m", "hf_headattn.commands.train", *argv, "--verbose"], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "--quiet" in refused.stderr and "--verbose" in refused.stderr, refused.stderr

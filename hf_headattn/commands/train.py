@@ -11,6 +11,7 @@ progress bars are off unless --verbose.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -101,12 +102,16 @@ def main(argv=None) -> None:
         from ..training.run_folder import RunRefused
 
         arguments = parse_args(argv, make_parser())
-        prefetch.show_output()  # every flag is checked: the preparation is this run's
         run_args, training_args = arguments[2], arguments[3]
+        if run_args.quiet:
+            prefetch.silence()
+            os.environ["TQDM_DISABLE"] = "1"  # every bar of this process, the libraries' and the package's
+        else:
+            prefetch.show_output()  # every flag is checked: the preparation is this run's
         quiet_libraries(run_args.verbose, datasets=True)
         try:
             metrics = run_training(*arguments, prefetch=prefetch)
-            if training_args.process_index == 0:  # the process that saved the model
+            if training_args.process_index == 0 and not run_args.quiet:  # the process that saved the model
                 print(summary_line(metrics, Path(training_args.output_dir)), flush=True)
         except RunRefused as error:
             raise SystemExit(f"hf-headattn-train: error: {error}") from None

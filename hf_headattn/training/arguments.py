@@ -257,6 +257,9 @@ class RunArguments:
         "help": "also show the libraries' progress bars (datasets' loading, Transformers' weight writing) and "
                 "INFO logs; by default the command shows its own bars (tokenising, training, evaluating), the "
                 "training logs and its result line"})
+    quiet: bool = field(default=False, metadata={
+        "aliases": ["-q"], "help": "no progress, no training logs, no result line: warnings and errors only (as "
+                                   "--quiet in the other commands)"})
 
 
 ARGUMENT_GROUPS = (ModelArguments, DataArguments, RunArguments, Seq2SeqTrainingArguments)
@@ -511,6 +514,8 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
             raise ValueError(f"--lr_decay {run_args.lr_decay} watches the validation loss; drop "
                              f"--metric_for_best_model {training_args.metric_for_best_model}")
         training_args.metric_for_best_model = "loss"  # what Trainer steps the decay with
+    if run_args.quiet and run_args.verbose:
+        raise ValueError("--quiet shows nothing but warnings and errors and --verbose shows more: give one of them")
     if run_args.early_stopping_patience is not None:
         if run_args.early_stopping_patience < 1:
             raise ValueError(f"--early_stopping_patience must be positive, got {run_args.early_stopping_patience}")

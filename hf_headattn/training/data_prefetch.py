@@ -198,6 +198,12 @@ class DataPrefetch:
             pass
         return cls(pid, reader, folder, gate_writer)
 
+    def silence(self) -> None:
+        """Never show the process' standard error (the run is --quiet): the gate closes without a word."""
+        if self._output_gate is not None:
+            os.close(self._output_gate)
+            self._output_gate = None
+
     def show_output(self) -> None:
         """Let the process' standard error through, what it held back included: the command has checked its
         arguments, so the preparation is the run's own."""

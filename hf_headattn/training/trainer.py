@@ -80,7 +80,7 @@ class NumericProgressCallback(ProgressCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if "train_runtime" in logs:  # the end-of-training summary: the command's result line says it
             return
-        if state.is_world_process_zero and self.training_bar is not None:
+        if state.is_world_process_zero and self.training_bar is not None and not self.training_bar.disable:
             shown = [f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
                      for key, value in logs.items() if key != "total_flos"]
             self.training_bar.write(" | ".join(shown))
