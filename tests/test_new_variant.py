@@ -40,7 +40,7 @@ class HalvedAttention(NormalizedAttention):
     no_attention_function = "it is a test's toy"
 
     def normalize(self, scores, allowed):
-        scores = scores.float() / 2
+        scores = (scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores) / 2
         if allowed is not None:
             scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
         return torch.softmax(scores, dim=-1)
