@@ -17,7 +17,7 @@ compiles it for every shape the timed rounds use, and its time is reported apart
 Timings repeat --repeats times, interleaved (every system once per round, each round starting one system later);
 the table shows the median [min-max] and the time ratio of medians against sdpa softmax, with the issue's target
 (flex MMA within 1.2x of sdpa softmax on the CPU). On CUDA each backend's forward, and every variant's forward with
-sdpa (`SYNC_VARIANTS`, each where its paper puts it), also runs under `torch.cuda.set_sync_debug_mode("error")`
+sdpa (`sync_variants`, each at every site it declares), also runs under `torch.cuda.set_sync_debug_mode("error")`
 (inputs checked beforehand, as `generate` does), which raises at any host synchronisation inside the forward; the
 report records it.
 
@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmark_quality's report sections
 from hf_headattn import HeadAttnConfig, HeadAttnForConditionalGeneration  # noqa: E402
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS, every_site_placement  # noqa: E402
 from hf_headattn.runtime.seq2seq_common import inputs_checked_by_caller  # noqa: E402
 
 
@@ -199,18 +200,10 @@ def host_sync_free(model, batch, device) -> bool | None:
         torch.cuda.set_sync_debug_mode("default")
 
 
-# Every variant where its paper puts it, for the host-synchronisation check on CUDA (sdpa at the softmax sites)
-SYNC_VARIANTS = {
-    "softmax": {}, "mma": {"encoder_self_attention": "mma"},
-    "dhicm": {"encoder_self_attention": "dhicm", "decoder_self_attention": "dhicm", "cross_attention": "dhicm"},
-    "sparsemax": {"cross_attention": "sparsemax"}, "csoftmax": {"cross_attention": "csoftmax"},
-    "csparsemax": {"cross_attention": "csparsemax"}, "multihop": {"cross_attention": "multihop"},
-    "running_sum": {"cross_attention": "running_sum"},
-    "entmax15": {"encoder_self_attention": "entmax15", "decoder_self_attention": "entmax15",
-                 "cross_attention": "entmax15"},
-    "entmax_alpha": {"encoder_self_attention": "entmax_alpha", "decoder_self_attention": "entmax_alpha",
-                     "cross_attention": "entmax_alpha"},
-}
+def sync_variants(num_heads: int) -> dict[str, dict]:
+    """Every registered variant at every site it declares (`every_site_placement`), for the host-synchronisation
+    check on CUDA (sdpa at the softmax sites)."""
+    return {name: every_site_placement(name, num_heads) for name in ATTENTION_VARIANTS}
 
 
 def host_sync_by_variant(args, batch, device) -> dict | None:
@@ -218,7 +211,7 @@ def host_sync_by_variant(args, batch, device) -> dict | None:
     if device.type != "cuda":
         return None
     results = {}
-    for name, placement in SYNC_VARIANTS.items():
+    for name, placement in sync_variants(args.d_model // 64).items():
         model = build_model(placement, "sdpa", args.d_model, args.layers, args.vocab_size, device)
         results[name] = host_sync_free(model, batch, device)
     return results

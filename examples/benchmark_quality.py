@@ -54,7 +54,8 @@ from hf_headattn.publish import write_model_card  # noqa: E402
 from hf_headattn.metrics import (corpus_scores, drop_details, paired_bootstrap_p, ratio_score,  # noqa: E402
                                  rep_sentence_counts)
 from hf_headattn.plotting import plot_bleu_by_length  # noqa: E402
-from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS  # noqa: E402
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS, every_site_placement  # noqa: E402
+from hf_headattn.runtime.configuration_headattn import HeadAttnConfig  # noqa: E402
 from hf_headattn.parallel_data import read_parallel_files  # noqa: E402
 from hf_headattn.training import TRAINING_PRESETS, multi30k_paths, train  # noqa: E402
 
@@ -162,8 +163,13 @@ SYSTEMS = {
     "transformer goindani2021 dhicm, 20k sampled pairs": System("transformer", (*DHICM_OPTIMAL, *SAMPLED_20K),
                                                                 preset="goindani2021"),
 }
-assert {name.split()[1] for name in SYSTEMS if name.startswith("transformer")} >= set(ATTENTION_VARIANTS), \
-    "benchmark_quality: a registered variant has no system"
+# a registered variant without a system above: at every site it declares, with the default heads
+SYSTEMS.update({
+    f"transformer {name}": System("transformer", tuple(
+        part for site, spec in every_site_placement(name, HeadAttnConfig().encoder_attention_heads).items()
+        for part in (f"--{site}", spec if isinstance(spec, str) else json.dumps(spec))))
+    for name in ATTENTION_VARIANTS if f"transformer {name}" not in SYSTEMS
+})
 
 # The papers' claims: (question, system, baseline, what is compared)
 CLAIMS = [

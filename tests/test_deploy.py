@@ -12,6 +12,7 @@ import torch
 from hf_headattn import train_tokenizer
 from hf_headattn.commands.export import main
 from hf_headattn.export import export_ctranslate2, translate_with_ctranslate2
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.translation import DEFAULT_BATCH_SIZE, translate
 from hf_headattn.translation.ctranslate2_backend import export_batch_size
@@ -81,18 +82,17 @@ def test_int8_export_translates(softmax_model, tokenizer, pairs, exported, tmp_p
     assert len(translations) == 10 and all(translations)
 
 
-@pytest.mark.parametrize("variant, site", [
-    ({"cross_attention": "sparsemax"}, "cross_attention of layer 0 uses the 'sparsemax'"),
-    ({"encoder_self_attention": "mma"}, "encoder_self_attention of layer 0 uses the 'mma'"),
-    ({"cross_attention": "csparsemax", "constant_fertility": 1.0}, "cross_attention of layer 0 uses the 'csparsemax'"),
-    ({"decoder_self_attention": {"type": "entmax15", "layers": [1]}},
-     "decoder_self_attention of layer 1 uses the 'entmax15' attention variant; MarianMTModel computes softmax"),
-    ({"encoder_self_attention": "entmax_alpha"},
-     "encoder_self_attention of layer 0 uses the 'entmax_alpha' attention variant; MarianMTModel computes softmax"),
-])
-def test_variants_ctranslate2_cannot_run_are_refused_naming_variant_and_site(variant, site, tokenizer, tmp_path):
-    with pytest.raises(ValueError, match=site):
-        export_ctranslate2(random_model(tiny_config(**variant)), tokenizer, tmp_path / "out")
+# every variant Marian does not compute (not `exportable`), alone at each site it declares
+REFUSED_PLACEMENTS = [(name, site) for name, variant in sorted(ATTENTION_VARIANTS.items()) if not variant.exportable
+                      for site in variant.sites]
+
+
+@pytest.mark.parametrize("name, site", REFUSED_PLACEMENTS)
+def test_variants_ctranslate2_cannot_run_are_refused_naming_variant_and_site(name, site, tokenizer, tmp_path):
+    placement = {site: ATTENTION_VARIANTS[name].placement(site, num_heads=4)}
+    with pytest.raises(ValueError, match=rf"{site} of layer \d+ uses the '{name}' attention variant; MarianMTModel "
+                                         "computes softmax"):
+        export_ctranslate2(random_model(tiny_config(**placement)), tokenizer, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir())
 
 

@@ -257,14 +257,12 @@ def test_allowed_reads_are_kept_apart():
 
 # ------------------------------------------------------------------------------------------------ the models
 def _transformer_configs() -> dict:
-    """The invariant tests' placements, and every registered variant where its paper puts it (`TRANSFORMER_VARIANTS`),
-    with each fertility strategy where it needs fertility."""
+    """The invariant tests' placements (every registered variant at every site it declares among them), and those of
+    a variant that needs fertility with each fertility strategy."""
     configs = {f"transformer-{name}": config for name, config in VARIANT_CONFIGS.items()}
     for name, variant in ATTENTION_VARIANTS.items():
-        for strategy in FERTILITY_STRATEGIES if variant.needs_fertility else (None,):
-            fertility = {"fertility": strategy} if strategy else {}
-            configs[f"transformer-{name}-variant" + (f"-{strategy}" if strategy else "")] = {
-                **TRANSFORMER_VARIANTS.get(name, {"cross_attention": name}), **fertility}
+        for strategy in FERTILITY_STRATEGIES if variant.needs_fertility else ():
+            configs[f"transformer-{name}-every-site-{strategy}"] = {**TRANSFORMER_VARIANTS[name], "fertility": strategy}
     return configs
 
 
@@ -285,8 +283,7 @@ MODELS = {**{name: (random_model, tiny_config, config) for name, config in _tran
 
 def test_every_registered_variant_and_transform_is_run():
     names = " ".join(MODELS)
-    assert all(name in TRANSFORMER_VARIANTS for name in ATTENTION_VARIANTS)  # each where its paper puts it
-    assert all(f"transformer-{name}-variant" in names for name in ATTENTION_VARIANTS)
+    assert all(f"transformer-{name}-every-site" in names for name in ATTENTION_VARIANTS)
     assert all(f"lstm-{transform}" in names for transform in ATTENTION_TRANSFORMS)
 
 
@@ -387,7 +384,7 @@ SEARCH_STEPS = 6
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])
-@pytest.mark.parametrize("name", ["transformer-softmax", "transformer-csparsemax-guided", "lstm-softmax"])
+@pytest.mark.parametrize("name", ["transformer-softmax-every-site", "transformer-csparsemax-guided", "lstm-softmax"])
 def test_fast_search_reads_one_number_a_step(name, num_beams, kernels_as_off_the_host):
     """The fast path's search, like `generate`'s, reads one number a step on the host (how many sentences are done):
     which sentences are done is read only when rows leave the batch, and at the end the longest result's length. Here

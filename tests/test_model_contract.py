@@ -13,13 +13,18 @@ from transformers import MarianConfig, MarianMTModel
 
 from hf_headattn import HeadAttnForConditionalGeneration, HeadAttnRNNConfig
 from hf_headattn.runtime.attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION
+from hf_headattn.runtime.attention_registry import get_attention_variant
 from hf_headattn.runtime.transformers_compat import CACHE_NAME
 
 from helpers import VARIANT_CONFIGS, random_model, random_rnn_model, rnn_config, source_batch, tiny_config
 
 
 DECODER_INPUT_IDS = torch.tensor([[0, 5, 6, 7], [0, 8, 9, 10], [0, 11, 12, 13]])
-STATEFUL = {"running_sum", "csoftmax-constant", "csparsemax-guided", "csparsemax-predicted-no-sink"}
+def stateful(config) -> bool:
+    """Whether a variant of the model keeps per-step state (`stateful`), at any site and layer."""
+    return any(get_attention_variant(config.attention_variant(site, layer)[0]).stateful
+               for site in (ENCODER_SELF_ATTENTION, DECODER_SELF_ATTENTION, CROSS_ATTENTION)
+               for layer in range(config.encoder_layers if site == ENCODER_SELF_ATTENTION else config.decoder_layers))
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANT_CONFIGS))
@@ -187,11 +192,11 @@ GENERATION = dict(max_new_tokens=6, do_sample=False, no_repeat_ngram_size=1)
 
 @pytest.mark.parametrize("mode", ["assistant_model", "prompt_lookup_num_tokens"])
 def test_assisted_and_prompt_lookup_decoding_run_or_are_refused_up_front(variant, mode, monkeypatch):
-    name, model = variant
+    _, model = variant
     input_ids, attention_mask = source_batch()
     one = dict(input_ids=input_ids[:1, :7], attention_mask=attention_mask[:1, :7])  # assisted decoding: batch 1
     candidates = {"assistant_model": copy.deepcopy(model)} if mode == "assistant_model" else {mode: 2}
-    if name not in STATEFUL:
+    if not stateful(model.config):
         assert torch.equal(model.generate(**one, **candidates, **GENERATION), model.generate(**one, **GENERATION))
         return
     forwards = []

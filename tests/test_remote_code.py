@@ -10,9 +10,10 @@ import textwrap
 import pytest
 import torch
 from hf_headattn import TranslationPipeline, train_tokenizer
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
 from hf_headattn.toy_corpus import make_toy_corpus
 
-from helpers import WITHOUT_PACKAGE, random_model, tiny_config
+from helpers import TRANSFORMER_VARIANTS, WITHOUT_PACKAGE, random_model, tiny_config
 
 
 SENTENCES = ["der kleine hund sieht die katze .", "ich weiß dass das kind schläft .", "die frau lacht ."]
@@ -49,20 +50,17 @@ def tokenizer():
     return train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=200, model="bpe")
 
 
+# the options' cases, and every registered variant at every site it declares (`TRANSFORMER_VARIANTS`)
 VARIANTS = {
-    "softmax": {},
-    "running_sum": {"cross_attention": "running_sum"},
-    "mma": {"encoder_self_attention": "mma"},
-    "sparsemax": {"encoder_self_attention": "sparsemax", "decoder_self_attention": "sparsemax"},
     "csoftmax-guided": {"cross_attention": "csoftmax", "fertility": "guided"},
     "csparsemax-predicted": {"cross_attention": "csparsemax", "fertility": "predicted", "fertility_predictor_size": 16},
     "multihop": {"cross_attention": {"type": "multihop", "hops": 2}},
-    "entmax": {"encoder_self_attention": "entmax15", "cross_attention": "entmax_alpha"},
     "dhicm-all-sites": {
         "encoder_self_attention": {"type": "dhicm", "layers": [0, 1]},
         "decoder_self_attention": {"type": "dhicm", "score": "mlp"},
         "cross_attention": {"type": "dhicm", "d_m": 12, "layers": [0, 1]},
     },
+    **{f"{name}-every-site": TRANSFORMER_VARIANTS[name] for name in ATTENTION_VARIANTS},
 }
 
 

@@ -32,7 +32,9 @@ from hf_headattn import (
     coverage_penalty,
     train_tokenizer,
 )
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
 from hf_headattn.runtime.cache_headattn import HeadAttnRNNCache
+from hf_headattn.runtime.configuration_headattn_rnn import ATTENTION_TRANSFORMS, CONSTRAINED_TRANSFORMS
 from hf_headattn.runtime.modeling_headattn_rnn import HeadAttnRNNGenerateOutput, HeadAttnRNNSourceAttention
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.training.trainer import HeadAttnSeq2SeqTrainer
@@ -290,6 +292,37 @@ def test_decoder_starts_from_the_encoders_final_states():
     torch.testing.assert_close(states["hidden"][:, :2], encoded.final_hidden)
     assert (states["input_feed"] == 0).all() and (states["cumulative"] == 0).all()
     assert states["cumulative"].shape == (3, 1, 9)
+
+
+@pytest.mark.parametrize("transform", [name for name in ATTENTION_TRANSFORMS if name not in CONSTRAINED_TRANSFORMS])
+def test_each_registry_transform_weighs_the_heads_scores_as_the_variant_normalises_them(transform):
+    """The LSTM takes its normaliser from the registry: its weights at a step are the variant's `normalize` of the
+    heads' scores (entmax_alpha with its alphas, here not all 1.5)."""
+    config = rnn_config(hidden_size=8, attention_transform=transform, num_heads=2)
+    torch.manual_seed(0)
+    attention = HeadAttnRNNSourceAttention(config).double()
+    with torch.no_grad():
+        for parameter in attention.parameters():
+            parameter.normal_(0.0, 1.0)
+    generator = torch.Generator().manual_seed(3)
+    state = torch.randn(4, 8, generator=generator, dtype=torch.float64)
+    memory = torch.randn(4, 6, 8, generator=generator, dtype=torch.float64)
+    allowed = attention.attention_mask(torch.tensor([[1] * 6, [1] * 4 + [0] * 2] * 2))
+    _, weights, _ = attention(state, memory, allowed, None, torch.zeros(4, 2, 6, dtype=torch.float64))
+    scores = torch.einsum("bnd,bsd->bns", attention.query_proj(state).view(4, 2, 8), memory)
+    expected = attention.normalizer.normalize(scores[:, :, None], allowed[:, :, None])[:, :, 0]
+    assert isinstance(attention.normalizer, ATTENTION_VARIANTS[transform])
+    torch.testing.assert_close(weights, expected)
+    assert (weights[1::2, :, 4:] == 0).all()
+
+
+def test_configs_of_the_papers_transforms_keep_their_weights():
+    """softmax, sparsemax, csoftmax and csparsemax take their maps from the registry with no weights of their own:
+    configs and checkpoints saved before load unchanged."""
+    baseline = set(HeadAttnRNNForConditionalGeneration(rnn_config()).state_dict())
+    for transform in ("sparsemax", "csoftmax", "csparsemax"):
+        model = HeadAttnRNNForConditionalGeneration(rnn_config(attention_transform=transform, sink="none"))
+        assert set(model.state_dict()) == baseline, transform
 
 
 def test_sparse_and_constrained_transforms_really_differ_from_softmax():

@@ -1,11 +1,12 @@
 """The runtime that travels with a checkpoint: hf_headattn/runtime/ is copied by Transformers' own mechanism
-(`register_for_auto_class` -> `custom_object_save`), every entry module imports what it needs directly (so that
-Transformers < 5.10 copies it from a local folder), and a model loaded through remote code saves itself again with
-nothing missing, or refuses before writing anything."""
+(`register_for_auto_class` -> `custom_object_save`), every saved entry module names what it needs directly (so
+that Transformers < 5.10 copies it from a local folder: `remote_code.write_direct_imports`, at every save), and a
+model loaded through remote code saves itself again with nothing missing, or refuses before writing anything."""
 
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from transformers.dynamic_module_utils import get_relative_import_files, get_rel
 
 from hf_headattn import HeadAttnRNNConfig, HeadAttnRNNForConditionalGeneration
 from hf_headattn.runtime import configuration_headattn, configuration_headattn_rnn
+from hf_headattn.runtime.remote_code import IMPORTS_BEGIN, with_direct_imports, write_direct_imports
 
 from helpers import WITHOUT_PACKAGE, random_model, tiny_config
 
@@ -29,16 +31,50 @@ ENTRY_MODULES = sorted({
 })
 
 
+# modules that Transformers loads by name from a saved folder: config.json's entries, and the attention functions
+# (`get_class_from_dynamic_module("attention_functions.register_attention_functions", folder)`)
+LOADED_BY_NAME = [*ENTRY_MODULES, "attention_functions"]
+
+
 def _closure(module_file: Path) -> set[str]:
     return {Path(path).stem for path in get_relative_import_files(module_file)}
 
 
-@pytest.mark.parametrize("entry", ENTRY_MODULES)
-def test_entry_modules_import_every_module_they_need_directly(entry):
-    module_file = RUNTIME / f"{entry}.py"
-    missing = sorted(_closure(module_file) - set(get_relative_imports(module_file)))
-    assert not missing, (f"{entry}.py needs {missing} only through other modules; Transformers < 5.10 would not copy "
-                         "them from a local folder: import them in the entry's block of direct imports")
+def test_committed_generated_imports_are_fresh():
+    stale = [path.name for path in sorted(RUNTIME.glob("*.py"))
+             if IMPORTS_BEGIN in path.read_text() and with_direct_imports(path) != path.read_text()]
+    assert not stale, (f"the generated imports of {stale} are stale: run `python -m hf_headattn.runtime.remote_code` "
+                       "and commit the result")
+
+
+def test_saved_entries_import_every_module_they_need_directly(tmp_path):
+    # Transformers < 5.10 copies from a local folder only the loaded module and its direct relative imports
+    random_model(tiny_config()).save_pretrained(tmp_path / "transformer")
+    HeadAttnRNNForConditionalGeneration(HeadAttnRNNConfig(vocab_size=50, embedding_size=8, hidden_size=16)
+                                        ).save_pretrained(tmp_path / "rnn")
+    for folder in (tmp_path / "transformer", tmp_path / "rnn"):
+        for entry in LOADED_BY_NAME:
+            module_file = folder / f"{entry}.py"
+            if module_file.is_file():
+                missing = sorted(_closure(module_file) - set(get_relative_imports(module_file)))
+                assert not missing, f"{folder.name}/{entry}.py needs {missing} only through other modules"
+
+
+def test_a_save_writes_the_imports_a_new_module_needs(tmp_path):
+    # the committed block left stale on purpose: a module that only the registry imports
+    runtime = tmp_path / "runtime"
+    shutil.copytree(RUNTIME, runtime, ignore=shutil.ignore_patterns("__pycache__"))
+    (runtime / "attention_new.py").write_text("NEW = 1\n")
+    registry = runtime / "attention_registry.py"
+    registry.write_text("from .attention_new import NEW  # noqa: F401\n" + registry.read_text())
+    assert "attention_new" not in get_relative_imports(runtime / "modeling_headattn.py")
+
+    changed = write_direct_imports(runtime)
+    assert {f"{entry}.py" for entry in ENTRY_MODULES if entry.startswith(("configuration", "modeling"))} <= set(changed)
+    for entry in LOADED_BY_NAME:
+        assert _closure(runtime / f"{entry}.py") <= set(get_relative_imports(runtime / f"{entry}.py"))
+    assert "from .attention_new import NEW  # noqa: F401" in (runtime / "modeling_headattn.py").read_text()
+    assert write_direct_imports(runtime) == []  # written once, then fresh
 
 
 def test_every_runtime_module_travels_and_imports_only_torch_transformers_and_the_standard_library():

@@ -19,9 +19,10 @@ import pytest
 import torch
 
 from hf_headattn import HeadAttnRNNConfig, HeadAttnRNNForConditionalGeneration, TranslationPipeline, train_tokenizer
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
 from hf_headattn.toy_corpus import make_toy_corpus
 
-from helpers import TRANSFORMERS_RELEASES, WITHOUT_PACKAGE, random_model, tiny_config
+from helpers import TRANSFORMER_VARIANTS, TRANSFORMERS_RELEASES, WITHOUT_PACKAGE, random_model, tiny_config
 from transformers_envs import transformers_env
 
 
@@ -33,18 +34,14 @@ pytestmark = pytest.mark.slow
 HUB_USER = "headattn-test"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
+# the options' cases, and every registered variant at every site it declares (`TRANSFORMER_VARIANTS`)
 TRANSFORMER_SYSTEMS = {
-    "softmax": {},
-    "mma": {"encoder_self_attention": "mma", "decoder_self_attention": {"type": "mma", "head_kinds": ["global", "local", "backward", "local"]}},
-    "dhicm": {"encoder_self_attention": "dhicm", "decoder_self_attention": "dhicm", "cross_attention": "dhicm"},
     "dhicm-pruned": {"encoder_self_attention": "dhicm", "cross_attention": "dhicm"},
-    "sparsemax": {"encoder_self_attention": "sparsemax", "cross_attention": "sparsemax"},
     "csoftmax-constant": {"cross_attention": "csoftmax", "fertility": "constant"},
-    "csparsemax-constant": {"cross_attention": "csparsemax", "fertility": "constant"},
     "csparsemax-guided": {"cross_attention": "csparsemax", "fertility": "guided"},
     "csparsemax-predicted": {"cross_attention": "csparsemax", "fertility": "predicted", "fertility_predictor_size": 16},
     "multihop": {"cross_attention": {"type": "multihop", "hops": 2}},
-    "entmax": {"encoder_self_attention": "entmax15", "cross_attention": "entmax_alpha"},
+    **{f"{name}-every-site": TRANSFORMER_VARIANTS[name] for name in ATTENTION_VARIANTS},
 }
 RNN_SYSTEMS = {
     "lstm-baseline": {},

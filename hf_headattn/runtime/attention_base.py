@@ -129,7 +129,9 @@ class AttentionVariant(nn.Module):
     so that a new variant is one module and one registry line: `description` (one line, for `--help` and the page),
     `paper` (the citation a model card lists, with what the model takes from it; None for plain attention),
     `weighs_heads` (it computes weights over its heads, which the page and the plots draw: `head_importances`) and
-    `exportable` (Marian, hence CTranslate2, computes it: `to_marian` converts a model made only of such variants).
+    `exportable` (Marian, hence CTranslate2, computes it: `to_marian` converts a model made only of such variants) and
+    `no_attention_function` (why it is no Transformers attention function, `attention_functions.NOT_REGISTERED`; None
+    for a variant that has one, `headattn_<name>` in `attention_functions.ATTENTION_FUNCTIONS`).
     """
 
     name: ClassVar[str]
@@ -147,6 +149,7 @@ class AttentionVariant(nn.Module):
     weight_read_linears: ClassVar[tuple[str, ...]] = ()
     kernel: ClassVar[str | None] = None
     per_head_masks: ClassVar[bool] = False
+    no_attention_function: ClassVar[str | None] = None
 
     def __init__(self, config, site: str, layer_idx: int, num_heads: int, head_dim: int, **options):
         """num_heads: the heads this module has (fewer than the site's when some were pruned); head_dim: the
@@ -159,7 +162,8 @@ class AttentionVariant(nn.Module):
         self.head_dim = head_dim
         self.scaling = head_dim**-0.5
         self.is_causal = site == DECODER_SELF_ATTENTION  # what Transformers' attention functions read of a module
-        self.attention_dropout = config.attention_dropout
+        # the LSTM's source attention, which takes its normaliser from a variant, has no attention dropout
+        self.attention_dropout = getattr(config, "attention_dropout", 0.0)
         resolved = {**self.options, **options}
         for option, value in resolved.items():
             setattr(self, option, value)
@@ -167,6 +171,13 @@ class AttentionVariant(nn.Module):
     @classmethod
     def check_options(cls, options: dict[str, Any], *, site: str, num_heads: int, config) -> None:
         """Raise ValueError for option values this variant cannot use (names are checked by the config)."""
+
+    @classmethod
+    def placement(cls, site: str, num_heads: int) -> str | dict[str, Any]:
+        """The spec that places this variant at `site` (one of its `sites`) with `num_heads` heads: its name, or a
+        dict with the options that site needs beyond the defaults. The invariant tests and the benchmarks place
+        every variant by it at every site it declares (`attention_registry.every_site_placement`)."""
+        return cls.name
 
     def softmax_heads(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: "AttentionMask",

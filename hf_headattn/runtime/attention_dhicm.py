@@ -29,6 +29,8 @@ class DynamicHeadImportanceAttention(AttentionVariant):
     """
 
     name = "dhicm"
+    no_attention_function = ("it changes the attention module, not the function: a second attention over the heads' "
+                             "outputs (new weights U, V, W, W_s) replaces the output projection")
     description = "a second-level attention over the heads' outputs (dynamic head importance), with a KL term"
     paper = ("Goindani & Shrivastava (2021), *A Dynamic Head Importance Computation Mechanism for Neural Machine "
              "Translation*: `dhicm`, a second-level attention over the heads' outputs with a KL term that keeps "

@@ -44,6 +44,8 @@ class AlphaEntmaxAttention(NormalizedAttention):
         alpha for every head (2 is sparsemax)."""
 
     name = "entmax_alpha"
+    no_attention_function = ("it changes the attention module, not the function: each head learns its own alpha (a "
+                             "new weight per head); with a fixed alpha of 1.5 it is headattn_entmax15")
     description = "alpha-entmax over the keys, alpha learned per head in (1, 2] (Correia et al., 2019)"
     paper = CORREIA_2019
     kernel = "entmax_bisect"

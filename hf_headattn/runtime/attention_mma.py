@@ -109,6 +109,15 @@ class MixedMultiHeadAttention(AttentionVariant):
                 "local or backward heads (give `head_kinds`)"
             )
 
+    @classmethod
+    def placement(cls, site, num_heads):
+        """The paper's four groups, with backward heads for the forward ones at the causal decoder, which cannot
+        have forward heads."""
+        if site != DECODER_SELF_ATTENTION:
+            return cls.name
+        kinds = ["backward" if kind == "forward" else kind for kind in default_head_kinds(num_heads)]
+        return {"type": cls.name, "head_kinds": kinds}
+
     def forward(
         self,
         query: torch.Tensor,

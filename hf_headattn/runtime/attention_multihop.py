@@ -77,6 +77,8 @@ class MultiHopAttention(AttentionVariant):
     and `hop_mode` ("dependent" or "independent")."""
 
     name = "multihop"
+    no_attention_function = ("it changes the attention module, not the function: its further hops re-weigh the "
+                             "heads' contexts with new per-head weights")
     description = "multi-head cross-attention with second-level hops over the heads (Iida et al., 2019)"
     paper = MULTIHOP_PAPER
     weighs_heads = True

@@ -26,6 +26,8 @@ class RunningSumAttention(AttentionVariant):
     options = {"penalty": 1.0, "aux_weight": 0.0}
     sites = (CROSS_ATTENTION,)
     stateful = True
+    no_attention_function = ("it keeps the coverage from one decoding step to the next, which an attention function "
+                             "has nowhere to keep nor beam search to reorder")
 
     @classmethod
     def check_options(cls, options, *, site, num_heads, config):

@@ -158,6 +158,9 @@ class ConstrainedAttention(AttentionVariant):
     options = {"exhaustion": 0.2, "sink": True}
     sites = (CROSS_ATTENTION,)
     stateful = True
+    no_attention_function = ("it keeps each source token's cumulative attention from one decoding step to the next "
+                             "(and needs the source fertilities), which an attention function has nowhere to keep "
+                             "nor beam search to reorder")
     needs_fertility = True
     prunable = False  # the sink key and value are per head
     transform = None  # csoftmax or csparsemax, set by the subclasses

@@ -6,6 +6,8 @@ import torch
 
 from hf_headattn import (HeadAttnConfig, HeadAttnForConditionalGeneration, HeadAttnRNNConfig,
                          HeadAttnRNNForConditionalGeneration)
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS, every_site_placement
+from hf_headattn.runtime.configuration_headattn_rnn import ATTENTION_TRANSFORMS
 
 
 VOCAB = 64
@@ -104,6 +106,13 @@ RNN_CONFIGS = {
     "2-encoder-3-decoder-layers": {"encoder_layers": 2, "decoder_layers": 3},
 }
 
+# every transform the LSTM takes from the registry (`ATTENTION_TRANSFORMS`) that no config above uses: a new variant's
+# LSTM case, with nothing to add here
+RNN_CONFIGS.update({
+    f"transform-{transform}": {"attention_transform": transform} for transform in ATTENTION_TRANSFORMS
+    if all(config.get("attention_transform", "softmax") != transform for config in RNN_CONFIGS.values())
+})
+
 # Per config, an EOS bias under which these random models end some hypotheses early and others late or not at
 # all (without one most never emit EOS; 2x2-dependent and predicted-no-sink already do), so that the invariants
 # also cover finished beams and the filling after EOS.
@@ -114,9 +123,9 @@ RNN_EOS_BIAS = {
 
 
 # -------------------------------------------------------------------------------------------- variants
-# One Transformer per way of placing the variants: what the invariant tests run over
+# One Transformer per way of placing the variants: what the invariant tests run over (the options' cases here, and every
+# registered variant at every site it declares, `{name}-every-site`, below)
 VARIANT_CONFIGS = {
-    "softmax": {},
     "running_sum": {"cross_attention": {"type": "running_sum", "penalty": 2.0}},
     "mma": {
         "encoder_self_attention": "mma",
@@ -127,12 +136,6 @@ VARIANT_CONFIGS = {
         "encoder_self_attention": {"type": "dhicm", "layers": [0, 1]},
         "decoder_self_attention": {"type": "dhicm", "layers": [0, 1]},
         "cross_attention": {"type": "dhicm", "layers": [0, 1], "score": "mlp"},
-    },
-    "sparsemax-every-site": {
-        "encoder_self_attention": "sparsemax", "decoder_self_attention": "sparsemax", "cross_attention": "sparsemax",
-    },
-    "entmax15-every-site": {
-        "encoder_self_attention": "entmax15", "decoder_self_attention": "entmax15", "cross_attention": "entmax15",
     },
     # learned alphas (random weights: a different alpha per head) and a fixed one
     "entmax_alpha-learned-and-fixed": {
@@ -151,20 +154,10 @@ VARIANT_CONFIGS = {
     },
 }
 
-# One Transformer per variant, at the site its paper puts it
+# Every registered variant at every site it declares (`every_site_placement`): a new variant's cases, with nothing to
+# add here
 TRANSFORMER_VARIANTS = {
-    "softmax": {},
-    "mma": dict(encoder_self_attention="mma", decoder_self_attention={"type": "mma", "head_kinds": [
-        "global", "local", "backward", "backward"]}),
-    "dhicm": dict(encoder_self_attention="dhicm", decoder_self_attention="dhicm", cross_attention="dhicm"),
-    "sparsemax": dict(encoder_self_attention="sparsemax", decoder_self_attention="sparsemax",
-                      cross_attention="sparsemax"),
-    "entmax15": dict(encoder_self_attention="entmax15", decoder_self_attention="entmax15", cross_attention="entmax15"),
-    "entmax_alpha": dict(encoder_self_attention="entmax_alpha", decoder_self_attention="entmax_alpha",
-                         cross_attention="entmax_alpha"),
-    "csoftmax": dict(cross_attention="csoftmax"),
-    "csparsemax": dict(cross_attention="csparsemax"),
+    **{name: every_site_placement(name, num_heads=4) for name in ATTENTION_VARIANTS},
     "csparsemax-no-sink": dict(cross_attention={"type": "csparsemax", "sink": False}, constant_fertility=2.0),
-    "multihop": dict(cross_attention="multihop"),
-    "running_sum": dict(cross_attention="running_sum"),
 }
+VARIANT_CONFIGS.update({f"{name}-every-site": every_site_placement(name, num_heads=4) for name in ATTENTION_VARIANTS})
