@@ -7,6 +7,7 @@ from transformers import PretrainedConfig
 from .attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION, SITES
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
 from .fertility import check_fertility_config, describe_fertility
+from .guided_alignment import DEFAULT_GUIDED_HEADS, DEFAULT_GUIDED_LAYER, check_guided_alignment_config
 from .remote_code import check_code_travels
 from .transformers_compat import CACHE_NAME, validate_base_architecture
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
@@ -137,6 +138,17 @@ class HeadAttnConfig(PretrainedConfig):
         constant_fertility (`float`, defaults to 2.0): The fertility of every token with `"constant"`.
         fertility_predictor_size (`int`, defaults to 128): Embedding and hidden size of the `"predicted"` tagger.
         max_fertility (`int`, defaults to 10): The largest fertility the `"predicted"` tagger can output.
+        guided_alignment_weight (`float`, defaults to 0.0): Guided alignment (Garg et al., 2019): the weight of the
+            cost between the guided heads' cross-attention and a word aligner's links (`alignment_links`) in the
+            loss; 0 for a model trained without guidance (Garg et al. use 0.05). See `guided_alignment.py`.
+        guided_alignment_cost (`str`, defaults to `"ce"`): `"ce"` (Garg et al.'s cross-entropy, reported as
+            KL(links || attention)), `"mse"` (squared error) or `"mult"` (minus the log of the attention on linked
+            tokens), as in Marian's `--guided-alignment-cost`.
+        guided_alignment_layer (`int`, defaults to -2): The decoder layer whose cross-attention is guided (negative
+            counts from the top; Garg et al.: the penultimate). With a weight > 0, `--alignments` reads this layer
+            by default.
+        guided_alignment_heads (`list[int]`, defaults to `[0]`): The guided heads of that layer (original indices),
+            whose mean attention is compared with the links; `--alignments` averages these by default.
     """
 
     model_type = "headattn"
@@ -184,6 +196,10 @@ class HeadAttnConfig(PretrainedConfig):
         constant_fertility: float = 2.0,
         fertility_predictor_size: int = 128,
         max_fertility: int = 10,
+        guided_alignment_weight: float = 0.0,
+        guided_alignment_cost: str = "ce",
+        guided_alignment_layer: int = DEFAULT_GUIDED_LAYER,
+        guided_alignment_heads: list[int] | None = None,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -215,6 +231,11 @@ class HeadAttnConfig(PretrainedConfig):
         self.constant_fertility = constant_fertility
         self.fertility_predictor_size = fertility_predictor_size
         self.max_fertility = max_fertility
+        self.guided_alignment_weight = guided_alignment_weight
+        self.guided_alignment_cost = guided_alignment_cost
+        self.guided_alignment_layer = guided_alignment_layer
+        self.guided_alignment_heads = list(guided_alignment_heads if guided_alignment_heads is not None
+                                           else DEFAULT_GUIDED_HEADS)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         kwargs.setdefault("custom_pipelines", dict(CUSTOM_PIPELINES))
         kwargs.setdefault("is_encoder_decoder", True)
@@ -258,6 +279,14 @@ class HeadAttnConfig(PretrainedConfig):
         self._check_pruned_heads()
         for site in SITES:
             self._resolve_site(site)
+        self._check_guided_alignment()
+
+    def _check_guided_alignment(self) -> None:
+        layer = self.guided_alignment_layer
+        pruned = ()
+        if isinstance(layer, int) and not isinstance(layer, bool) and -self.decoder_layers <= layer < self.decoder_layers:
+            pruned = self.pruned_heads.get(self.module_name(CROSS_ATTENTION, layer % self.decoder_layers), ())
+        check_guided_alignment_config(self, self.decoder_layers, self.decoder_attention_heads, pruned)
 
     # ----------------------------------------------------------------------------------------------- checks
     def _check_architecture(self) -> None:
@@ -504,6 +533,13 @@ class HeadAttnConfig(PretrainedConfig):
     def cross_attention_label(self, layer_idx: int) -> str:
         """What the web page and the plots call the cross-attention of decoder layer `layer_idx`."""
         return f"layer {layer_idx + 1}"
+
+    def guided_alignment(self) -> tuple[int, list[int]] | None:
+        """(decoder layer index, original head indices) of the cross-attention trained with guided alignment, which
+        `--alignments` reads by default; None for a model trained without it (`guided_alignment_weight` 0)."""
+        if not self.guided_alignment_weight:
+            return None
+        return self.guided_alignment_layer % self.decoder_layers, list(self.guided_alignment_heads)
 
     def constrained_cross_attention(self, layer_idx: int) -> bool | None:
         """None when the cross-attention of decoder layer `layer_idx` is not bounded by fertilities; else whether a

@@ -10,6 +10,7 @@ from .attention_sparse import MALAVIYA_2018
 from .configuration_headattn import (CUSTOM_PIPELINES, check_fractions, check_model_type, check_positive_integers,
                                      check_token_ids)
 from .fertility import check_fertility_config, describe_fertility
+from .guided_alignment import DEFAULT_GUIDED_HEADS, check_guided_alignment_config
 from .remote_code import check_code_travels
 from .transformers_compat import CACHE_NAME, validate_base_architecture
 # Transformers before 5.10 copies into its modules cache only the modules that a remote-code entry (a module named
@@ -104,6 +105,10 @@ class HeadAttnRNNConfig(PretrainedConfig):
         init_range (`float`, defaults to 0.1): Parameters start uniform in [-init_range, init_range] (OpenNMT's
             default, which Malaviya et al. used).
         pad_token_id / eos_token_id / decoder_start_token_id (`int`, defaults to 0 / 1 / 0): Special token ids.
+        guided_alignment_weight / guided_alignment_cost / guided_alignment_heads: Guided alignment of the source
+            attention's heads, as in [`HeadAttnConfig`] (the LSTM has one source attention, so no layer to choose).
+            With the sparse and constrained transforms the cost compares the links with the softmax of the heads'
+            scores (`guided_alignment.py`).
     """
 
     model_type = "headattn_rnn"
@@ -138,6 +143,9 @@ class HeadAttnRNNConfig(PretrainedConfig):
         pad_token_id: int = 0,
         eos_token_id: int = 1,
         decoder_start_token_id: int = 0,
+        guided_alignment_weight: float = 0.0,
+        guided_alignment_cost: str = "ce",
+        guided_alignment_heads: list[int] | None = None,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -165,6 +173,10 @@ class HeadAttnRNNConfig(PretrainedConfig):
         self.label_smoothing = label_smoothing
         self.init_range = init_range
         self.use_cache = use_cache
+        self.guided_alignment_weight = guided_alignment_weight
+        self.guided_alignment_cost = guided_alignment_cost
+        self.guided_alignment_heads = list(guided_alignment_heads if guided_alignment_heads is not None
+                                           else DEFAULT_GUIDED_HEADS)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         kwargs.setdefault("custom_pipelines", dict(CUSTOM_PIPELINES))
         kwargs.setdefault("is_encoder_decoder", True)
@@ -221,6 +233,7 @@ class HeadAttnRNNConfig(PretrainedConfig):
         check_fertility_config(self)
         check_token_ids(self, dict.fromkeys(("pad_token_id", "eos_token_id", "decoder_start_token_id"),
                                             self.vocab_size))
+        check_guided_alignment_config(self, None, self.num_heads)
 
     def uses_fertility(self) -> bool:
         """Whether the attention bounds each source token's attention by its fertility."""
@@ -307,6 +320,10 @@ class HeadAttnRNNConfig(PretrainedConfig):
 
     def cross_attention_label(self, layer_idx: int) -> str:
         return SOURCE_ATTENTION
+
+    def guided_alignment(self) -> tuple[int, list[int]] | None:
+        """(0, the guided heads) for a model trained with guided alignment, else None (as [`HeadAttnConfig`])."""
+        return (0, list(self.guided_alignment_heads)) if self.guided_alignment_weight else None
 
     def constrained_cross_attention(self, layer_idx: int) -> bool | None:
         """None unless the transform is bounded by fertilities; else whether a sink takes what the bounds leave."""
