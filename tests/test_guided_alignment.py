@@ -242,7 +242,8 @@ def test_the_defaults_are_garg_et_al_s_penultimate_layer_one_head_and_no_guidanc
     for config in (HeadAttnConfig(), HeadAttnRNNConfig()):
         assert config.guided_alignment_weight == 0.0 and config.guided_alignment_heads == [0]
         assert config.guided_alignment_cost == "ce"
-    assert HeadAttnConfig().guided_alignment_layer == -2
+    assert HeadAttnConfig().guided_alignment_layer is None and HeadAttnConfig().guided_alignment_layer_index() == 4
+    assert tiny_config(decoder_layers=1).guided_alignment_layer_index() == 0  # a one-layer decoder: its only layer
 
 
 # ------------------------------------------------------------------------------------------------ generation

@@ -144,9 +144,9 @@ class HeadAttnConfig(PretrainedConfig):
         guided_alignment_cost (`str`, defaults to `"ce"`): `"ce"` (Garg et al.'s cross-entropy, reported as
             KL(links || attention)), `"mse"` (squared error) or `"mult"` (minus the log of the attention on linked
             tokens), as in Marian's `--guided-alignment-cost`.
-        guided_alignment_layer (`int`, defaults to -2): The decoder layer whose cross-attention is guided (negative
-            counts from the top; Garg et al.: the penultimate). With a weight > 0, `--alignments` reads this layer
-            by default.
+        guided_alignment_layer (`int`, *optional*): The decoder layer whose cross-attention is guided (negative
+            counts from the top); by default the penultimate (Garg et al.'s), the only one of a one-layer decoder.
+            With a weight > 0, `--alignments` reads this layer by default.
         guided_alignment_heads (`list[int]`, defaults to `[0]`): The guided heads of that layer (original indices),
             whose mean attention is compared with the links; `--alignments` averages these by default.
     """
@@ -198,7 +198,7 @@ class HeadAttnConfig(PretrainedConfig):
         max_fertility: int = 10,
         guided_alignment_weight: float = 0.0,
         guided_alignment_cost: str = "ce",
-        guided_alignment_layer: int = DEFAULT_GUIDED_LAYER,
+        guided_alignment_layer: int | None = None,
         guided_alignment_heads: list[int] | None = None,
         **kwargs,
     ):
@@ -284,9 +284,18 @@ class HeadAttnConfig(PretrainedConfig):
     def _check_guided_alignment(self) -> None:
         layer = self.guided_alignment_layer
         pruned = ()
-        if isinstance(layer, int) and not isinstance(layer, bool) and -self.decoder_layers <= layer < self.decoder_layers:
-            pruned = self.pruned_heads.get(self.module_name(CROSS_ATTENTION, layer % self.decoder_layers), ())
+        if layer is None or (isinstance(layer, int) and not isinstance(layer, bool)
+                             and -self.decoder_layers <= layer < self.decoder_layers):
+            pruned = self.pruned_heads.get(self.module_name(CROSS_ATTENTION, self.guided_alignment_layer_index()), ())
         check_guided_alignment_config(self, self.decoder_layers, self.decoder_attention_heads, pruned)
+
+    def guided_alignment_layer_index(self) -> int:
+        """The guided decoder layer as an index in [0, decoder_layers): `guided_alignment_layer`, by default the
+        penultimate layer (the only one of a one-layer decoder)."""
+        layer = self.guided_alignment_layer
+        if layer is None:
+            layer = DEFAULT_GUIDED_LAYER if self.decoder_layers > 1 else -1
+        return layer % self.decoder_layers
 
     # ----------------------------------------------------------------------------------------------- checks
     def _check_architecture(self) -> None:
@@ -539,7 +548,7 @@ class HeadAttnConfig(PretrainedConfig):
         `--alignments` reads by default; None for a model trained without it (`guided_alignment_weight` 0)."""
         if not self.guided_alignment_weight:
             return None
-        return self.guided_alignment_layer % self.decoder_layers, list(self.guided_alignment_heads)
+        return self.guided_alignment_layer_index(), list(self.guided_alignment_heads)
 
     def constrained_cross_attention(self, layer_idx: int) -> bool | None:
         """None when the cross-attention of decoder layer `layer_idx` is not bounded by fertilities; else whether a

@@ -39,7 +39,7 @@ GUIDED_ALIGNMENT_COSTS = {
     "mse": "squared error between attention and links (Marian's mse)",
     "mult": "minus the log of the attention on linked source tokens (Marian's mult)",
 }
-DEFAULT_GUIDED_LAYER = -2  # Garg et al. supervise the penultimate decoder layer ...
+DEFAULT_GUIDED_LAYER = -2  # Garg et al. supervise the penultimate decoder layer (a one-layer decoder: its only) ...
 DEFAULT_GUIDED_HEADS = (0,)  # ... and one of its heads
 _EPS = 1e-9
 
@@ -54,7 +54,7 @@ def check_guided_alignment_config(config, num_layers: int | None, num_heads: int
     if config.guided_alignment_cost not in GUIDED_ALIGNMENT_COSTS:
         raise ValueError(f"Unknown guided_alignment_cost {config.guided_alignment_cost!r}; accepted: "
                          + "; ".join(f"{name!r} ({meaning})" for name, meaning in GUIDED_ALIGNMENT_COSTS.items()))
-    if num_layers is not None:
+    if num_layers is not None and config.guided_alignment_layer is not None:
         layer = config.guided_alignment_layer
         if isinstance(layer, bool) or not isinstance(layer, int) or not -num_layers <= layer < num_layers:
             raise ValueError(f"`guided_alignment_layer`={layer!r} is not a decoder layer: give an index in "

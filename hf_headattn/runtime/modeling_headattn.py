@@ -762,7 +762,7 @@ class HeadAttnDecoder(HeadAttnStack):
     def guided_heads(self) -> tuple[int, list[int]]:
         """The guided cross-attention's layer index in [0, decoder_layers) and the guided heads' positions among
         that module's heads (`config.guided_alignment_heads` are original indices; pruning renumbers)."""
-        layer = self.config.guided_alignment_layer % len(self.layers)
+        layer = self.config.guided_alignment_layer_index()
         kept = self.config.kept_heads(CROSS_ATTENTION, layer)
         return layer, [kept.index(head) for head in self.config.guided_alignment_heads]
 
