@@ -100,6 +100,8 @@ class AttentionResult:
     head_importances: [batch, queries, heads] each token's importance of each head (rows sum to 1), when
         asked for (output_head_importances).
     state: the per-decoding-step state after this call; kept in the cache so that beam search reorders it.
+    guided_attention: [batch, guided heads, queries, sources], set by `HeadAttnAttention` (not the variant) at the
+        guided cross-attention when the model computes the guided-alignment cost (`guided_alignment.py`).
     """
 
     output: torch.Tensor
@@ -108,6 +110,7 @@ class AttentionResult:
     head_kl: torch.Tensor | None = None
     head_importances: torch.Tensor | None = None
     state: dict[str, torch.Tensor] | None = None
+    guided_attention: torch.Tensor | None = None
 
 
 class AttentionVariant(nn.Module):
@@ -150,6 +153,9 @@ class AttentionVariant(nn.Module):
     kernel: ClassVar[str | None] = None
     per_head_masks: ClassVar[bool] = False
     no_attention_function: ClassVar[str | None] = None
+    # its weights can be exactly 0 (sparsemax, entmax, the constrained variants): guided alignment then compares the
+    # links with the softmax of the heads' scores q k / sqrt(d) rather than with the weights (see guided_alignment.py)
+    exact_zeros: ClassVar[bool] = False
 
     def __init__(self, config, site: str, layer_idx: int, num_heads: int, head_dim: int, **options):
         """num_heads: the heads this module has (fewer than the site's when some were pruned); head_dim: the

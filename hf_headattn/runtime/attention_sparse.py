@@ -113,6 +113,8 @@ class NormalizedAttention(AttentionVariant):
     a query's scores to its weights over the keys (`normalize`, masked keys exactly 0), and so share everything
     else: sparsemax here, entmax15 and entmax_alpha (attention_entmax.py)."""
 
+    exact_zeros = True
+
     def normalize(self, scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
         """Weights [batch, heads, queries, keys] of `scores` (same shape), over the keys `allowed` lets through."""
         raise NotImplementedError
@@ -154,6 +156,8 @@ class ConstrainedAttention(AttentionVariant):
     sink: append a learned <SINK> key/value per head with unbounded fertility.
 
     Returned attention weights cover the source tokens only; a row's missing mass went to the sink."""
+
+    exact_zeros = True
 
     options = {"exhaustion": 0.2, "sink": True}
     sites = (CROSS_ATTENTION,)

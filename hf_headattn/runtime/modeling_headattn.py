@@ -35,6 +35,7 @@ from .attention_registry import get_attention_variant
 from .cache_headattn import HeadAttnCache
 from .configuration_headattn import HeadAttnConfig
 from .fertility import SourceFertility
+from .guided_alignment import guided_alignment_loss, scores_softmax, weighted_for_step
 from .marian_conversion import convert_from_marian, convert_to_marian
 from .pipeline_headattn import TranslationPipeline  # noqa: F401  (config.custom_pipelines names it; imported, it travels)
 from .remote_code import check_code_travels, write_direct_imports
@@ -92,11 +93,14 @@ class HeadAttnEncoderOutput(BaseModelOutput):
 
 @dataclass
 class HeadAttnDecoderOutput(BaseModelOutputWithPastAndCrossAttentions):
-    """Decoder output; `aux_loss` and `head_kl` are per token, [batch, modules, target_len]."""
+    """Decoder output; `aux_loss` and `head_kl` are per token, [batch, modules, target_len]; `guided_attention`
+    [batch, guided heads, target_len, source_len] the guided heads' distributions (`guided_alignment.py`), when
+    asked for."""
 
     aux_loss: torch.Tensor | None = None
     head_kl: torch.Tensor | None = None
     head_importances: dict[str, torch.Tensor] | None = None
+    guided_attention: torch.Tensor | None = None
 
 
 @dataclass
@@ -107,23 +111,31 @@ class HeadAttnSeq2SeqModelOutput(Seq2SeqModelOutput):
     aux_loss: the variants' auxiliary loss (for DHICM, -lambda * KL).
     head_kl: KL(head importances || uniform) of the modules that weigh heads (DHICM).
     head_importances: module name -> [batch, tokens, heads], when `output_head_importances=True`.
+    guided_attention: [batch, guided heads, target_len, source_len], the distributions of the guided heads
+        (`config.guided_alignment_layer` / `guided_alignment_heads`) that guided alignment compares with the links,
+        when `output_guided_attention=True` (None when LayerDrop skipped that layer).
     """
 
     aux_loss: torch.Tensor | None = None
     head_kl: torch.Tensor | None = None
     head_importances: dict[str, torch.Tensor] | None = None
+    guided_attention: torch.Tensor | None = None
 
 
 @dataclass
 class HeadAttnSeq2SeqLMOutput(Seq2SeqLMOutput):
-    """`Seq2SeqLMOutput` whose `loss` is cross-entropy (with the config's label smoothing) plus `aux_loss`;
-    `ce_loss` is the cross-entropy part alone; `head_kl` and `head_importances` as in
+    """`Seq2SeqLMOutput` whose `loss` is cross-entropy (with the config's label smoothing) plus `aux_loss` plus
+    `config.guided_alignment_weight` times `alignment_loss`; `ce_loss` is the cross-entropy part alone;
+    `alignment_loss` the guided-alignment cost per target token, before its weight, when `alignment_links` were given
+    (`guided_alignment.py`); `head_kl`, `head_importances` and `guided_attention` (with `alignment_links`) as in
     `HeadAttnSeq2SeqModelOutput`."""
 
     ce_loss: torch.FloatTensor | None = None
+    alignment_loss: torch.FloatTensor | None = None
     aux_loss: torch.Tensor | None = None
     head_kl: torch.Tensor | None = None
     head_importances: dict[str, torch.Tensor] | None = None
+    guided_attention: torch.Tensor | None = None
 
 
 @dataclass
@@ -286,7 +298,10 @@ class HeadAttnAttention(nn.Module):
         cache: HeadAttnCache | None = None,
         output_attentions: bool = False,
         output_head_importances: bool = False,
+        guided_heads: list[int] | None = None,
     ) -> tuple[torch.Tensor, AttentionResult]:
+        """guided_heads: positions among this module's heads whose distributions over the source tokens the result
+        carries as `guided_attention` (cross-attention, without a cache: in a teacher-forced pass)."""
         query = self._split_heads(self.q_proj(hidden_states))
         if self.is_cross_attention:
             if cache is not None and cache.is_updated.get(self.layer_idx):
@@ -313,15 +328,33 @@ class HeadAttnAttention(nn.Module):
             attention_mask,
             hidden_states=hidden_states,
             state=cache.get_variant_state(self.state_key) if keeps_state else None,
-            output_attentions=output_attentions,
+            # the guided heads' weights are needed unless the scores stand in for them (exact zeros)
+            output_attentions=output_attentions or (guided_heads is not None and not self.variant.exact_zeros),
             output_head_importances=output_head_importances,
         )
+        if guided_heads is not None:
+            result.guided_attention = self._guided_attention(result, query, key, attention_mask, guided_heads,
+                                                             num_sources=key_value_states.shape[1])
+            if not output_attentions:
+                result.weights = None
         if keeps_state:
             cache.set_variant_state(self.state_key, result.state)
         output = result.output
         if self.out_proj is not None:
             output = self.out_proj(output.reshape(*hidden_states.shape[:-1], -1))
         return output, result
+
+
+    def _guided_attention(self, result, query, key, attention_mask, heads, num_sources) -> torch.Tensor:
+        """[batch, len(heads), queries, sources]: the heads' weights over the source tokens, or for a variant whose
+        weights have exact zeros the softmax of the heads' scores, over the source tokens only (not a <SINK>):
+        a link outside a sparse support would get no gradient through the weights (guided_alignment.py)."""
+        index = torch.tensor(heads, device=query.device)
+        if not self.variant.exact_zeros:
+            return result.weights.index_select(1, index)[..., :num_sources]
+        scores = torch.matmul(query.index_select(1, index), key.index_select(1, index)[..., :num_sources, :].transpose(-1, -2))
+        allowed = attention_mask.allowed[..., :num_sources] if attention_mask.allowed is not None else None
+        return scores_softmax(scores * self.variant.scaling, allowed)
 
 
 class HeadAttnFeedForward(nn.Module):
@@ -391,6 +424,7 @@ class HeadAttnDecoderLayer(GradientCheckpointingLayer):
         cache: HeadAttnCache | None = None,
         output_attentions: bool = False,
         output_head_importances: bool = False,
+        guided_heads: list[int] | None = None,
     ) -> tuple[torch.Tensor, AttentionResult, AttentionResult]:
         flags = {"output_attentions": output_attentions, "output_head_importances": output_head_importances}
         attended, self_result = self.self_attn(
@@ -404,6 +438,7 @@ class HeadAttnDecoderLayer(GradientCheckpointingLayer):
             cross_attention_mask,
             key_value_states=encoder_hidden_states,
             cache=cache,
+            guided_heads=guided_heads,
             **flags,
         )
         hidden_states = self.encoder_attn_layer_norm(
@@ -654,6 +689,7 @@ class HeadAttnDecoder(HeadAttnStack):
         output_hidden_states: bool = False,
         output_head_importances: bool = False,
         encoder_fertility: torch.Tensor | None = None,
+        output_guided_attention: bool = False,
     ) -> HeadAttnDecoderOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` or `decoder_inputs_embeds`")
@@ -685,6 +721,8 @@ class HeadAttnDecoder(HeadAttnStack):
             padding=encoder_attention_mask,
         )
         records = _AttentionRecords(output_attentions)
+        guided_layer, guided_heads = self.guided_heads() if output_guided_attention else (None, None)
+        guided_attention = None
         all_hidden_states = [hidden_states] if output_hidden_states else None
         for idx, layer in enumerate(self.layers):
             if self._skips_layer():
@@ -698,7 +736,10 @@ class HeadAttnDecoder(HeadAttnStack):
                 **with_cache(cache),
                 output_attentions=output_attentions,
                 output_head_importances=output_head_importances,
+                guided_heads=guided_heads if idx == guided_layer else None,
             )
+            if idx == guided_layer:
+                guided_attention = cross_result.guided_attention
             records.add("self", f"decoder.layers.{idx}.self_attn", self_result)
             records.add("cross", f"decoder.layers.{idx}.encoder_attn", cross_result)
             if output_hidden_states:
@@ -713,7 +754,15 @@ class HeadAttnDecoder(HeadAttnStack):
             aux_loss=_stack_terms(records.aux_losses),
             head_kl=_stack_terms(records.head_kls),
             head_importances=records.head_importances or None,
+            guided_attention=guided_attention,
         )
+
+    def guided_heads(self) -> tuple[int, list[int]]:
+        """The guided cross-attention's layer index in [0, decoder_layers) and the guided heads' positions among
+        that module's heads (`config.guided_alignment_heads` are original indices; pruning renumbers)."""
+        layer = self.config.guided_alignment_layer_index()
+        kept = self.config.kept_heads(CROSS_ATTENTION, layer)
+        return layer, [kept.index(head) for head in self.config.guided_alignment_heads]
 
 
 class HeadAttnModel(HeadAttnPreTrainedModel):
@@ -775,10 +824,13 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
         output_hidden_states: bool | None = None,
         output_head_importances: bool = False,
         target_token_mask: torch.Tensor | None = None,
+        output_guided_attention: bool = False,
         return_dict: bool | None = None,
     ) -> HeadAttnSeq2SeqModelOutput:
         r"""
         output_head_importances (`bool`): return each head-weighing module's per-token head importances.
+        output_guided_attention (`bool`): return the guided heads' distributions over the source tokens
+            (`outputs.guided_attention`, see `guided_alignment.py`); a teacher-forced pass, without a cache.
         target_token_mask (`torch.Tensor` of shape `(batch, target_length)`, *optional*): the decoder positions
             that are real tokens, over which the variants' auxiliary terms are averaged (default:
             `decoder_attention_mask`, else every position). `HeadAttnForConditionalGeneration` passes
@@ -816,6 +868,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
             output_hidden_states=output_hidden_states,
             output_head_importances=output_head_importances,
             encoder_fertility=getattr(encoder_outputs, "fertility", None),
+            output_guided_attention=output_guided_attention,
         )
         if target_token_mask is None:
             target_token_mask = decoder_attention_mask
@@ -841,6 +894,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
                 getattr(encoder_outputs, "head_kl", None), decoder_outputs.head_kl, target_token_mask
             ),
             head_importances=head_importances or None,
+            guided_attention=decoder_outputs.guided_attention,
         )
         return output.to_tuple() if return_dict is False else output
 
@@ -932,10 +986,16 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         output_head_importances: bool = False,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        alignment_links: torch.Tensor | None = None,
     ) -> HeadAttnSeq2SeqLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch, target_length)`, *optional*): target ids, -100 where
             ignored. Decoder inputs are derived from them when not given.
+        alignment_links (`torch.Tensor` of shape `(batch, target_length, source_length)`, *optional*): for each
+            label position a distribution over the source tokens it is linked to, zeros where it has no link
+            (`hf_headattn.training.data` builds it from word alignments). With `labels`, the guided heads' cost
+            against it is `outputs.alignment_loss`, and `config.guided_alignment_weight` times it is added to the
+            loss (`guided_alignment.py`).
         output_head_importances (`bool`): return, for each DHICM module, the per-token head importances
             [batch, tokens, heads] in `outputs.head_importances`.
         num_items_in_batch (`int`, *optional*): number of label tokens across all micro-batches of one
@@ -962,13 +1022,25 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             output_hidden_states=output_hidden_states,
             output_head_importances=output_head_importances,
             target_token_mask=labels.ne(-100) if labels is not None else None,
+            output_guided_attention=alignment_links is not None,
         )
         logits = self.output_logits(outputs.last_hidden_state)
 
-        loss = ce_loss = None
+        loss = ce_loss = alignment_loss = None
+        if alignment_links is not None and labels is None:
+            raise ValueError("`alignment_links` come with the `labels` they align: pass both (the cost is normalised "
+                             "like the cross-entropy of the labels)")
         if labels is not None:
             ce_loss, loss = seq2seq_loss(logits, labels, self.config.label_smoothing, outputs.aux_loss,
                                          num_items_in_batch)
+        if alignment_links is not None:
+            if outputs.guided_attention is None:  # LayerDrop skipped the guided layer
+                alignment_loss = loss.new_zeros(())
+            else:
+                alignment_loss = guided_alignment_loss(outputs.guided_attention, alignment_links,
+                                                       self.config.guided_alignment_cost, labels)
+                loss = loss + weighted_for_step(alignment_loss, self.config.guided_alignment_weight, labels,
+                                                num_items_in_batch)
         elif self.training and torch.is_grad_enabled() and outputs.aux_loss is not None:  # not in generate
             logger.warning_once(
                 "Training without `labels`: the attention variants' auxiliary loss is in `outputs.aux_loss` but no "
@@ -979,6 +1051,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         output = HeadAttnSeq2SeqLMOutput(
             loss=loss,
             ce_loss=ce_loss,
+            alignment_loss=alignment_loss,
             aux_loss=outputs.aux_loss,
             logits=logits,
             **with_cache(cache_of(outputs)),
@@ -990,6 +1063,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             encoder_attentions=outputs.encoder_attentions,
             head_kl=outputs.head_kl,
             head_importances=outputs.head_importances,
+            guided_attention=outputs.guided_attention,
         )
         return output.to_tuple() if return_dict is False else output
 

@@ -32,6 +32,7 @@ from .attention_sparse import constrained_attention_step, with_sink_column
 from .cache_headattn import HeadAttnRNNCache
 from .configuration_headattn_rnn import HeadAttnRNNConfig
 from .fertility import SourceFertility
+from .guided_alignment import guided_alignment_loss, scores_softmax, weighted_for_step
 from .seq2seq_common import (
     check_generate_inputs,
     check_generation_counts,
@@ -99,23 +100,34 @@ class HeadAttnRNNEncoderOutput(BaseModelOutput):
 class HeadAttnRNNDecoderOutput(BaseModelOutputWithPastAndCrossAttentions):
     """`last_hidden_state`: the attentional outputs o_t [batch, target_len, d]; `cross_attentions`: one
     [batch, heads, target_len, source_len] tensor (real source tokens only; any rest went to the sink);
-    `head_importances`: the last dependent hop's weights over heads [batch, target_len, heads]."""
+    `head_importances`: the last dependent hop's weights over heads [batch, target_len, heads];
+    `guided_attention`: the guided heads' distributions [batch, guided heads, target_len, source_len], when asked for
+    (guided_alignment.py)."""
 
     head_importances: torch.Tensor | None = None
+    guided_attention: torch.Tensor | None = None
 
 
 @dataclass
 class HeadAttnRNNSeq2SeqModelOutput(Seq2SeqModelOutput):
-    """`Seq2SeqModelOutput` plus the dependent hops' weights over heads [batch, target_len, heads]."""
+    """`Seq2SeqModelOutput` plus the dependent hops' weights over heads [batch, target_len, heads] and, with
+    `output_guided_attention=True`, the guided heads' distributions (`HeadAttnRNNDecoderOutput`)."""
 
     head_importances: torch.Tensor | None = None
+    guided_attention: torch.Tensor | None = None
 
 
 @dataclass
 class HeadAttnRNNSeq2SeqLMOutput(Seq2SeqLMOutput):
-    """`Seq2SeqLMOutput` plus the dependent hops' weights over heads [batch, target_len, heads]."""
+    """`Seq2SeqLMOutput` plus the dependent hops' weights over heads [batch, target_len, heads]; `loss` is the
+    cross-entropy plus `config.guided_alignment_weight` times `alignment_loss`, the guided-alignment cost per target
+    token (when `alignment_links` were given; guided_alignment.py), `ce_loss` the cross-entropy alone and
+    `guided_attention` the guided heads' distributions the cost compared with the links."""
 
     head_importances: torch.Tensor | None = None
+    ce_loss: torch.FloatTensor | None = None
+    alignment_loss: torch.FloatTensor | None = None
+    guided_attention: torch.Tensor | None = None
 
 
 @dataclass
@@ -227,6 +239,7 @@ class HeadAttnRNNSourceAttention(nn.Module):
         variant = get_attention_variant(config.attention_transform)
         self.constrained_transform = variant.transform if variant.needs_fertility else None
         self.normalizer = None if variant.needs_fertility else variant(config, CROSS_ATTENTION, 0, heads, d)
+        self.exact_zeros = variant.exact_zeros  # guided alignment then compares the links with its scores' softmax
         # s^(k) = W_a^(k) d_t (Eq. 1); Luong's "general" score for one head
         self.query_proj = nn.Linear(d, heads * d, bias=False) if config.attention_score != "dot" else None
         self.score_scale = d**-0.5 if config.attention_score == "scaled_general" else 1.0
@@ -275,7 +288,9 @@ class HeadAttnRNNSourceAttention(nn.Module):
         """decoder_state d_t [batch, d]; memory H [batch, source_len, d]; allowed from `attention_mask`;
         fertility [batch, 1, source_len]; cumulative beta [batch, heads, source_len]; sink_states [batch, d], the
         <SINK> token's encoder states (sink="token"; with sink="vector" the module's own `sink_state` is used).
-        Returns o_t [batch, d], alpha_t [batch, heads, source_len (+ sink)] and the head weights (or None)."""
+        Returns o_t [batch, d], alpha_t [batch, heads, source_len (+ sink)], the head weights (or None) and the
+        scores z_t [batch, heads, source_len] before the transform (what guided alignment compares with the links for
+        the sparse transforms, whose weights have exact zeros: guided_alignment.py)."""
         batch, d = decoder_state.shape
         num_sources = memory.shape[1]
         if self.query_proj is not None:
@@ -296,7 +311,7 @@ class HeadAttnRNNSourceAttention(nn.Module):
             contexts = contexts + sink_weights * (sink if sink.dim() == 1 else sink[:, None, :])
         contexts, head_weights = self.second_hops(queries, contexts)  # c'^(k) (Eq. 7-9, 19)
         output = torch.tanh(self.output_proj(torch.cat([decoder_state, contexts.reshape(batch, -1)], dim=-1)))  # Eq. 16
-        return output, weights, head_weights
+        return output, weights, head_weights, scores
 
 
 class HeadAttnRNNDecoder(nn.Module):
@@ -341,6 +356,7 @@ class HeadAttnRNNDecoder(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         output_head_importances: bool = False,
+        output_guided_attention: bool = False,
     ) -> HeadAttnRNNDecoderOutput:
         memory = encoder_outputs.last_hidden_state
         num_sources = memory.shape[1]
@@ -362,7 +378,8 @@ class HeadAttnRNNDecoder(nn.Module):
         embeddings = self.dropout(embeddings) if self.config.embedding_dropout else embeddings
         # Input feeding makes each step depend on the previous step's output: the loop over target positions is
         # inherent to the model, and vectorised over the batch.
-        outputs, step_weights, step_head_weights = [], [], []
+        outputs, step_weights, step_head_weights, step_guided = [], [], [], []
+        guided_heads = self.config.guided_alignment_heads if output_guided_attention else None
         layer_states = [[] for _ in self.layers]  # per layer, its hidden state at every step
         for t in range(unrolled_length(input_ids.shape[1], "the LSTM decoder's loop over target positions")):
             layer_input = torch.cat([embeddings[:, t], input_feed], dim=-1)
@@ -371,8 +388,10 @@ class HeadAttnRNNDecoder(nn.Module):
                 layer_input = self.dropout(hidden[i]) if i + 1 < len(self.layers) else hidden[i]
                 if output_hidden_states:
                     layer_states[i].append(hidden[i])
-            attended, weights, head_weights = self.attention(hidden[-1], memory, allowed, fertility, cumulative,
-                                                             encoder_outputs.sink_states)
+            attended, weights, head_weights, scores = self.attention(hidden[-1], memory, allowed, fertility, cumulative,
+                                                                     encoder_outputs.sink_states)
+            if guided_heads is not None:
+                step_guided.append(self.guided_attention(weights[..., :num_sources], scores, allowed, guided_heads))
             cumulative = cumulative + weights[..., :num_sources].to(cumulative.dtype)
             input_feed = self.dropout(attended)  # OpenNMT feeds the dropped-out attentional output
             outputs.append(input_feed)
@@ -397,7 +416,16 @@ class HeadAttnRNNDecoder(nn.Module):
                 if output_head_importances and step_head_weights and step_head_weights[0] is not None
                 else None
             ),
+            guided_attention=torch.stack(step_guided, dim=2) if guided_heads is not None else None,
         )
+
+    def guided_attention(self, weights, scores, allowed, heads) -> torch.Tensor:
+        """[batch, len(heads), source_len]: the guided heads' weights over the source tokens, or for the sparse and
+        constrained transforms (exact zeros) the softmax of their scores (guided_alignment.py)."""
+        if not self.attention.exact_zeros:
+            return weights[:, heads]
+        num_sources = scores.shape[-1]
+        return scores_softmax(scores[:, heads], allowed[..., :num_sources] if allowed is not None else None)
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -479,12 +507,15 @@ class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         output_head_importances: bool = False,
+        output_guided_attention: bool = False,
         return_dict: bool | None = None,
     ) -> Seq2SeqModelOutput:
         r"""
         decoder_attention_mask: accepted for API compatibility and unused: decoder step t reads only positions
             up to t, so padding after a target sentence cannot change its outputs.
         output_head_importances (`bool`): return the last dependent hop's weights over heads per target token.
+        output_guided_attention (`bool`): return the guided heads' distributions over the source tokens
+            (`outputs.guided_attention`, guided_alignment.py).
         """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
@@ -504,6 +535,7 @@ class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             output_head_importances=output_head_importances,
+            output_guided_attention=output_guided_attention,
         )
         output = HeadAttnRNNSeq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
@@ -513,6 +545,7 @@ class HeadAttnRNNModel(HeadAttnRNNPreTrainedModel):
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
             head_importances=decoder_outputs.head_importances,
+            guided_attention=decoder_outputs.guided_attention,
         )
         return output.to_tuple() if return_dict is False else output
 
@@ -571,10 +604,15 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
         output_head_importances: bool = False,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        alignment_links: torch.Tensor | None = None,
     ) -> HeadAttnRNNSeq2SeqLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch, target_length)`, *optional*): target ids, -100 where
             ignored; decoder inputs are derived from them when not given.
+        alignment_links (`torch.Tensor` of shape `(batch, target_length, source_length)`, *optional*): per label
+            position a distribution over the source tokens it is linked to (zeros: no link); with `labels`, the
+            guided heads' cost against it is `outputs.alignment_loss`, added to the loss with
+            `config.guided_alignment_weight` (as in `HeadAttnForConditionalGeneration`).
         num_items_in_batch (`int`, *optional*): label tokens across all micro-batches of one optimizer step
             (passed by `Trainer`), so that gradient accumulation matches one large batch.
         """
@@ -593,13 +631,26 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             output_head_importances=output_head_importances,
+            output_guided_attention=alignment_links is not None,
         )
         logits = self.generator(outputs.last_hidden_state)
-        loss = None
+        loss = ce_loss = alignment_loss = None
+        if alignment_links is not None and labels is None:
+            raise ValueError("`alignment_links` come with the `labels` they align: pass both (the cost is normalised "
+                             "like the cross-entropy of the labels)")
         if labels is not None:
             loss, _ = seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch=num_items_in_batch)
+            ce_loss = loss
+        if alignment_links is not None:
+            alignment_loss = guided_alignment_loss(outputs.guided_attention, alignment_links,
+                                                   self.config.guided_alignment_cost, labels)
+            loss = loss + weighted_for_step(alignment_loss, self.config.guided_alignment_weight, labels,
+                                            num_items_in_batch)
         output = HeadAttnRNNSeq2SeqLMOutput(
             loss=loss,
+            ce_loss=ce_loss if alignment_links is not None else None,
+            alignment_loss=alignment_loss,
+            guided_attention=outputs.guided_attention,
             logits=logits,
             **with_cache(cache_of(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,

@@ -33,8 +33,10 @@ from ..runtime.attention_registry import ATTENTION_VARIANTS
 from ..runtime.configuration_headattn import HeadAttnConfig
 from ..runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, SINKS, HeadAttnRNNConfig
 from ..runtime.fertility import FERTILITY_STRATEGIES
+from ..runtime.guided_alignment import GUIDED_ALIGNMENT_COSTS
 from ..tokenization import SUPPORTED_MODELS
 from .checkpoints import find_checkpoint
+from .guided_links import EFLOMAL
 from .presets import TRAINING_PRESETS, preset_defaults
 
 VARIANTS = ", ".join(sorted(ATTENTION_VARIANTS))
@@ -129,14 +131,33 @@ class ModelArguments:
         "help": "(LSTM) apply --dropout to the embeddings (OpenNMT-py's 2017 LSTM does not)"})
     sink_every_transform: bool = field(default=False, metadata={
         "help": "(LSTM) with --sink token, append it for softmax and sparsemax too (as Malaviya et al.'s scripts do)"})
+    guided_alignment: str | None = field(default=None, metadata={
+        "help": "guided alignment (Garg et al., 2019): train the --guided_alignment_heads of the cross-attention to "
+                "follow word links, 'eflomal' (aligned from the training pairs, symmetrised, cached by the corpus' "
+                "fingerprint) or a Pharaoh file (i-j links of words from 0, one line per line of the training "
+                "files; ipj possible links count as sure)"})
+    guided_alignment_weight: float | None = field(default=None, metadata={
+        "help": "weight of the guided-alignment cost in the loss (None: 0.05, Garg et al.'s)"})
+    guided_alignment_cost: str = field(default="ce", metadata={
+        "choices": list(GUIDED_ALIGNMENT_COSTS),
+        "help": "; ".join(f"{name}: {meaning}" for name, meaning in GUIDED_ALIGNMENT_COSTS.items())})
+    guided_alignment_layer: int | None = field(default=None, metadata={
+        "help": "(Transformer) the guided decoder layer, negative from the top (None: the penultimate, Garg et "
+                "al.'s; the only one of a one-layer decoder)"})
+    guided_alignment_heads: str | None = field(default=None, metadata={
+        "help": "the guided heads, comma-separated indices (None: 0, one head as Garg et al.); their mean attention "
+                "is compared with the links, and --alignments reads them"})
 
 
 TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "attention_dropout", "activation_dropout", "position_embedding",
                      "activation_function", "scale_embedding", "encoder_self_attention", "decoder_self_attention",
-                     "cross_attention")
+                     "cross_attention", "guided_alignment_layer")
 RNN_FLAGS = ("embedding_size", "hidden_size", "hops", "hop_mode", "attention_score", "attention_transform",
              "coverage_vector", "sink", "sink_every_transform", "embedding_dropout")
 FERTILITY_FLAGS = ("fertility", "constant_fertility", "fertility_predictor_epochs")
+DEFAULT_GUIDED_WEIGHT = 0.05  # Garg et al.'s lambda
+GUIDED_ALIGNMENT_FLAGS = ("guided_alignment_weight", "guided_alignment_cost", "guided_alignment_layer",
+                          "guided_alignment_heads")
 
 # config field -> the flag that sets it, to name the flag in the config's own error messages
 CONFIG_FIELD_FLAGS = {
@@ -150,7 +171,9 @@ CONFIG_FIELD_FLAGS = {
     "label_smoothing": "label_smoothing", "fertility": "fertility",
     "constant_fertility": "constant_fertility", "embedding_size": "embedding_size", "hidden_size": "hidden_size",
     "num_hops": "hops", "hop_mode": "hop_mode", "attention_score": "attention_score",
-    "attention_transform": "attention_transform",
+    "attention_transform": "attention_transform", "guided_alignment_weight": "guided_alignment_weight",
+    "guided_alignment_cost": "guided_alignment_cost", "guided_alignment_layer": "guided_alignment_layer",
+    "guided_alignment_heads": "guided_alignment_heads",
 }
 
 
@@ -561,6 +584,41 @@ def check_model_arguments(model_args: ModelArguments, data_args: DataArguments) 
     if (model_args.fertility_predictor_epochs != defaults.fertility_predictor_epochs
             and model_args.fertility != "predicted"):
         raise ValueError("--fertility_predictor_epochs applies to --fertility predicted only")
+    check_guided_alignment_arguments(model_args, data_args)
+
+
+def check_guided_alignment_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:
+    """--guided_alignment's flags: the others only with it, a Pharaoh file that exists and lines up with training
+    files (not a --dataset, not a stream). The file's contents are checked once the corpus is read
+    (`guided_links.read_pharaoh`), before training."""
+    defaults = ModelArguments()
+    source = model_args.guided_alignment
+    if source is None:
+        for name in GUIDED_ALIGNMENT_FLAGS:
+            if getattr(model_args, name) != getattr(defaults, name):
+                raise ValueError(f"--{name} applies with --guided_alignment (eflomal or a Pharaoh file) only")
+        return
+    if data_args.streaming:
+        raise ValueError("--guided_alignment reads the whole training corpus first (to check or make its links); a "
+                         "--streaming run cannot")
+    if source != EFLOMAL:
+        if not Path(source).is_file():
+            raise ValueError(f"--guided_alignment {source}: no such file; give 'eflomal' (links made from the "
+                             "training pairs) or a Pharaoh file of i-j links, one line per training pair")
+        if data_args.dataset is not None:
+            raise ValueError(f"--guided_alignment {source}: a Pharaoh file lines up with training files' lines; a "
+                             "--dataset has none: use --guided_alignment eflomal")
+
+
+def guided_alignment_heads(flag_value: str | None) -> list[int] | None:
+    """--guided_alignment_heads "0,2" -> [0, 2] (None stays None: the config's default)."""
+    if flag_value is None:
+        return None
+    try:
+        return [int(head) for head in str(flag_value).split(",")]
+    except ValueError:
+        raise ValueError(f"--guided_alignment_heads {flag_value!r}: give head indices separated by commas, e.g. 0 "
+                         "or 0,1") from None
 
 
 def model_and_data_arguments(values: dict) -> tuple[ModelArguments, DataArguments]:
@@ -596,6 +654,14 @@ def build_config(model_args: ModelArguments, data_args: DataArguments, tokenizer
         fertility=model_args.fertility,
         constant_fertility=model_args.constant_fertility,
     )
+    if model_args.guided_alignment is not None:
+        shared.update(guided_alignment_weight=(model_args.guided_alignment_weight
+                                               if model_args.guided_alignment_weight is not None
+                                               else DEFAULT_GUIDED_WEIGHT),
+                      guided_alignment_cost=model_args.guided_alignment_cost,
+                      guided_alignment_heads=guided_alignment_heads(model_args.guided_alignment_heads))
+        if model_args.guided_alignment_layer is not None:
+            shared["guided_alignment_layer"] = model_args.guided_alignment_layer
     try:
         if model_args.architecture == "rnn":
             layers = model_args.layers if model_args.layers is not None else 1

@@ -29,6 +29,7 @@ from .arguments import DataArguments, ModelArguments, RunArguments, build_config
 from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint, last_complete_checkpoint
 from .data import load_data, pair_columns, scan_data_files, tokenize_splits, train_corpus_tokenizer
 from .data_prefetch import DataPrefetch, data_recipe
+from .guided_links import GuidedAlignmentCollator, add_links_column, subword_links, training_word_links
 from .run_folder import (TOKENIZER_SCRATCH, TRAIN_COMMAND, RunLock, RunRefused, carry_over, check_run_folder,
                          clean_leftovers)
 from .run_manifest import build_manifest, check_resume
@@ -111,7 +112,12 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
 
     try:
         train_text, valid_text, data_counts = load_data(data_args, scans, data_seed(training_args))
-    except ValueError as error:  # a TSV or JSON lines line that holds no pair, named
+        # guided alignment's links: a Pharaoh file checked against the corpus (or eflomal's made) before training
+        word_links, links_record = (training_word_links(model_args.guided_alignment, *pair_columns(train_text),
+                                                        lambda: _training_file_pairs(data_args),
+                                                        seed=training_args.seed)
+                                    if model_args.guided_alignment is not None else (None, None))
+    except ValueError as error:  # a TSV or JSON lines line that holds no pair, a bad link, named
         raise RunRefused(str(error)) from None
     prepared = None
     if tokenizer is None:  # else the data prepared during start-up (if any) has the wrong tokenizer
@@ -131,7 +137,18 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
         for folder in checkpoint_folders(output_dir):
             shutil.rmtree(folder)
 
+    if word_links is not None:
+        try:
+            train_dataset = add_links_column(train_dataset, subword_links(tokenizer, *map(list, pair_columns(train_text)),
+                                                                          word_links, data_args.max_length))
+        except ValueError as error:  # a slow tokenizer
+            raise RunRefused(str(error)) from None
+        del word_links
+
     model = build_model(config)
+    data_collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
+    if links_record is not None:
+        data_collator = GuidedAlignmentCollator(data_collator)
     if checkpoint is None:  # a checkpoint holds what this learns
         prepare_fertility(model, tokenizer, train_text,
                           predictor_epochs=model_args.fertility_predictor_epochs, seed=training_args.seed)
@@ -151,14 +168,16 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=valid_dataset,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        data_collator=data_collator,
         processing_class=tokenizer,
         compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
         callbacks=([EarlyStoppingCallback(run_args.early_stopping_patience)]
                    if run_args.early_stopping_patience is not None else None),
         max_tokens=data_args.max_tokens,
         bucket_pool_pairs=data_args.bucket_pool_pairs,
-        run_manifest=manifest(tokenizer),
+        # where guided alignment's links came from: recorded, not compared on resuming (a Pharaoh file is compared by
+        # its flag; eflomal's links of the same pairs come back from the cache)
+        run_manifest={**manifest(tokenizer), **({"guided_alignment": links_record} if links_record else {})},
         reset_optimizer=run_args.reset_optimizer,
         lr_decay=(dict(factor=run_args.lr_decay_factor, start_decay_at=run_args.lr_decay_start_at)
                   if run_args.lr_decay == "opennmt" else None),
@@ -254,6 +273,14 @@ def _final_evaluation(trainer: HeadAttnSeq2SeqTrainer) -> dict:
         if entry.get("step") == step and "eval_loss" in entry:
             return {key: value for key, value in entry.items() if key.startswith("eval_")}
     return trainer.evaluate()
+
+
+def _training_file_pairs(data_args: DataArguments):
+    """Every pair of the training files, in their order, as (source, target): the lines a Pharaoh file follows."""
+    from ..parallel_data import iter_pairs
+    from .data import data_files
+
+    return ((row["source"], row["target"]) for row in iter_pairs(data_files(data_args)["train"]))
 
 
 def build_model(config):

@@ -111,7 +111,8 @@ class TrainingClockCallback(TrainerCallback, ExportableState):
 
 class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` that logs the parts of the loss the attention variants add, `aux_loss` and `head_kl`
-    (DHICM's KL(importances || uniform)), and `real_token_ratio` (real over padded source + target tokens), each
+    (DHICM's KL(importances || uniform)), guided alignment's `alignment_loss` (the cost before its weight, see
+    runtime/guided_alignment.py) and `real_token_ratio` (real over padded source + target tokens), each
     averaged over the micro-batches since the last log; with `max_tokens`, it trains on token-budget batches
     (`batching.TokenBudgetBatchSampler`) instead of batches of `per_device_train_batch_size` sentences, sorted by
     length over the whole training set or, with `bucket_pool_pairs`, within random pools of that many pairs. `train()`
@@ -132,7 +133,7 @@ class HeadAttnSeq2SeqTrainer(Seq2SeqTrainer):
     of it; Trainer's `label_smoothing_factor` would recompute the loss from the logits alone and drop that term,
     so it is refused here."""
 
-    LOGGED_PARTS = ("aux_loss", "head_kl")
+    LOGGED_PARTS = ("aux_loss", "head_kl", "alignment_loss")
 
     def __init__(self, *args, max_tokens: int | None = None, bucket_pool_pairs: int | None = None,
                  run_manifest: dict | None = None, reset_optimizer: bool = False, lr_decay: dict | None = None,

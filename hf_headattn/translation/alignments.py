@@ -4,7 +4,9 @@ at whitespace of the source line and of the detokenised translation).
 The cross-attention is reduced to one source distribution per target token (:func:`reduced_attention`):
 Transformers average the heads of one decoder layer (``alignment_layer``; by default the last layer, which aligns
 best of the 3 layers of the Multi30k models in RESULTS.md, while Garg et al., 2019 found the penultimate of 6 best);
-the LSTM family has one attention, averaged over its heads. ``alignment_heads="hop"`` weighs the heads instead by the
+the LSTM family has one attention, averaged over its heads. A model trained with guided alignment (Garg et al.;
+``config.guided_alignment()``) is read by default at its guided layer, and there "mean" averages its guided heads
+only (:func:`guided_heads`); ``alignment_heads="all"`` averages every head of the layer. ``alignment_heads="hop"`` weighs the heads instead by the
 model's own weights over heads (the second hop of multi-hop models with dependent hops, DHICM's head importances).
 Every target token links to the source word of its highest-weighted source token, special tokens excluded; a token
 whose attention on the source words is exactly zero (all of it on the end-of-sentence token or on the constrained
@@ -17,9 +19,9 @@ Tooling, not model runtime: never copied into a checkpoint.
 from __future__ import annotations
 
 __all__ = ["ALIGNMENT_HEADS", "alignment_layer_index", "cross_attention_layers", "decoded_word_indices",
-           "default_alignment_layer", "pharaoh", "reduced_attention", "source_word_indices", "word_of_character"]
+           "default_alignment_layer", "guided_heads", "pharaoh", "reduced_attention", "source_word_indices", "word_of_character"]
 
-ALIGNMENT_HEADS = ("mean", "hop")
+ALIGNMENT_HEADS = ("mean", "hop", "all")
 
 
 def default_alignment_layer(layers: int) -> int:
@@ -41,7 +43,8 @@ def alignment_layer_index(model, alignment_layer: int | None) -> int:
     """
     layers = cross_attention_layers(model)
     if alignment_layer is None:
-        return default_alignment_layer(layers)
+        guided = guided_heads(model)
+        return guided[0] if guided else default_alignment_layer(layers)
     if not -layers <= alignment_layer < layers:
         raise ValueError(f"alignment_layer={alignment_layer}: the model's decoder has {layers} attention layer(s) "
                          f"(accepted: {-layers} to {layers - 1})")
@@ -54,7 +57,10 @@ def reduced_attention(model, outputs, alignment_layer, alignment_heads):
 
     layer = alignment_layer_index(model, alignment_layer)
     attention = outputs.cross_attentions[layer].float()  # [sequences, heads, target, source]
-    if alignment_heads == "mean":
+    guided = guided_heads(model)
+    if alignment_heads == "mean" and guided and guided[0] == layer:
+        return attention[:, guided[1]].mean(1)
+    if alignment_heads in ("mean", "all"):
         return attention.mean(1)
     importances = outputs.head_importances
     if isinstance(importances, dict):  # Transformers: per attention module
@@ -64,6 +70,18 @@ def reduced_attention(model, outputs, alignment_layer, alignment_heads):
                          f"{model.config.model_type} model has no weights over heads (only multi-hop models with "
                          "dependent hops and DHICM have them); use alignment_heads='mean'")
     return torch.einsum("bth,bhts->bts", importances.float(), attention)
+
+
+def guided_heads(model) -> tuple[int, list[int]] | None:
+    """(layer index, positions among that layer's returned heads) of the heads a model was trained to align with
+    (guided alignment), or None: what `--alignments` reads by default."""
+    guided = getattr(model.config, "guided_alignment", None)
+    guided = guided() if callable(guided) else None
+    if guided is None:
+        return None
+    layer, heads = guided
+    kept = model.config.cross_attention_heads(layer)  # pruned models return their kept heads only
+    return layer, [kept.index(head) for head in heads]
 
 
 def word_of_character(text: str) -> list[int]:
