@@ -198,7 +198,7 @@ def test_one_decoder_step_follows_the_equations_head_by_head(name):
     sink_states = (torch.randn(batch, d, generator=generator, dtype=torch.float64)
                    if config.source_sink() == "token" else None)
 
-    output, weights, head_weights = attention(decoder_state, memory, attention.attention_mask(source_mask),
+    output, weights, head_weights, _ = attention(decoder_state, memory, attention.attention_mask(source_mask),
                                               fertility if constrained else None, cumulative, sink_states)
 
     hops = attention.second_hops
@@ -308,7 +308,7 @@ def test_each_registry_transform_weighs_the_heads_scores_as_the_variant_normalis
     state = torch.randn(4, 8, generator=generator, dtype=torch.float64)
     memory = torch.randn(4, 6, 8, generator=generator, dtype=torch.float64)
     allowed = attention.attention_mask(torch.tensor([[1] * 6, [1] * 4 + [0] * 2] * 2))
-    _, weights, _ = attention(state, memory, allowed, None, torch.zeros(4, 2, 6, dtype=torch.float64))
+    _, weights, _, _ = attention(state, memory, allowed, None, torch.zeros(4, 2, 6, dtype=torch.float64))
     scores = torch.einsum("bnd,bsd->bns", attention.query_proj(state).view(4, 2, 8), memory)
     expected = attention.normalizer.normalize(scores[:, :, None], allowed[:, :, None])[:, :, 0]
     assert isinstance(attention.normalizer, ATTENTION_VARIANTS[transform])
@@ -340,7 +340,7 @@ def test_sparse_and_constrained_transforms_really_differ_from_softmax():
         state = torch.randn(4, 8, generator=generator, dtype=torch.float64)
         memory = torch.randn(4, 6, 8, generator=generator, dtype=torch.float64)
         fertility = torch.full((4, 1, 6), 0.3, dtype=torch.float64)
-        _, weights, _ = attention(state, memory, None, fertility if transform.startswith("c") else None,
+        _, weights, _, _ = attention(state, memory, None, fertility if transform.startswith("c") else None,
                                   torch.zeros(4, 2, 6, dtype=torch.float64))
         results[transform] = weights[..., :6]
     assert (results["softmax"] > 0).all()
