@@ -6,7 +6,8 @@ Guides: README.md, then docs/ (installation, training, translating, evaluating, 
 reproducing) in the repository.
 Python: `HeadAttnConfig` / `HeadAttnForConditionalGeneration` (the Transformer), `HeadAttnRNNConfig` /
 `HeadAttnRNNForConditionalGeneration` (the LSTM), `ATTENTION_VARIANTS` (the registry), the kernels `sparsemax`,
-`csoftmax`, `csparsemax`, `entmax15`, `entmax_bisect`, and `hf_headattn.translation.translate`.
+`csoftmax`, `csparsemax`, `entmax15`, `entmax_bisect`, and `hf_headattn.translation.translate` (a model) and
+`load_translator` (a model or a CTranslate2 export, one translator).
 
 The package's names load on first use (a module-level `__getattr__`, as Transformers does), so
 `import hf_headattn` and every command's `--help` start without importing torch, Transformers, datasets,

@@ -1,6 +1,6 @@
-"""What the package's commands share: `--help` layout, the `--verbose` and `--json` flags, the flag spelling, the
-checked number types of count-like flags (`positive_int`, ...) and the check of a `--model` written as a path
-(`check_model_flag`).
+"""What the package's commands share: `--help` layout, the `--verbose` and `--json` flags, the flag spelling (also of a
+translator's refusals: `FLAG_SPELLING`), the checked number types of count-like flags (`positive_int`, ...) and the
+check of a `--model` written as a path (`check_model_flag`).
 
 One convention for every command: flags are spelled as Transformers spells them (`--output_dir`, `--num_beams`),
 the dashed spelling (`--output-dir`) is accepted as an alias, and `--help` shows the underscore form only. Commands
@@ -266,6 +266,31 @@ def add_early_stopping_argument(parser) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ --model as a path
+class FlagSpelling:
+    """Options as the commands' flags spell them, for the refusals a translator raises
+    (:class:`hf_headattn.translation.OptionRefused`): ``fast=False`` -> ``--decoding generate``, ``num_beams`` ->
+    ``--num_beams``, a switch by its flag alone (``--alignments``), ``early_stopping=True`` -> ``--early_stopping
+    true``; several processes (torchrun) have no flag."""
+
+    WORDS = {"distributed": "several processes"}  # no flag says these
+    SWITCHES = ("alignments", "attention", "do_sample", "force", "strict", "trust_remote_code")
+
+    def name(self, option: str) -> str:
+        return self.WORDS.get(option) or ("--decoding" if option == "fast" else f"--{option}")
+
+    def with_value(self, option: str, value) -> str:
+        if option in self.WORDS:
+            return self.WORDS[option]
+        if option == "fast":
+            return f"--decoding {'fast' if value else 'generate'}"
+        if option in self.SWITCHES and value is True:
+            return self.name(option)
+        return f"{self.name(option)} {str(value).lower() if isinstance(value, bool) else value}"
+
+
+FLAG_SPELLING = FlagSpelling()
+
+
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")  # how a Hugging Face Hub repository id is written: name or user/name
 
 

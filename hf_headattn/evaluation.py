@@ -8,8 +8,9 @@ r"""Evaluate a saved translation model on a test set: hypotheses file + JSON of 
 Any saved folder of either model family works: it is loaded through its own code
 (``AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)``, via :mod:`hf_headattn.loading`: only
 local folders are accepted, so no Hub repository's code runs), exactly as a user of the
-uploaded model would load it. A CTranslate2 export (``hf-headattn-export``) translates through
-:mod:`hf_headattn.translation.ctranslate2_backend` instead, into the same files. The metrics are those of
+uploaded model would load it, and translates through its translator
+(:func:`hf_headattn.translation.load_translator`), as a CTranslate2 export (``hf-headattn-export``) does, decoded by
+CTranslate2 into the same files. The metrics are those of
 :mod:`hf_headattn.metrics` (``all_metrics``): BLEU, chrF, TER, REP, DROP (only with the aligner's training corpus,
 ``--train_source/--train_target``) and BLEU by source length. The JSON also records what was evaluated and how (model type, parameters, decoding settings, test set,
 sacrebleu signatures), so that :func:`hf_headattn.publish.write_model_card` and
@@ -20,7 +21,6 @@ Tooling, not model runtime: never copied into a checkpoint.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import math
@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .cli import FLAG_SPELLING
 from .loading import DEVICES, resolve_device
 from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, check_length_buckets
 from .output_files import write_text
@@ -207,47 +208,18 @@ def evaluate_model(
     """
     model_dir, source_path, reference_path = Path(model_dir), Path(source_path), Path(reference_path)
     _check_model_dir(model_dir)
-    _check_positive_int("num_beams", num_beams)
-    if batch_size != AUTO_BATCH_SIZE and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                         or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive int or {AUTO_BATCH_SIZE!r}, got {batch_size!r}")
-    _check_positive_int("drop_runs", drop_runs)
-    if max_length is not None:
-        _check_positive_int("max_length", max_length)
-    if (isinstance(coverage_penalty, bool) or not isinstance(coverage_penalty, (int, float))
-            or not math.isfinite(coverage_penalty) or coverage_penalty < 0):
-        raise ValueError(f"coverage_penalty must be a finite number >= 0, got {coverage_penalty!r}")
-    if coverage_penalty and num_beams < 2:
-        raise ValueError(f"the coverage penalty re-ranks beam hypotheses: use num_beams >= 2, got {num_beams}")
-    if length_penalty is not None and (isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float))
-                                       or not math.isfinite(length_penalty)):
-        raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
-    if length_penalty is not None and num_beams < 2:
-        raise ValueError(f"the length penalty ranks beam hypotheses: use num_beams >= 2, got {num_beams}")
-    if early_stopping is not None and not (isinstance(early_stopping, bool) or early_stopping == "never"):
-        raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
-    if early_stopping is not None and num_beams < 2:
-        raise ValueError(f"early_stopping ends beam search: use num_beams >= 2, got {num_beams}")
-    if tokenize not in TOKENIZE_CHOICES:
-        raise ValueError(f"Unknown tokenize={tokenize!r}; accepted: {', '.join(TOKENIZE_CHOICES)}")
-    if (train_source is None) != (train_target is None):
-        raise ValueError("Pass both train_source and train_target (the DROP aligner's training corpus), or neither")
+    _check_settings(num_beams=num_beams, batch_size=batch_size, drop_runs=drop_runs, max_length=max_length,
+                    coverage_penalty=coverage_penalty, length_penalty=length_penalty, early_stopping=early_stopping,
+                    tokenize=tokenize, train_source=train_source, train_target=train_target)
     buckets = check_length_buckets(buckets)
-    from .translation.ctranslate2_backend import check_export_options, ctranslate2_device, find_export
-
-    export = find_export(model_dir)  # a CTranslate2 export, or None for a model folder
-    if export is not None:
-        check_export_options(export, coverage_penalty=coverage_penalty, tokenizer=tokenizer,
-                             early_stopping=early_stopping, num_beams=num_beams)
-        ctranslate2_device(device)  # ctranslate2 installed, the device one it sees
+    export = _check_model_options(model_dir, device, coverage_penalty=coverage_penalty, tokenizer=tokenizer,
+                                  early_stopping=early_stopping, num_beams=num_beams)
     test_name = test_name if test_name is not None else _test_set_name(source_path)
     decoding = decoding_name(num_beams, max_length, coverage_penalty, length_penalty, early_stopping)
     hypotheses_path, metrics_path = _output_paths(Path(output_dir), test_name, decoding, reference_path, overwrite)
     from .metrics import all_metrics
     from .parallel_data import read_parallel_files
 
-    if export is None:
-        resolve_device(device)
     # Read (and check) every file before the model loads, so that a typo fails in a second, not after loading.
     test = read_parallel_files(source_path, reference_path)
     if len(test) == 0:
@@ -255,11 +227,10 @@ def evaluate_model(
     train = read_parallel_files(train_source, train_target) if train_source is not None else None
 
     sources, references = list(test["source"]), list(test["target"])
-    translate = _translate_with_model if export is None else _translate_with_export
-    hypotheses, model_record, decoding_record = translate(
+    hypotheses, model_record, decoding_record = _translate_test_set(
         model_dir, sources, num_beams=num_beams, batch_size=batch_size, device=device, max_length=max_length,
         coverage_penalty=coverage_penalty, length_penalty=length_penalty, early_stopping=early_stopping,
-        tokenizer=tokenizer, force=force, progress=progress,
+        tokenizer=tokenizer, force=force, progress=progress, export=export,
         desc=f"translating {source_path.name}")
     # One hypothesis per line: a decoded line end ("\r" ends one too) would shift every later line of the file.
     hypotheses = [hypothesis.replace("\r", " ").replace("\n", " ") for hypothesis in hypotheses]
@@ -314,6 +285,53 @@ def evaluate_model(
     return results
 
 
+def _check_settings(*, num_beams, batch_size, drop_runs, max_length, coverage_penalty, length_penalty,
+                    early_stopping, tokenize, train_source, train_target) -> None:
+    """Refuse (ValueError) the settings of :func:`evaluate_model` that are out of range, naming each."""
+    _check_positive_int("num_beams", num_beams)
+    if batch_size != AUTO_BATCH_SIZE and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                         or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive int or {AUTO_BATCH_SIZE!r}, got {batch_size!r}")
+    _check_positive_int("drop_runs", drop_runs)
+    if max_length is not None:
+        _check_positive_int("max_length", max_length)
+    if (isinstance(coverage_penalty, bool) or not isinstance(coverage_penalty, (int, float))
+            or not math.isfinite(coverage_penalty) or coverage_penalty < 0):
+        raise ValueError(f"coverage_penalty must be a finite number >= 0, got {coverage_penalty!r}")
+    if coverage_penalty and num_beams < 2:
+        raise ValueError(f"the coverage penalty re-ranks beam hypotheses: use num_beams >= 2, got {num_beams}")
+    if length_penalty is not None and (isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float))
+                                       or not math.isfinite(length_penalty)):
+        raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    if length_penalty is not None and num_beams < 2:
+        raise ValueError(f"the length penalty ranks beam hypotheses: use num_beams >= 2, got {num_beams}")
+    if early_stopping is not None and not (isinstance(early_stopping, bool) or early_stopping == "never"):
+        raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+    if early_stopping is not None and num_beams < 2:
+        raise ValueError(f"early_stopping ends beam search: use num_beams >= 2, got {num_beams}")
+    if tokenize not in TOKENIZE_CHOICES:
+        raise ValueError(f"Unknown tokenize={tokenize!r}; accepted: {', '.join(TOKENIZE_CHOICES)}")
+    if (train_source is None) != (train_target is None):
+        raise ValueError("Pass both train_source and train_target (the DROP aligner's training corpus), or neither")
+
+
+def _check_model_options(model_dir: Path, device: str, **options) -> bool:
+    """Whether `model_dir` is a CTranslate2 export, its device and `options` checked before anything is read: what
+    an export cannot honour (worded with the command's flags), the device (one ctranslate2 sees, for an export)."""
+    from .translation import OptionRefused, check_options
+    from .translation.ctranslate2_backend import ctranslate2_device, find_export
+
+    try:
+        check_options(model_dir, **options)
+    except OptionRefused as error:
+        raise error.spelled(FLAG_SPELLING) from None
+    if find_export(model_dir) is None:
+        resolve_device(device)
+        return False
+    ctranslate2_device(device)
+    return True
+
+
 def refuse_other_code(model_dir: Path, force: bool) -> None:
     """Refuse (ValueError) a folder whose saved code differs from the installed runtime, naming the files, or with
     `force` warn: this package's model types load with the installed runtime (`auto_classes`), so the scores would be
@@ -334,63 +352,30 @@ def refuse_other_code(model_dir: Path, force: bool) -> None:
     logger.warning(f"{message}; scoring the installed code (--force)")
 
 
-def _translate_with_model(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
-                          coverage_penalty, length_penalty, early_stopping, tokenizer, force,
-                          desc, progress) -> tuple[list[str], dict, dict]:
-    """(hypotheses, the JSON's "model", the JSON's "decoding" batch size, device, max_length and time) of a saved
-    model."""
-    from .decoding import resolve_generation_config
-    from .loading import load_model_and_tokenizer
-    from .translation import fast_path_by_default, resolve_batch_size, translate_sentences
+def _translate_test_set(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
+                        coverage_penalty, length_penalty, early_stopping, tokenizer, force, export, desc,
+                        progress) -> tuple[list[str], dict, dict]:
+    """(hypotheses, the JSON's "model", the JSON's "decoding" batch size, device, max_length, ranking and time) of a
+    saved model or an export, through its translator (the fast path where hf-headattn-translate's --decoding auto
+    takes it)."""
+    from .translation import OptionRefused, load_translator
 
-    refuse_other_code(model_dir, force)
+    if not export:
+        refuse_other_code(model_dir, force)
     # a local folder (checked by evaluate_model): its code may run
-    model, tokenizer = load_model_and_tokenizer(model_dir, tokenizer=tokenizer, force=force)
-    if coverage_penalty and "coverage_penalty" not in inspect.signature(model.generate).parameters:
-        raise ValueError(f"coverage_penalty={coverage_penalty}: {model_dir} is a {model.config.model_type} model, "
-                         "whose generate has no coverage penalty (the LSTM family's has)")
-    torch_device = resolve_device(device)
-    model.to(torch_device)
-    if max_length is not None:
-        model.generation_config.max_length = max_length
-    generate_kwargs = {"coverage_penalty": coverage_penalty} if coverage_penalty else {}
-    ranking = {name: value for name, value in (("length_penalty", length_penalty), ("early_stopping", early_stopping))
-               if value is not None}
-    fast = fast_path_by_default(torch_device)  # generate on CUDA, as hf-headattn-translate's --decoding auto
-    batch_size = resolve_batch_size(model, batch_size, num_beams=num_beams, fast=fast, **generate_kwargs, **ranking)
+    translator = load_translator(model_dir, device=device, tokenizer=tokenizer, force=force)
+    options = {"num_beams": num_beams, "max_length": max_length, "coverage_penalty": coverage_penalty or None,
+               "length_penalty": length_penalty, "early_stopping": early_stopping, "fast": translator.fast()}
+    batch_size = translator.batch_size(batch_size, **options)
     started = time.perf_counter()
-    hypotheses = translate_sentences(model, tokenizer, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
-                                     progress=progress, fast=fast, **generate_kwargs, **ranking)
+    try:
+        translations = translator.translate(sources, batch_size=batch_size, desc=desc, progress=progress, **options)
+    except OptionRefused as error:
+        raise error.spelled(FLAG_SPELLING) from None
     seconds = time.perf_counter() - started
-    model_record = {"path": str(model_dir.resolve()), "name": model_dir.resolve().name,
-                    "model_type": model.config.model_type, "architecture": type(model).__name__,
-                    "parameters": sum(parameter.numel() for parameter in model.parameters())}
-    # how beam search ranked and stopped: the overrides, else the folder's, else generate's defaults
-    searched = resolve_generation_config(model, num_beams=num_beams, **ranking)[0]
-    return hypotheses, model_record, {"batch_size": batch_size, "device": str(torch_device),
-                                      "max_length": model.generation_config.max_length,
-                                      "length_penalty": searched.length_penalty,
-                                      "early_stopping": searched.early_stopping, "translation_seconds": seconds}
-
-
-def _translate_with_export(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
-                           length_penalty, early_stopping, desc, progress, **_) -> tuple[list[str], dict, dict]:
-    """The same of a CTranslate2 export (its tokenizer and coverage penalty were refused by evaluate_model)."""
-    from .translation.ctranslate2_backend import export_batch_size, load_export, translate_export
-
-    export = load_export(model_dir, device=device)
-    batch_size = export_batch_size(batch_size)
-    started = time.perf_counter()
-    translations = translate_export(export, sources, num_beams=num_beams, batch_size=batch_size, desc=desc,
-                                    max_new_tokens=None if max_length is None else max(max_length - 1, 1),
-                                    length_penalty=length_penalty, early_stopping=early_stopping, progress=progress)
-    seconds = time.perf_counter() - started
-    return [translation.text for translation in translations], export.describe(), {
-        "batch_size": batch_size, "device": export.device,
-        "max_length": export.generation["max_length"] if max_length is None else max_length,
-        "length_penalty": export.generation["length_penalty"] if length_penalty is None else length_penalty,
-        "early_stopping": True,  # CTranslate2's rule (num_beams finished hypotheses), whatever the flag
-        "translation_seconds": seconds, "backend": "ctranslate2", "compute_type": export.compute_type}
+    # how beam search ranked and stopped: the overrides, else the folder's, else the search's defaults
+    return [translation.text for translation in translations], translator.describe(), {
+        "batch_size": batch_size, **translator.settings(**options), "translation_seconds": seconds}
 
 
 def read_metrics_json(path: str | Path, what: str = "Metrics JSON"):

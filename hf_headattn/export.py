@@ -32,7 +32,7 @@ import json
 from pathlib import Path
 
 from .output_files import check_output_folder, new_folder
-from .translation.ctranslate2_backend import EXPORT_RECORD, TOKENIZER_FOLDER, load_export, translate_export
+from .translation.ctranslate2_backend import EXPORT_RECORD, TOKENIZER_FOLDER, ExportTranslator, load_export
 from .translation.ctranslate2_backend import import_ctranslate2 as _import_ctranslate2
 
 __all__ = ["CTRANSLATE2_QUANTIZATIONS", "FORMATS", "export_ctranslate2", "import_ctranslate2",
@@ -135,11 +135,14 @@ def translate_with_ctranslate2(model_dir: str | Path, sources: list[str], *, bea
                                compute_type: str = "default", inter_threads: int = 1, intra_threads: int = 0,
                                translator=None, **translate_options) -> list[str]:
     """Translate `sources` with an exported CTranslate2 folder, the best translation's text of each (blank lines
-    translate to blank lines): :func:`hf_headattn.translation.ctranslate2_backend.translate_export` in batches of
-    `batch_size` sentences sorted by length. `translate_options` go to `Translator.translate_batch` (e.g.
-    ``length_penalty``, ``no_repeat_ngram_size``); `translator` reuses a loaded `ctranslate2.Translator`."""
+    translate to blank lines): the export's translator
+    (:class:`hf_headattn.translation.ctranslate2_backend.ExportTranslator`, what
+    :func:`hf_headattn.translation.load_translator` returns for it) in batches of `batch_size` sentences sorted by
+    length. `translate_options` go to `Translator.translate_batch` (e.g. ``length_penalty``,
+    ``no_repeat_ngram_size``); `translator` reuses a loaded `ctranslate2.Translator`."""
     export = load_export(model_dir, device=device, compute_type=compute_type, threads=intra_threads,
                          inter_threads=inter_threads, translator=translator)
-    translations = translate_export(export, sources, num_beams=beam_size, max_new_tokens=max_decoding_length,
-                                    batch_size=batch_size, max_tokens=None, ctranslate2_options=translate_options)
+    translations = ExportTranslator(export).translate(sources, num_beams=beam_size, max_new_tokens=max_decoding_length,
+                                                      batch_size=batch_size, max_tokens=None,
+                                                      ctranslate2_options=translate_options)
     return [translation.text for translation in translations]

@@ -22,6 +22,7 @@ from hf_headattn.app.views import (ALIGNMENT_VIEW, MEAN_VIEW, VIEWS, HeadStatist
                                    default_layer, linked_head_choices, linked_layer_choices, render_heatmap,
                                    render_panel, render_statistics, split_word, word_grid)
 from hf_headattn.commands import app as app_command
+from hf_headattn.translation import translator as translator_module
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.translation import HypothesisAttention, translate
 
@@ -322,13 +323,13 @@ def test_cut_translations_and_the_time_limit_are_named(tokenizer, lines, monkeyp
 
     # decoding stops at the time limit (generate's max_time), and the page says so
     seen = {}
-    original = panels.translate
+    original = translator_module.translate
 
     def recording(*args, **kwargs):
         seen.update(kwargs)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(panels, "translate", recording)
+    monkeypatch.setattr(translator_module, "translate", recording)
     started = time.perf_counter()
     result = translate_panel(DemoModel("m", model, tokenizer), lines, num_beams=1, max_new_tokens=200,
                              time_limit=1e-4)
@@ -385,7 +386,7 @@ def test_the_page_never_shows_a_stack_trace(tokenizer, monkeypatch):
     def failing(*args, **kwargs):
         raise RuntimeError("boom\n  at somewhere")
 
-    monkeypatch.setattr(panels, "translate", failing)
+    monkeypatch.setattr(translator_module, "translate", failing)
     outputs = translate_page(models, "der hund .", ["m", "m"], 2, 1, 8)
     assert "Translating failed: RuntimeError: boom at somewhere" in outputs[len(PAGE_OUTPUTS) + 1]
     assert not any("Traceback" in str(output) for output in outputs)

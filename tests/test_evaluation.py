@@ -139,6 +139,7 @@ def test_the_command_decodes_through_generate_on_cuda(models, data, tmp_path, mo
     """As hf-headattn-translate's --decoding auto: `fast_path_by_default` of the device, here the CPU taken for CUDA;
     the batch size says which search decoded (generate's 32 at beam 2 on a CPU, the fast path's 320)."""
     from hf_headattn import translation
+    from hf_headattn.translation import translator
 
     devices = []
 
@@ -146,7 +147,7 @@ def test_the_command_decodes_through_generate_on_cuda(models, data, tmp_path, mo
         devices.append(device)
         return translation.sentences.fast_path_by_default(torch.device("cuda"))
 
-    monkeypatch.setattr(translation, "fast_path_by_default", as_if_on_cuda)
+    monkeypatch.setattr(translator, "fast_path_by_default", as_if_on_cuda)  # the translator's rule
     results = evaluate_model(models["transformer"], data["test.src"], data["test.tgt"], num_beams=2, device="cpu",
                              output_dir=tmp_path)
     assert devices == [torch.device("cpu")] and results["decoding"]["batch_size"] == 32

@@ -14,6 +14,7 @@ from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.commands import translate as translate_command
 from hf_headattn.commands.translate import main
 from hf_headattn.translation import quantization, sentences as translation_sentences
+from hf_headattn.translation import translator as translator_module
 from hf_headattn.translation import (DEFAULT_BATCH_SIZE, GENERATE_BATCH_SIZE, Hypothesis, Translation, align,
                                      default_batch_size, format_translation, length_sorted_batches, quantize,
                                      read_lines, resolve_batch_size, translate)
@@ -498,7 +499,7 @@ def test_the_command_decodes_through_generate_on_cuda_unless_told(folder, tmp_pa
         devices.append(device)
         return translation_sentences.fast_path_by_default(torch.device("cuda") if device.type == "cpu" else device)
 
-    monkeypatch.setattr(translate_command, "fast_path_by_default", as_if_on_cuda)
+    monkeypatch.setattr(translator_module, "fast_path_by_default", as_if_on_cuda)  # the translator's rule
     model_dir, data = folder
     asked = record_batch_limits(monkeypatch)
     run(["--model", model_dir, "--input", data["test.src"], "--output", tmp_path / "out.en", "--num_beams", "1",
@@ -539,7 +540,7 @@ def test_an_interrupted_run_leaves_no_output_file(folder, tmp_path, capsys, monk
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(translate_command, "translate", interrupted)
+    monkeypatch.setattr(translator_module, "translate", interrupted)  # what the model's translator runs
     with pytest.raises(KeyboardInterrupt):
         run(["--model", model_dir, "--input", data["test.src"], "--output", output], capsys)
     assert output.read_text(encoding="utf-8") == "the previous translation\n"

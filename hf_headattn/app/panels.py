@@ -1,8 +1,9 @@
 """What one panel of the web page shows for one model: the models offered, their translations of the input with
 each hypothesis' attention, and the messages about what was cut or refused.
 
-Everything comes from :func:`hf_headattn.translation.translate` with ``attention=True`` (the one place that turns
-text into translations); this module reads the fertility bounds from the encoder and says which layers the views
+Everything comes from the model's translator (:class:`hf_headattn.translation.ModelTranslator`, through
+:func:`hf_headattn.translation.translate`, the one place that turns text into translations) with ``attention=True``;
+this module reads the fertility bounds from the encoder and says which layers the views
 draw, and, for two panels whose models share a tokenizer, the second model's attention on the first's translations
 (:class:`Comparison`, the difference view's). Nothing fails silently or hangs: empty input, lines beyond
 ``max_lines`` (named), sources longer than the model reads (the words left out are named), translations stopped by
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..parallel_data import text_lines
-from ..translation import HypothesisAttention, Translation, source_token_limit, translate
+from ..translation import HypothesisAttention, ModelTranslator, Translation, source_token_limit
 from ..translation.alignments import decoded_word_indices, source_word_indices
 from ..translation.teacher_forcing import teacher_forced
 
@@ -80,6 +81,11 @@ class DemoModel:
     @property
     def description(self) -> str:
         return describe_model(self.model.config) if self.model is not None else f"not loaded: {self.error}"
+
+    @property
+    def translator(self) -> ModelTranslator:
+        """The loaded model's translator (:func:`hf_headattn.translation.load_translator`'s, for a model)."""
+        return ModelTranslator(self.model, self.tokenizer, self.name)
 
 
 def load_through_own_code(name: str):
@@ -244,9 +250,9 @@ def translate_panel(demo_model: DemoModel, lines: list[tuple[int, str]], *, num_
     _describe_layers(model.config, result)
     result.special_tokens = list(tokenizer.all_special_tokens)
     started = time.perf_counter()
-    translations = translate(model, tokenizer, [text for _, text in lines], nbest=nbest, batch_size=len(lines),
-                             scores=True, alignments=True, attention=True, num_beams=num_beams,
-                             max_new_tokens=max_new_tokens, max_time=time_limit)
+    translations = demo_model.translator.translate(
+        [text for _, text in lines], nbest=nbest, batch_size=len(lines), scores=True, alignments=True,
+        attention=True, fast=True, num_beams=num_beams, max_new_tokens=max_new_tokens, max_time=time_limit)
     seconds = time.perf_counter() - started
     fertility = _fertility(model, tokenizer, [text for _, text in lines]) if result.constrained_layers else None
     for k, ((number, _), translation) in enumerate(zip(lines, translations)):

@@ -15,7 +15,8 @@ import os
 from ..app import page, panels
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_model_flag,
                    configure_logging, skip_exit_collections)
-from ..loading import DEVICES, add_trust_remote_code_argument, load_model_and_tokenizer, resolve_device
+from ..loading import DEVICES, add_trust_remote_code_argument, resolve_device
+from ..translation import load_translator
 
 # torch, Transformers and gradio are imported after parsing, so that `--help` is instant.
 
@@ -96,8 +97,11 @@ def main(argv=None) -> None:
         parser.error(str(error))
 
     def load(name):
-        model, tokenizer = load_model_and_tokenizer(name, trust_remote_code=args.trust_remote_code)
-        return model.to(device), tokenizer
+        translator = load_translator(name, device=str(device), trust_remote_code=args.trust_remote_code)
+        if translator.backend != "model":
+            raise ValueError(f"{name} is a CTranslate2 export, whose attention the page cannot draw (CTranslate2 gives "
+                             "one layer's, heads averaged): give the model folder it was exported from")
+        return translator.model, translator.tokenizer
 
     models = panels.load_models(args.model, load)
     for model in models:

@@ -4,13 +4,12 @@ input with a saved model, one sentence a line, into text, n-best lists or JSON l
     hf-headattn-translate --model runs/de-en --input test.de --output test.en [--num_beams 5]
     hf-headattn-translate --model runs/de-en --nbest 3 --num_beams 5 --alignments --output_format jsonl < in.de
 
-The flags become a call of :func:`hf_headattn.translation.translate` (the library: batches, decoding, scores,
-alignments); this module loads the model as asked (device, dtype, int8), checks the files before the model loads,
-and writes the output into a temporary file renamed at the end, so that an interrupted run leaves no partial file.
-Under torchrun every process translates its share and the first writes the whole file. A CTranslate2 export
-(``hf-headattn-export``) as ``--model`` translates through
-:mod:`hf_headattn.translation.ctranslate2_backend` instead, the same output; the flags it cannot honour are refused
-before anything is read.
+The flags become a translator (:func:`hf_headattn.translation.load_translator`: a model folder, a Hub id or a
+CTranslate2 export, with the device, dtype and int8 asked for) and its ``translate`` (the library: batches, decoding,
+scores, alignments, what each backend cannot honour); this module parses the flags, checks the files before the
+model loads, words the translator's refusals with the flags, and writes the output into a temporary file renamed at
+the end, so that an interrupted run leaves no partial file. Under torchrun every process translates its share and
+the first writes the whole file. What an export cannot honour is refused before anything is read.
 """
 
 from __future__ import annotations
@@ -22,23 +21,23 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import (PROGRESS_RULE, HelpFormatter, UnderscoreArgumentParser, add_early_stopping_argument,
-                   add_quiet_argument, add_verbose_and_version_arguments, check_file_flags, check_model_flag, configure_logging,
-                   finite_float, keep_freed_memory, non_negative_int, positive_float, positive_int, probability,
-                   random_seed, skip_exit_collections)
+from ..cli import (FLAG_SPELLING, PROGRESS_RULE, HelpFormatter, UnderscoreArgumentParser,
+                   add_early_stopping_argument, add_quiet_argument, add_verbose_and_version_arguments,
+                   check_file_flags, check_model_flag, configure_logging, finite_float, keep_freed_memory,
+                   non_negative_int, positive_float, positive_int, probability, random_seed, skip_exit_collections)
 from ..output_files import new_file
 from ..translation import (ALIGNMENT_HEADS, AUTO_BATCH_SIZE, DEFAULT_BATCH_ROWS, DEFAULT_BATCH_SIZE,
-                           DEFAULT_MAX_TOKENS, GENERATE_BATCH_SIZE, OUTPUT_FORMATS, QUANTIZATIONS, fast_path_by_default,
-                           format_translation, quantize, read_lines, translate)
+                           DEFAULT_MAX_TOKENS, GENERATE_BATCH_SIZE, OUTPUT_FORMATS, QUANTIZATIONS, OptionRefused,
+                           check_options, format_translation, load_translator, read_lines)
 from ..translation.quantization import CPU_DTYPE_FLAGS, cpu_has_any_flag
 from ..translation.sentences import distributed_state
+from ..translation.translator import DTYPES
 
 # torch, Transformers and the models are imported where they are used, so that `--help` is instant.
 
 logger = logging.getLogger(__name__)
 
-DTYPES = ("auto", "float32", "float16", "bfloat16")
-DECODINGS = ("auto", "fast", "generate")
+DECODINGS = {"auto": None, "fast": True, "generate": False}  # --decoding -> the translator's `fast`
 
 EXAMPLES = """examples:
   # a file, beam 5 (progress: a bar on a terminal, plain lines in a log)
@@ -170,7 +169,7 @@ def main(argv=None) -> None:
     if args.num_beams is not None and args.nbest > args.num_beams:
         parser.error(f"--nbest {args.nbest} is more than --num_beams {args.num_beams}: ask for at most num_beams "
                      "hypotheses (or raise --num_beams)")
-    export = _ctranslate2_export(parser, args)  # None unless --model is a CTranslate2 export
+    _check_options(parser, args)  # what an export cannot honour, before anything is read
     _check_paths(parser, args)
     check_model_flag(parser, args.model)
     check_model_flag(parser, args.tokenizer, "--tokenizer")
@@ -187,8 +186,7 @@ def main(argv=None) -> None:
                 handle = output.enter_context(new_file(args.output))  # whole or not at all
             except OSError as error:
                 parser.exit(1, f"{parser.prog}: error: cannot write --output {args.output}: {error.strerror}\n")
-        translations, seconds = (_translate_with_export(parser, args, sources, export) if export is not None
-                                 else _load_and_translate(parser, args, sources, state))
+        translations, seconds = _translate(parser, args, sources, _load(parser, args))
         if not writes:
             return
         handle.write("".join(format_translation(translation, index, output_format=args.output_format,
@@ -202,92 +200,60 @@ def main(argv=None) -> None:
               f"{translated / max(seconds, 1e-9):.1f} lines/s -> {destination}", file=sys.stderr)
 
 
-def _load_and_translate(parser, args, sources, state):
-    import torch
-    from ..loading import load_model_and_tokenizer, resolve_device
+def _options(args) -> dict:
+    """The translator's options of the flags (decoding options not given: None, the model's own)."""
+    return {"nbest": args.nbest, "scores": args.nbest > 1 or args.output_format == "jsonl",
+            "alignments": args.alignments, "alignment_layer": args.alignment_layer,
+            "alignment_heads": args.alignment_heads, "strict": args.strict, "fast": DECODINGS[args.decoding],
+            "seed": args.seed, "do_sample": args.do_sample or None,
+            **{name: getattr(args, name) for name in GENERATION_FLAGS}}
 
+
+def _check_options(parser, args) -> None:
+    """--model's options checked before anything is read: what an export cannot honour (a model's are checked once
+    it is loaded), a folder that is neither, an export without ctranslate2."""
     try:
-        device = state.device if state is not None and args.device == "auto" else resolve_device(args.device)
-        dtype = {"auto": "auto", "float32": torch.float32, "float16": torch.float16,
-                 "bfloat16": torch.bfloat16}[args.dtype]
-        model, tokenizer = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code, dtype=dtype,
-                                                    tokenizer=args.tokenizer, force=args.force)
-    except (OSError, ValueError) as error:
-        parser.exit(1, f"{parser.prog}: error: cannot load --model {args.model}: {error}\n")
-    model.to(device)
-    if device.type == "cpu" and args.dtype in CPU_DTYPE_FLAGS and not cpu_has_any_flag(CPU_DTYPE_FLAGS[args.dtype]):
-        logger.warning(f"--dtype {args.dtype} on this CPU, which lacks {' and '.join(CPU_DTYPE_FLAGS[args.dtype])}: "
-                       f"PyTorch emulates {args.dtype} arithmetic here, slower than float32; for a faster CPU "
-                       "model use --quantize int8")
-    if args.quantize != "none":
-        if device.type != "cpu":
-            parser.error(f"--quantize {args.quantize} runs on the CPU; use --device cpu (on {device}, use --dtype "
-                         "float16 or bfloat16)")
-        model = quantize(model, args.quantize)
-    generate_kwargs = {name: getattr(args, name) for name in GENERATION_FLAGS if getattr(args, name) is not None}
-    if args.do_sample:
-        generate_kwargs["do_sample"] = True
-    num_beams = generate_kwargs.get("num_beams", model.generation_config.num_beams or 1)
-    if args.nbest > num_beams:
-        parser.error(f"--nbest {args.nbest} is more than the model's num_beams {num_beams}: pass --num_beams")
-    if args.early_stopping is not None and num_beams == 1:
-        parser.error(f"--early_stopping {str(args.early_stopping).lower()} ends beam search; the model "
-                     "decodes greedily (num_beams 1): pass --num_beams 2 or more")
-    if args.seed is not None:
-        from transformers import set_seed
-
-        set_seed(args.seed)
-    progress = not args.quiet and (args.progress or args.input != "-")
-    started = time.perf_counter()
-    try:
-        fast = args.decoding == "fast" or (args.decoding == "auto" and fast_path_by_default(device))
-        batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
-                                  else (AUTO_BATCH_SIZE, DEFAULT_MAX_TOKENS))
-        translations = translate(model, tokenizer, sources, nbest=args.nbest, batch_size=batch_size,
-                                 max_tokens=max_tokens, scores=args.nbest > 1 or args.output_format == "jsonl",
-                                 alignments=args.alignments, alignment_layer=args.alignment_layer,
-                                 alignment_heads=args.alignment_heads, strict=args.strict,
-                                 fast=fast, progress=progress,
-                                 desc=f"translating {Path(args.input).name if args.input != '-' else 'stdin'}",
-                                 **generate_kwargs)
-    except ValueError as error:
-        parser.exit(1, f"{parser.prog}: error: {error}\n")
-    return translations, time.perf_counter() - started
-
-
-def _ctranslate2_export(parser, args):
-    """--model as a CTranslate2 export folder (None for a model), its flags checked before anything is read."""
-    from ..translation.ctranslate2_backend import check_export_options, find_export, import_ctranslate2
-
-    try:
-        export = find_export(args.model)
-        if export is not None:
-            check_export_options(export, **vars(args), distributed=distributed_state() is not None)
-            import_ctranslate2()
+        check_options(args.model, **_options(args), tokenizer=args.tokenizer,
+                      distributed=distributed_state() is not None)
+    except OptionRefused as error:
+        parser.error(str(error.spelled(FLAG_SPELLING)))
     except ValueError as error:
         parser.error(str(error))
     except ImportError as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
-    return export
 
 
-def _translate_with_export(parser, args, sources, export):
-    from ..translation.ctranslate2_backend import compute_type_of, load_export, translate_export
+def _load(parser, args):
+    try:
+        translator = load_translator(args.model, device=args.device, dtype=args.dtype, quantize=args.quantize,
+                                     tokenizer=args.tokenizer, trust_remote_code=args.trust_remote_code,
+                                     force=args.force)
+    except OptionRefused as error:
+        parser.error(str(error.spelled(FLAG_SPELLING)))
+    except (OSError, ValueError, ImportError) as error:
+        parser.exit(1, f"{parser.prog}: error: cannot load --model {args.model}: {error}\n")
+    device = translator.device
+    if (translator.backend == "model" and device.type == "cpu" and args.dtype in CPU_DTYPE_FLAGS
+            and not cpu_has_any_flag(CPU_DTYPE_FLAGS[args.dtype])):
+        logger.warning(f"--dtype {args.dtype} on this CPU, which lacks {' and '.join(CPU_DTYPE_FLAGS[args.dtype])}: "
+                       f"PyTorch emulates {args.dtype} arithmetic here, slower than float32; for a faster CPU "
+                       "model use --quantize int8")
+    return translator
 
-    progress = not args.quiet and (args.progress or args.input != "-")
+
+def _translate(parser, args, sources, translator):
+    """(translations, seconds) of `sources` through `translator`, as the flags ask."""
     batch_size, max_tokens = ((args.batch_size, args.max_tokens) if args.batch_size or args.max_tokens
                               else (AUTO_BATCH_SIZE, DEFAULT_MAX_TOKENS))
+    started = time.perf_counter()
     try:
-        loaded = load_export(export, device=args.device, compute_type=compute_type_of(args.dtype, args.quantize))
-        started = time.perf_counter()
-        translations = translate_export(
-            loaded, sources, nbest=args.nbest, batch_size=batch_size, max_tokens=max_tokens,
-            scores=args.nbest > 1 or args.output_format == "jsonl", alignments=args.alignments,
-            alignment_layer=args.alignment_layer, alignment_heads=args.alignment_heads, strict=args.strict,
-            progress=progress, desc=f"translating {Path(args.input).name if args.input != '-' else 'stdin'}",
-            seed=args.seed, do_sample=args.do_sample or None,
-            **{name: getattr(args, name) for name in GENERATION_FLAGS})
-    except (ImportError, ValueError) as error:
+        translations = translator.translate(
+            sources, **_options(args), batch_size=batch_size, max_tokens=max_tokens,
+            progress=not args.quiet and (args.progress or args.input != "-"),
+            desc=f"translating {Path(args.input).name if args.input != '-' else 'stdin'}")
+    except OptionRefused as error:
+        parser.error(str(error.spelled(FLAG_SPELLING)))
+    except ValueError as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
     return translations, time.perf_counter() - started
 

@@ -1,34 +1,38 @@
-r"""Translating with a CTranslate2 export, the folder ``hf-headattn-export`` writes: what ``hf-headattn-translate``
-and ``hf-headattn-evaluate`` run when ``--model`` names one, and :func:`hf_headattn.export.translate_with_ctranslate2`.
+r"""Translating with a CTranslate2 export, the folder ``hf-headattn-export`` writes: the translator
+:func:`~.translator.load_translator` returns for one (:class:`ExportTranslator`), which ``hf-headattn-translate``,
+``hf-headattn-evaluate`` and :func:`hf_headattn.export.translate_with_ctranslate2` run.
 
 * :func:`find_export` recognises an export by its files (the export record, or CTranslate2's ``model.bin`` and
   ``config.json``), so no flag says which kind of folder ``--model`` is; a local folder that is neither a saved model
   nor an export is refused, naming it.
-* :func:`check_export_options` refuses, before anything is read or loaded, every option an export cannot honour,
-  naming each flag: ``--decoding generate`` (an export decodes with CTranslate2's search), ``--tokenizer`` (an export
-  splits text with its own ``tokenizer/``), ``--coverage_penalty`` (this package's Transformer decodes without one),
-  ``--alignment_layer`` other than the exported one and ``--alignment_heads hop``, ``--alignments`` with an export
-  written before exports kept their alignment heads, ``--do_sample`` with beams, ``--early_stopping`` false or never
-  (CTranslate2 ends a sentence's beam search once it has ``num_beams`` finished hypotheses, as ``--early_stopping
-  true`` does; the flag with greedy search), and several processes (torchrun).
-* :func:`load_export` loads the tokenizer and a ``ctranslate2.Translator`` (``--device`` auto/cpu/cuda/cuda:N;
-  ``--dtype`` and ``--quantize`` become CTranslate2's compute type, :func:`compute_type_of`, by default the type the
-  export was written in; the CPU threads PyTorch would use).
-* :func:`translate_export` does what :func:`~hf_headattn.translation.translate` does, with CTranslate2 decoding:
-  blank lines stay blank, sources too long for the model are cut (or refused with ``strict``) with the same
-  warning, batches are the same length-sorted ``batch_size`` / ``max_tokens`` batches (queued to the translator, so
-  that ``inter_threads`` translators work in parallel), and each :class:`~.results.Hypothesis` has the same text,
-  score and alignment: ``num_beams`` -> ``beam_size``, ``nbest`` -> ``num_hypotheses``, ``max_new_tokens`` ->
-  ``max_decoding_length`` (and ``min_new_tokens`` -> ``min_decoding_length``, 0 unless the generation config sets
-  a minimum, so that a translation may be empty as with the model), ``length_penalty`` and
-  ``no_repeat_ngram_size`` as they are, ``do_sample`` / ``top_k`` / ``top_p`` / ``temperature`` / ``seed`` ->
-  CTranslate2's sampling; the defaults are the exported model's generation
-  config (``generation_config.json`` in the export). CTranslate2's scores are this package's (the log-probability of
-  the hypothesis, end of sentence included, divided by ``length ** length_penalty``); sampled hypotheses are scored
-  by ``score_batch``, whose log-probabilities are those of the model, not of the sampling distribution. Alignments
-  come from ``return_attention``: the export's CTranslate2 decoder averages every head of its last layer, as
-  ``--alignment_heads mean`` does; CTranslate2 4.x's beam search returns the first step's attention of padded
-  batches wrongly (other rows), so that step's attention comes from a one-step greedy pass, which computes the same.
+* :func:`export_refusals` lists, before anything is loaded, every option an export cannot honour, each a
+  :class:`~.refusals.Refusal` (option, value, reason; :func:`check_export_options` raises them as one
+  :class:`~.refusals.OptionRefused`): ``fast=False`` (an export decodes with CTranslate2's search), ``tokenizer``
+  (an export splits text with its own ``tokenizer/``), ``coverage_penalty`` (this package's Transformer decodes
+  without one), ``attention`` (CTranslate2 gives one layer's, heads averaged), ``alignment_layer`` other than the
+  exported one and ``alignment_heads="hop"``, ``alignments`` with an export written before exports kept their
+  alignment heads, ``do_sample`` with beams, ``early_stopping`` False or ``"never"`` (CTranslate2 ends a sentence's
+  beam search once it has ``num_beams`` finished hypotheses, as ``early_stopping=True`` does; the option with greedy
+  search), and several processes (torchrun).
+* :func:`load_export` loads the tokenizer and a ``ctranslate2.Translator`` (device auto/cpu/cuda/cuda:N; the dtype
+  and int8 become CTranslate2's compute type, :func:`compute_type_of`, by default the type the export was written
+  in; the CPU threads PyTorch would use).
+* :meth:`ExportTranslator.translate` gives what :func:`~hf_headattn.translation.translate` gives for the model,
+  with CTranslate2 decoding: the same planned batches (:func:`~.sentences.source_batches`: blank lines stay blank,
+  too-long sources cut with the same warning or refused with ``strict``, length-sorted ``batch_size`` /
+  ``max_tokens`` batches, queued to the translator so that ``inter_threads`` translators work in parallel), and
+  each :class:`~.results.Hypothesis` has the same text, score and alignment: ``num_beams`` -> ``beam_size``,
+  ``nbest`` -> ``num_hypotheses``, ``max_new_tokens`` -> ``max_decoding_length`` (``max_length`` counts the start
+  token; ``min_new_tokens`` -> ``min_decoding_length``, 0 unless the generation config sets a minimum, so that a
+  translation may be empty as with the model), ``length_penalty`` and ``no_repeat_ngram_size`` as they are,
+  ``do_sample`` / ``top_k`` / ``top_p`` / ``temperature`` / ``seed`` -> CTranslate2's sampling; the defaults are the
+  exported model's generation config (``generation_config.json`` in the export). CTranslate2's scores are this
+  package's (the log-probability of the hypothesis, end of sentence included, divided by ``length **
+  length_penalty``); sampled hypotheses are scored by ``score_batch``, whose log-probabilities are those of the
+  model, not of the sampling distribution. Alignments come from ``return_attention``: the export's CTranslate2
+  decoder averages every head of its last layer, as ``alignment_heads="mean"`` does; CTranslate2 4.x's beam search
+  returns the first step's attention of padded batches wrongly, so that step's attention comes from a one-step
+  greedy pass, which computes the same (:func:`queue_first_step_attention`).
 
 What differs: beam search can end differently on some lines (CTranslate2 ends a sentence's search once it has
 ``num_beams`` finished hypotheses, Transformers' ``early_stopping=True``, where a model's generation config usually
@@ -48,16 +52,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .alignments import decoded_word_indices, pharaoh, source_word_indices
-from .batches import (AUTO_BATCH_SIZE, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, given_or_auto,
-                      length_sorted_batches)
+from .batches import AUTO_BATCH_SIZE, DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, given_or_auto
+from .refusals import Refusal, refuse
 from .results import Hypothesis, Translation
-from .sentences import check_source_lengths
+from .sentences import check_nbest, ranked, source_batches
 
 # ctranslate2, torch and Transformers are imported where they are used, so that the commands' `--help` is instant.
 
 __all__ = ["CTRANSLATE2_FILES", "DEPLOY_EXTRA", "EXPORT_RECORD", "GENERATION_CONFIG", "GENERATION_OPTIONS",
-           "TOKENIZER_FOLDER", "CTranslate2Export", "check_export_options", "compute_type_of", "ctranslate2_device",
-           "export_batch_size", "find_export", "generation_defaults", "import_ctranslate2", "load_export",
+           "TOKENIZER_FOLDER", "CTranslate2Export", "ExportTranslator", "check_export_options", "compute_type_of",
+           "ctranslate2_device", "export_batch_size", "export_lead", "export_refusals", "find_export",
+           "generation_defaults", "import_ctranslate2", "load_export", "queue_first_step_attention",
            "translate_export"]
 
 logger = logging.getLogger(__name__)
@@ -146,58 +151,86 @@ def generation_defaults(folder: str | Path) -> dict:
     return {name: settings[name] for name in (*GENERATION_OPTIONS, "max_length")}
 
 
-def check_export_options(folder: str | Path, **options) -> None:
-    """Refuse the options an export cannot honour, before anything is read or loaded. `options` are the commands'
-    flags by their names (``decoding``, ``tokenizer``, ``coverage_penalty``, ``alignments``, ``alignment_layer``,
-    ``alignment_heads``, ``do_sample``, ``num_beams``, ``distributed``: True under several processes) as given;
-    options not named here are honoured by :func:`translate_export` or mean nothing for an export
-    (``trust_remote_code``, ``force``).
-
-    Raises:
-        ValueError: naming the export and every flag it cannot honour, with the reason.
-    """
+def export_refusals(folder: str | Path, **options) -> list[Refusal]:
+    """The options an export cannot honour (nothing is loaded: the export record and generation config are read).
+    `options` by the names :func:`~.translator.load_translator` and ``translate`` take them: ``fast`` (False: generate),
+    ``tokenizer``, ``coverage_penalty``, ``distributed`` (True under several processes), ``attention``,
+    ``alignments``, ``alignment_layer``, ``alignment_heads``, ``do_sample``, ``num_beams``, ``early_stopping``;
+    others are honoured by :class:`ExportTranslator` or mean nothing for an export."""
     folder = Path(folder)
-    refused = []
-    if options.get("decoding", "auto") not in ("auto", "fast"):
-        refused.append(f"--decoding {options['decoding']} (an export decodes with CTranslate2's own search)")
+    return [*_setup_refusals(options), *_alignment_refusals(_read_record(folder), options),
+            *_search_refusals(folder, options)]
+
+
+def _setup_refusals(options: dict) -> list[Refusal]:
+    refusals = []
+    if options.get("fast") is False:
+        refusals.append(Refusal("fast", False, "an export decodes with CTranslate2's own search"))
     if options.get("tokenizer") is not None:
-        refused.append(f"--tokenizer {options['tokenizer']} (an export splits text with its own {TOKENIZER_FOLDER}/, "
-                       "the one it was exported with)")
+        refusals.append(Refusal("tokenizer", options["tokenizer"], f"an export splits text with its own "
+                                f"{TOKENIZER_FOLDER}/, the one it was exported with"))
     if options.get("coverage_penalty"):
-        refused.append(f"--coverage_penalty {options['coverage_penalty']} (an export is a Transformer, which decodes "
-                       "without a coverage penalty in this package; the LSTM family has one)")
+        refusals.append(Refusal("coverage_penalty", options["coverage_penalty"], "an export is a Transformer, which "
+                                "decodes without a coverage penalty in this package; the LSTM family has one"))
     if options.get("distributed"):
-        refused.append("several processes (torchrun: an export translates in one process, with CTranslate2's "
-                       "threads)")
-    if options.get("alignments"):
-        alignment = _read_record(folder).get("alignment")
-        layer = options.get("alignment_layer")
-        if alignment is None:
-            refused.append("--alignments (this export's CTranslate2 attention is one head's, not the heads' mean: it "
-                           "was written before exports averaged them; export the model again with "
-                           "hf-headattn-export)")
-        elif layer is not None and not (-alignment["layers"] <= layer < alignment["layers"]
-                                        and layer % alignment["layers"] == alignment["layer"]):
-            refused.append(f"--alignment_layer {layer} (an export gives the attention of decoder layer "
-                           f"{alignment['layer']}, the last, chosen when it was exported; leave the flag out)")
-        if options.get("alignment_heads", "mean") != "mean":
-            refused.append(f"--alignment_heads {options['alignment_heads']} (an export averages the heads: a softmax "
-                           "model has no weights over heads)")
+        refusals.append(Refusal("distributed", True, "torchrun: an export translates in one process, with "
+                                "CTranslate2's threads"))
+    if options.get("attention"):
+        refusals.append(Refusal("attention", True, "CTranslate2 gives one layer's attention with its heads averaged, "
+                                "not every layer's and head's"))
+    return refusals
+
+
+def _alignment_refusals(record: dict, options: dict) -> list[Refusal]:
+    if not options.get("alignments"):
+        return []
+    refusals, alignment, layer = [], record.get("alignment"), options.get("alignment_layer")
+    if alignment is None:
+        refusals.append(Refusal("alignments", True, "this export's CTranslate2 attention is one head's, not the heads' "
+                                "mean: it was written before exports averaged them; export the model again with "
+                                "hf-headattn-export"))
+    elif layer is not None and not (-alignment["layers"] <= layer < alignment["layers"]
+                                    and layer % alignment["layers"] == alignment["layer"]):
+        refusals.append(Refusal("alignment_layer", layer, f"an export gives the attention of decoder layer "
+                                f"{alignment['layer']}, the last, chosen when it was exported; leave "
+                                "{alignment_layer} out"))
+    if options.get("alignment_heads", "mean") != "mean":
+        refusals.append(Refusal("alignment_heads", options["alignment_heads"], "an export averages the heads: a "
+                                "softmax model has no weights over heads"))
+    return refusals
+
+
+def _search_refusals(folder: Path, options: dict) -> list[Refusal]:
     defaults = generation_defaults(folder) if options.get("do_sample") or options.get("num_beams") is None else {}
     do_sample = options.get("do_sample") or defaults.get("do_sample", False)
     num_beams = options.get("num_beams") or defaults.get("num_beams", 1)
+    refusals = []
     if do_sample and num_beams > 1:
-        refused.append(f"--do_sample with {num_beams} beams (CTranslate2 samples with beam 1: pass --num_beams 1)")
+        refusals.append(Refusal("do_sample", True, "CTranslate2 samples with beam 1: pass {num_beams} 1",
+                                shape=f"{{option}} with {num_beams} beams ({{reason}})"))
     early_stopping = options.get("early_stopping")
     if early_stopping is not None and early_stopping is not True:
-        refused.append(f"--early_stopping {str(early_stopping).lower()} (CTranslate2's beam search ends a "
-                       "sentence once it has num_beams finished hypotheses: --early_stopping true, what an export "
-                       "always does)")
+        refusals.append(Refusal("early_stopping", early_stopping, "CTranslate2's beam search ends a sentence once it "
+                                "has num_beams finished hypotheses: {early_stopping} true, what an export always "
+                                "does"))
     elif early_stopping is not None and num_beams == 1:
-        refused.append("--early_stopping with greedy search (num_beams 1): it ends beam search; pass --num_beams 2 "
-                       "or more")
-    if refused:
-        raise ValueError(f"{folder} is a CTranslate2 export, which cannot take " + "; ".join(refused))
+        refusals.append(Refusal("early_stopping", early_stopping, "it ends beam search; pass {num_beams} 2 or more",
+                                shape="{name} with greedy search (num_beams 1): {reason}"))
+    return refusals
+
+
+def export_lead(folder: str | Path) -> str:
+    """How an export's refusals begin (:class:`~.refusals.OptionRefused`)."""
+    return f"{folder} is a CTranslate2 export, which cannot take "
+
+
+def check_export_options(folder: str | Path, **options) -> None:
+    """Refuse the options an export cannot honour (:func:`export_refusals`), before anything is read or loaded.
+
+    Raises:
+        OptionRefused (a ValueError): naming the export and every option it cannot honour, with the reason.
+    """
+    refuse(export_lead(folder), export_refusals(folder, **options))
 
 
 def compute_type_of(dtype: str = "auto", quantize: str = "none") -> str:
@@ -320,41 +353,119 @@ def export_batch_size(batch_size: int | str | None = AUTO_BATCH_SIZE) -> int | N
     return given_or_auto(batch_size, lambda: DEFAULT_BATCH_SIZE)
 
 
-def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[str], *, nbest: int = 1,
-                     batch_size: int | str | None = AUTO_BATCH_SIZE, max_tokens: int | None = DEFAULT_MAX_TOKENS,
-                     scores: bool = False, alignments: bool = False, alignment_layer: int | None = None,
-                     alignment_heads: str = "mean", strict: bool = False, progress: bool = False,
-                     desc: str = "translating", seed: int | None = None, ctranslate2_options: dict | None = None,
-                     **generate_kwargs) -> list[Translation]:
-    """Translate `sources` with an export (loaded, or its folder): one :class:`~.results.Translation` per source, in
-    input order, as :func:`~hf_headattn.translation.translate` gives them (same arguments; `generate_kwargs` are
-    :data:`GENERATION_OPTIONS`, None leaving the export's default; `seed` seeds CTranslate2's sampling;
-    `ctranslate2_options` go to ``Translator.translate_batch`` as they are).
+class ExportTranslator:
+    """A loaded export as a translator (what :func:`~.translator.load_translator` returns for one): ``translate``
+    gives what a model's translator gives (:class:`~.translator.ModelTranslator`), decoded by CTranslate2's
+    ``Translator.translate_batch``."""
 
-    Raises:
-        ValueError: an option CTranslate2 has no counterpart of, ``nbest`` above the beams, an option the export
-            cannot honour (:func:`check_export_options`), a too-long source with ``strict``.
-    """
-    from ..progress import Progress
+    backend = "ctranslate2"
 
-    if not isinstance(export, CTranslate2Export):
-        export = load_export(export)
-    early_stopping = generate_kwargs.pop("early_stopping", None)  # CTranslate2's rule is True's: checked below
-    unknown = sorted(set(generate_kwargs) - set(GENERATION_OPTIONS))
-    if unknown:
-        raise ValueError(f"{', '.join(unknown)}: no CTranslate2 counterpart; accepted: {', '.join(GENERATION_OPTIONS)}")
-    settings = {**export.generation, **{name: value for name, value in generate_kwargs.items() if value is not None}}
-    num_beams = settings["num_beams"]
-    if isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1:
-        raise ValueError(f"nbest must be a positive int, got {nbest!r}")
-    if nbest > num_beams:
-        raise ValueError(f"nbest={nbest} is more than num_beams={num_beams}: beam search keeps num_beams "
-                         "hypotheses, so ask for at most that many (or raise num_beams)")
-    check_export_options(export.folder, alignments=alignments, alignment_layer=alignment_layer,
-                         alignment_heads=alignment_heads, do_sample=settings["do_sample"], num_beams=num_beams,
-                         early_stopping=early_stopping)
-    ctranslate2 = import_ctranslate2()
-    options = {"beam_size": num_beams, "num_hypotheses": nbest, "max_decoding_length": settings["max_new_tokens"],
+    def __init__(self, export: CTranslate2Export):
+        self.export = export
+        self.tokenizer = export.tokenizer
+        self.device = export.device
+
+    def describe(self) -> dict:
+        """What an evaluation records of the model (:meth:`CTranslate2Export.describe`)."""
+        return self.export.describe()
+
+    def fast(self, fast: bool | None = None) -> bool | None:
+        """`fast` as given: CTranslate2's search decodes whatever it is (False is refused by ``translate``)."""
+        return fast
+
+    def batch_size(self, batch_size: int | str | None = AUTO_BATCH_SIZE, **_) -> int | None:
+        """The sentences a batch: :func:`export_batch_size`."""
+        return export_batch_size(batch_size)
+
+    def settings(self, *, max_length: int | None = None, length_penalty: float | None = None, **_) -> dict:
+        """How the search ranks and stops, as an evaluation records it: the overrides, else the export's."""
+        return {"device": self.device,
+                "max_length": self.export.generation["max_length"] if max_length is None else max_length,
+                "length_penalty": self.export.generation["length_penalty"] if length_penalty is None
+                else length_penalty,
+                "early_stopping": True,  # CTranslate2's rule (num_beams finished hypotheses), whatever was asked
+                "backend": self.backend, "compute_type": self.export.compute_type}
+
+    def translate(self, sources: Sequence[str], *, nbest: int = 1, batch_size: int | str | None = AUTO_BATCH_SIZE,
+                  max_tokens: int | None = DEFAULT_MAX_TOKENS, scores: bool = False, alignments: bool = False,
+                  alignment_layer: int | None = None, alignment_heads: str = "mean", attention: bool = False,
+                  strict: bool = False, fast: bool | None = None, seed: int | None = None, progress: bool = False,
+                  desc: str = "translating", ctranslate2_options: dict | None = None,
+                  **generation) -> list[Translation]:
+        """One :class:`~.results.Translation` per source, in input order (the arguments of
+        :meth:`~.translator.ModelTranslator.translate`; `generation` are :data:`GENERATION_OPTIONS` and
+        ``max_length``, None leaving the export's default; `seed` seeds CTranslate2's sampling;
+        `ctranslate2_options` go to ``Translator.translate_batch`` as they are).
+
+        Raises:
+            OptionRefused: an option CTranslate2 has no counterpart of or the export cannot honour
+                (:func:`export_refusals`), ``nbest`` above the beams.
+            ValueError: a too-long source with ``strict``.
+        """
+        generation = {name: value for name, value in generation.items() if value is not None}
+        early_stopping, coverage_penalty = generation.pop("early_stopping", None), generation.pop("coverage_penalty", 0)
+        settings = self._settings(generation)
+        check_nbest(nbest, settings["num_beams"], lead=f"{self.export.folder}: ")
+        check_export_options(self.export.folder, fast=fast, attention=attention, alignments=alignments,
+                             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                             coverage_penalty=coverage_penalty, do_sample=settings["do_sample"],
+                             num_beams=settings["num_beams"], early_stopping=early_stopping)
+        options = {**_search_options(settings, nbest, alignments), **(ctranslate2_options or {})}
+        if settings["do_sample"] and seed is not None:
+            import_ctranslate2().set_random_seed(seed)
+        sources = list(sources)
+        planned = source_batches(self.tokenizer, sources, self.export.source_token_limit(),
+                                 export_batch_size(batch_size), max_tokens, strict=strict)
+        results = self._decode(planned, sources, settings, options, alignments=alignments,
+                               scores=scores or nbest > 1, progress=progress, desc=desc)
+        return [Translation(source, results.get(index, [])) for index, source in enumerate(sources)]
+
+    def _settings(self, generation: dict) -> dict:
+        """The export's decoding defaults with `generation` over them (``max_length`` as ``max_new_tokens``)."""
+        accepted = (*GENERATION_OPTIONS, "max_length")
+        refuse(f"{self.export.folder}: ", [
+            Refusal(name, generation[name], f"no CTranslate2 counterpart; accepted: {', '.join(accepted)}")
+            for name in sorted(set(generation) - set(accepted))])
+        settings = {**self.export.generation, **generation}
+        if "max_length" in generation and "max_new_tokens" not in generation:  # counting the start token
+            settings["max_new_tokens"] = max(generation["max_length"] - 1, 1)
+        return settings
+
+    def _decode(self, planned, sources, settings, options, *, alignments, scores, progress,
+                desc) -> dict[int, list[Hypothesis]]:
+        """Each planned batch translated: source position -> hypotheses."""
+        from ..progress import Progress
+
+        tokenizer, translator, limit = self.tokenizer, self.export.translator, self.export.source_token_limit()
+        texts = [sources[index] for index in planned.kept]
+        encoded = planned.input_ids
+        if limit is not None and any(len(ids) > limit for ids in encoded):  # cut as the tokenizer cuts (keeping </s>)
+            encoded = tokenizer(texts, return_token_type_ids=False, verbose=False, truncation=True,
+                                max_length=limit)["input_ids"]
+        pieces = dict(zip(planned.kept, (tokenizer.convert_ids_to_tokens(ids) for ids in encoded)))
+        source_words = dict(zip(planned.kept, source_word_indices(tokenizer, texts, encoded, limit))) \
+            if alignments else {}
+        # every batch queued at once, so that inter_threads translators take them in parallel; read back in order
+        queued = [(batch, translator.translate_batch([pieces[index] for index in batch], asynchronous=True, **options),
+                   queue_first_step_attention(translator, [pieces[index] for index in batch]) if alignments else None)
+                  for batch in planned.batches]
+        results: dict[int, list[Hypothesis]] = {}
+        bar = Progress(total=len(planned.kept), desc=desc, unit="sentence", disable=not progress)
+        for batch, pending, first_steps in queued:
+            outputs = [item.result() for item in pending]
+            first_rows = [item.result().attention[0][0] for item in first_steps] if alignments else None
+            hypotheses = _hypotheses(self.export, batch, outputs, first_rows, pieces, source_words, settings,
+                                     scores=scores)
+            results.update(zip(batch, ranked(hypotheses) if scores else hypotheses))
+            bar.update(len(batch))
+        bar.close()
+        return results
+
+
+def _search_options(settings: dict, nbest: int, alignments: bool) -> dict:
+    """``Translator.translate_batch``'s options for the decoding `settings` (generate's names)."""
+    options = {"beam_size": settings["num_beams"], "num_hypotheses": nbest,
+               "max_decoding_length": settings["max_new_tokens"],
                "min_decoding_length": settings["min_new_tokens"],  # CTranslate2's default, 1, forbids an empty one
                "length_penalty": settings["length_penalty"], "no_repeat_ngram_size": settings["no_repeat_ngram_size"],
                "max_input_length": 0, "return_end_token": True, "return_scores": True,
@@ -362,46 +473,31 @@ def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[s
     if settings["do_sample"]:
         options.update(sampling_topk=settings["top_k"] or 0, sampling_topp=settings["top_p"],
                        sampling_temperature=settings["temperature"])
-        if seed is not None:
-            ctranslate2.set_random_seed(seed)
-    options.update(ctranslate2_options or {})
+    return options
 
-    tokenizer, translator = export.tokenizer, export.translator
-    sources = list(sources)
-    kept = [index for index, source in enumerate(sources) if source.strip()]
-    texts = [sources[index] for index in kept]
-    encoded = tokenizer(texts, return_token_type_ids=False, verbose=False)["input_ids"] if kept else []
-    lengths = [len(ids) for ids in encoded]
-    limit = export.source_token_limit()
-    check_source_lengths(kept, lengths, limit, strict=strict)
-    if limit is not None and any(length > limit for length in lengths):  # cut as the tokenizer cuts (keeping </s>)
-        encoded = tokenizer(texts, return_token_type_ids=False, verbose=False, truncation=True,
-                            max_length=limit)["input_ids"]
-    pieces = dict(zip(kept, (tokenizer.convert_ids_to_tokens(ids) for ids in encoded)))
-    source_words = dict(zip(kept, source_word_indices(tokenizer, texts, encoded, limit))) if alignments else {}
-    cut_lengths = [min(length, limit or length) for length in lengths]
-    batches = [[kept[k] for k in batch] for batch in length_sorted_batches(
-        cut_lengths, export_batch_size(batch_size), max_tokens)] if kept else []
 
-    # every batch queued at once, so that inter_threads translators take them in parallel; read back in order
-    queued = [(batch, translator.translate_batch([pieces[index] for index in batch], asynchronous=True, **options),
-               translator.translate_batch([pieces[index] for index in batch], asynchronous=True, beam_size=1,
-                                          max_decoding_length=1, max_input_length=0, return_attention=True)
-               if alignments else None)
-              for batch in batches]
-    results: dict[int, list[Hypothesis]] = {}
-    bar = Progress(total=len(kept), desc=desc, unit="sentence", disable=not progress)
-    for batch, pending, first_steps in queued:
-        outputs = [item.result() for item in pending]
-        first_rows = [item.result().attention[0][0] for item in first_steps] if alignments else None
-        hypotheses = _hypotheses(export, batch, outputs, first_rows, pieces, source_words, settings,
-                                 scores=scores or nbest > 1)
-        if scores or nbest > 1:
-            hypotheses = [sorted(group, key=lambda hypothesis: -hypothesis.score) for group in hypotheses]
-        results.update(zip(batch, hypotheses))
-        bar.update(len(batch))
-    bar.close()
-    return [Translation(source, results.get(index, [])) for index, source in enumerate(sources)]
+def queue_first_step_attention(translator, pieces: list[list[str]]):
+    """The first decoding step's attention of each source, from a one-step greedy pass (queued, asynchronous).
+
+    Why: CTranslate2 4.x's beam search returns the first step's attention of a padded batch wrongly (rows of other
+    sentences of the batch), while its greedy search gets that step right. The first step reads the decoder's start
+    token alone, whatever the search, so a one-step greedy pass computes the attention beam search used; the
+    alignment takes that row in place of the beam search's (:func:`_with_first_step`).
+    """
+    return translator.translate_batch(pieces, asynchronous=True, beam_size=1, max_decoding_length=1,
+                                      max_input_length=0, return_attention=True)
+
+
+def _with_first_step(first_row: list[float], rows: list[list[float]]) -> list[list[float]]:
+    """A hypothesis' attention rows with the first step's from :func:`queue_first_step_attention`."""
+    return [first_row, *rows[1:]]
+
+
+def translate_export(export: CTranslate2Export | str | Path, sources: Sequence[str], **options) -> list[Translation]:
+    """Translate `sources` with an export (loaded, or its folder): :meth:`ExportTranslator.translate`."""
+    if not isinstance(export, CTranslate2Export):
+        export = load_export(export)
+    return ExportTranslator(export).translate(sources, **options)
 
 
 def _hypotheses(export, batch, outputs, first_rows, pieces, source_words, settings, *, scores):
@@ -420,15 +516,21 @@ def _hypotheses(export, batch, outputs, first_rows, pieces, source_words, settin
                 import torch
 
                 rows = output.attention[k]  # [target tokens, source tokens], the end of sentence's included
-                hypothesis.alignment = pharaoh(torch.tensor([first_rows[position], *rows[1:]]), source_words[index],
-                                               decoded_word_indices(tokenizer, ids)) if rows else ""
+                hypothesis.alignment = pharaoh(torch.tensor(_with_first_step(first_rows[position], rows)),
+                                               source_words[index], decoded_word_indices(tokenizer, ids)) \
+                    if rows else ""
             group.append(hypothesis)
             targets.append((index, tokens[:-1] if ended else tokens, ended, hypothesis))
         grouped.append(group)
-    if scores and settings["do_sample"]:  # the model's log-probabilities, not the sampling distribution's
-        sampled = export.translator.score_batch([pieces[index] for index, *_ in targets],
-                                                [tokens for _, tokens, *_ in targets], max_input_length=0)
-        for (_, tokens, ended, hypothesis), result in zip(targets, sampled):
-            log_probs = result.log_probs if ended else result.log_probs[:-1]  # score_batch adds the end of sentence
-            hypothesis.score = sum(log_probs) / max(len(log_probs), 1) ** settings["length_penalty"]
+    if scores and settings["do_sample"]:
+        _score_sampled(export, pieces, targets, settings["length_penalty"])
     return grouped
+
+
+def _score_sampled(export, pieces, targets, length_penalty) -> None:
+    """Sampled hypotheses' scores: the model's log-probabilities (``score_batch``), not the sampling distribution's."""
+    sampled = export.translator.score_batch([pieces[index] for index, *_ in targets],
+                                            [tokens for _, tokens, *_ in targets], max_input_length=0)
+    for (_, tokens, ended, hypothesis), result in zip(targets, sampled):
+        log_probs = result.log_probs if ended else result.log_probs[:-1]  # score_batch adds the end of sentence
+        hypothesis.score = sum(log_probs) / max(len(log_probs), 1) ** length_penalty

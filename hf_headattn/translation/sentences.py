@@ -23,17 +23,19 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .alignments import ALIGNMENT_HEADS, alignment_layer_index, decoded_word_indices, pharaoh, source_word_indices
 from .batches import (AUTO_BATCH_SIZE, DEFAULT_MAX_TOKENS, default_batch_size, given_or_auto,
                       length_sorted_batches, source_token_limit)
+from .refusals import OptionRefused, Refusal
 from .results import Hypothesis, HypothesisAttention, Translation
 from .teacher_forcing import teacher_forced
 
 # torch, Transformers and the models are imported where they are used, so that the command's `--help` is instant.
 
-__all__ = ["check_source_lengths", "distributed_state", "fast_path_by_default", "resolve_batch_size", "translate",
-           "translate_sentences"]
+__all__ = ["SourceBatches", "check_nbest", "check_source_lengths", "distributed_state", "fast_path_by_default",
+           "ranked", "resolve_batch_size", "source_batches", "translate", "translate_sentences"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,51 +98,53 @@ def translate(
     """
     from ..progress import Progress
 
-    num_beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1
-    if isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1:
-        raise ValueError(f"nbest must be a positive int, got {nbest!r}")
-    if nbest > num_beams:
-        raise ValueError(f"nbest={nbest} is more than num_beams={num_beams}: beam search keeps num_beams "
-                         "hypotheses, so ask for at most that many (or raise num_beams)")
+    check_nbest(nbest, generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1)
     if generate_kwargs.get("max_new_tokens") is not None and "max_length" not in generate_kwargs:
         # the saved generation config's max_length yields to max_new_tokens; saying so, Transformers would warn on
         # every call
         generate_kwargs = {**generate_kwargs, "max_length": None}
     batch_size = resolve_batch_size(model, batch_size, fast=fast, **generate_kwargs)
-    if alignment_heads not in ALIGNMENT_HEADS:
-        raise ValueError(f"Unknown alignment_heads={alignment_heads!r}; accepted: {', '.join(ALIGNMENT_HEADS)}")
-    if alignments or attention:
-        alignment_layer_index(model, alignment_layer)  # a bad layer fails before any decoding
+    _check_alignment_options(model, alignment_layer, alignment_heads, used=alignments or attention)
     sources = list(sources)
-    kept = [index for index, source in enumerate(sources) if source.strip()]
-    lengths = [len(ids) for ids in tokenizer([sources[index] for index in kept], return_token_type_ids=False,
-                                             verbose=False)["input_ids"]] if kept else []
     limit = source_token_limit(model, tokenizer)
     state = distributed_state()
-    check_source_lengths(kept, lengths, limit, strict=strict, warn=state is None or state.is_main_process)
-    batches = [[kept[k] for k in batch] for batch in length_sorted_batches(
-        [min(length, limit or length) for length in lengths], batch_size, max_tokens)]
+    batches = source_batches(tokenizer, sources, limit, batch_size, max_tokens, strict=strict,
+                             warn=state is None or state.is_main_process).batches
 
     # Batches come longest first: each process takes every num_processes-th, so that all get long and short ones
     # (Accelerate's split_between_processes gives the first process the first, longest, part)
     own_batches = batches[state.process_index::state.num_processes] if state else batches
-    results: dict[int, list[Hypothesis]] = {}
     bar = Progress(total=sum(len(batch) for batch in own_batches), desc=desc, unit="sentence",
-               disable=not progress or (state is not None and not state.is_main_process))
+                   disable=not progress or (state is not None and not state.is_main_process))
+    results: dict[int, list[Hypothesis]] = {}
     for batch in own_batches:
-        texts = [sources[index] for index in batch]
-        hypotheses = _translate_batch(model, tokenizer, texts, nbest=nbest, limit=limit, fast=fast,
-                                      scores=scores or nbest > 1, alignments=alignments,
-                                      alignment_layer=alignment_layer, alignment_heads=alignment_heads,
-                                      attention=attention, generate_kwargs=generate_kwargs)
-        results.update(zip(batch, hypotheses))
+        results.update(zip(batch, _translate_batch(
+            model, tokenizer, [sources[index] for index in batch], nbest=nbest, limit=limit, fast=fast,
+            scores=scores or nbest > 1, alignments=alignments, alignment_layer=alignment_layer,
+            alignment_heads=alignment_heads, attention=attention, generate_kwargs=generate_kwargs)))
         bar.update(len(batch))
     bar.close()
-    if state is not None:
-        from accelerate.utils import gather_object
-
-        results = dict(item for part in gather_object([list(results.items())]) for item in part)
+    results = _gathered(results, state)
     return [Translation(source, results.get(index, [])) for index, source in enumerate(sources)]
+
+
+def _check_alignment_options(model, alignment_layer: int | None, alignment_heads: str, *, used: bool) -> None:
+    """Refuse an unknown `alignment_heads` and, where alignments or attention are asked for (`used`), a layer the
+    model lacks, before any decoding."""
+    if alignment_heads not in ALIGNMENT_HEADS:
+        raise ValueError(f"Unknown alignment_heads={alignment_heads!r}; accepted: {', '.join(ALIGNMENT_HEADS)}")
+    if used:
+        alignment_layer_index(model, alignment_layer)
+
+
+def _gathered(results: dict, state) -> dict:
+    """Every process's `results` (source position -> hypotheses) under several processes (Accelerate's
+    ``gather_object``); this process's alone otherwise."""
+    if state is None:
+        return results
+    from accelerate.utils import gather_object
+
+    return dict(item for part in gather_object([list(results.items())]) for item in part)
 
 
 def check_source_lengths(kept: list[int], lengths: list[int], limit: int | None, *, strict: bool,
@@ -212,9 +216,54 @@ def _translate_batch(model, tokenizer, texts, *, nbest, limit, fast, scores, ali
                     alignment_attention=reduced[:, :len(source_ids)].cpu(),
                     **kept)
     grouped = [hypotheses[start:start + nbest] for start in range(0, len(hypotheses), nbest)]
-    if scores:  # beam search ranks by the same score; sorting keeps the order exact under float rounding
-        grouped = [sorted(group, key=lambda hypothesis: -hypothesis.score) for group in grouped]
-    return grouped
+    return ranked(grouped) if scores else grouped
+
+
+def ranked(grouped: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+    """Each sentence's hypotheses sorted by score, best first (beam search ranks by the same score; sorting keeps
+    the order exact under float rounding)."""
+    return [sorted(group, key=lambda hypothesis: -hypothesis.score) for group in grouped]
+
+
+def check_nbest(nbest: int, num_beams: int, *, lead: str | None = None) -> None:
+    """Refuse an `nbest` that is not a positive int, or above `num_beams`: a ValueError, or with `lead` (a
+    translator's) an :class:`~.refusals.OptionRefused` of ``nbest``."""
+    if isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1:
+        raise ValueError(f"nbest must be a positive int, got {nbest!r}")
+    if nbest <= num_beams:
+        return
+    if lead is not None:
+        beams = f"{num_beams} beam{'s' * (num_beams != 1)}"
+        raise OptionRefused(lead, [Refusal("nbest", nbest, "beam search keeps {num_beams} hypotheses: ask for at "
+                                           "most that many, or raise {num_beams}",
+                                           shape=f"{{option}} is more than the {beams} ({{reason}})")])
+    raise ValueError(f"nbest={nbest} is more than num_beams={num_beams}: beam search keeps num_beams "
+                     "hypotheses, so ask for at most that many (or raise num_beams)")
+
+
+@dataclass
+class SourceBatches:
+    """Sources planned into batches: `kept`, the positions of the non-blank ones; `input_ids`, their token ids
+    (not cut); `batches`, positions batch by batch, longest first."""
+
+    kept: list[int]
+    input_ids: list[list[int]]
+    batches: list[list[int]]
+
+
+def source_batches(tokenizer, sources: list[str], limit: int | None, batch_size: int | None,
+                   max_tokens: int | None, *, strict: bool, warn: bool = True) -> SourceBatches:
+    """The non-blank `sources` tokenized and packed into length-sorted batches (:func:`length_sorted_batches`, of
+    their lengths cut to `limit`), the too-long ones refused (`strict`) or warned about (`warn`,
+    :func:`check_source_lengths`): what every translator decodes."""
+    kept = [index for index, source in enumerate(sources) if source.strip()]
+    input_ids = tokenizer([sources[index] for index in kept], return_token_type_ids=False,
+                          verbose=False)["input_ids"] if kept else []
+    lengths = [len(ids) for ids in input_ids]
+    check_source_lengths(kept, lengths, limit, strict=strict, warn=warn)
+    batches = [[kept[k] for k in batch] for batch in length_sorted_batches(
+        [min(length, limit or length) for length in lengths], batch_size, max_tokens)]
+    return SourceBatches(kept, input_ids, batches)
 
 
 def fast_path_by_default(device) -> bool:
