@@ -9,7 +9,7 @@ from hf_headattn import (HeadAttnConfig, HeadAttnForConditionalGeneration, HeadA
 from hf_headattn.runtime.attention_base import CROSS_ATTENTION
 from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS
 from hf_headattn.runtime.guided_alignment import GUIDED_ALIGNMENT_COSTS, guided_alignment_sum
-from tests.helpers.models import random_model, random_rnn_model, rnn_config, source_batch, tiny_config
+from helpers import random_model, random_rnn_model, rnn_config, source_batch, tiny_config
 
 CROSS_VARIANTS = sorted(name for name, variant in ATTENTION_VARIANTS.items() if CROSS_ATTENTION in variant.sites)
 RNN_TRANSFORMS = ("softmax", "sparsemax", "csoftmax", "csparsemax")

@@ -16,8 +16,8 @@ from hf_headattn.training.guided_links import (GuidedAlignmentCollator, eflomal_
 from hf_headattn.training.run import train
 from hf_headattn.training.run_folder import RunRefused
 from hf_headattn.translation import alignments
-from tests.helpers.models import random_model, tiny_config
-from tests.helpers.runs import toy_data, train_tiny_model
+from helpers import random_model, tiny_config, toy_data, train_tiny_model
+from helpers.runs import refused_before_data
 
 PAIRS = [("der hund läuft", "the dog runs"), ("ein ball", "a ball")]
 
@@ -155,17 +155,8 @@ FAIL_FAST = {
 @pytest.mark.parametrize("case", sorted(FAIL_FAST))
 def test_bad_guided_alignment_flags_fail_before_any_data_is_read(case, data, tmp_path, monkeypatch, capsys):
     flags, message = FAIL_FAST[case]
-
-    def must_not_run(*args, **kwargs):
-        raise AssertionError("the command read data or trained a tokenizer before rejecting the flags")
-
-    monkeypatch.setattr(run, "load_data", must_not_run)
-    monkeypatch.setattr(tokenization, "train_tokenizer", must_not_run)
-    with pytest.raises(SystemExit) as exit_info:
-        train(["--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
-               "--output_dir", str(tmp_path / "run"), "--layers", "3", *flags])
-    assert exit_info.value.code == 2
-    error = capsys.readouterr().err
+    error = refused_before_data(["--train_source", str(data["train.src"]), "--train_target", str(data["train.tgt"]),
+                                 "--output_dir", str(tmp_path / "run"), "--layers", "3", *flags], monkeypatch, capsys)
     assert f"hf-headattn-train: error: {message}" in error, error
 
 

@@ -2,8 +2,11 @@
 
 from pathlib import Path
 
+import pytest
+
+from hf_headattn import tokenization
 from hf_headattn.toy_corpus import write_toy_corpus
-from hf_headattn.training import train
+from hf_headattn.training import run, train
 
 
 # Tiny trained folders of both families, made with the training command
@@ -42,3 +45,18 @@ def train_tiny_model(data: dict[str, Path], output_dir: Path, family: str, *extr
         "--per_device_train_batch_size", "16", "--warmup_steps", "1", "--logging_steps", "1",
     ])
     return output_dir
+
+
+def refused_before_data(argv: list[str], monkeypatch, capsys) -> str:
+    """`hf-headattn-train argv` (in process) with reading data and training a tokenizer made to fail the test:
+    asserts that the flags are refused first, with exit status 2, and returns what the command wrote to stderr."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the command read data or trained a tokenizer before rejecting the flags")
+
+    monkeypatch.setattr(run, "load_data", must_not_run)
+    monkeypatch.setattr(tokenization, "train_tokenizer", must_not_run)
+    with pytest.raises(SystemExit) as exit_info:
+        train(argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
