@@ -7,13 +7,11 @@ import json
 import pytest
 import torch
 
-from hf_headattn import tokenization
 from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus
 from hf_headattn.training import guided_links, run
 from hf_headattn.training.guided_links import (GuidedAlignmentCollator, eflomal_links, links_matrix, read_pharaoh,
                                                subword_links)
-from hf_headattn.training.run import train
 from hf_headattn.training.run_folder import RunRefused
 from hf_headattn.translation import alignments
 from helpers import random_model, tiny_config, toy_data, train_tiny_model

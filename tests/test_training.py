@@ -16,7 +16,7 @@ import pyarrow
 import pytest
 from datasets import Dataset, Features, List, Value
 
-from hf_headattn import HeadAttnForConditionalGeneration, demo, tokenization
+from hf_headattn import HeadAttnForConditionalGeneration, demo
 from hf_headattn.tokenization import train_tokenizer
 from hf_headattn.toy_corpus import make_toy_corpus, write_toy_corpus
 from hf_headattn.evaluation import translate_and_score
