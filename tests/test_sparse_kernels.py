@@ -752,7 +752,7 @@ def test_nan_and_inf_rows_propagate_like_softmax(name, dtype):
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_unbounded_kernels_match_softmax_semantics_on_nonfinite_rows(name):
     # With u = +inf, csoftmax is softmax: same values, same NaN, on every row that is not all masked.
-    z, mask, nan_rows, all_masked = _nonfinite_batch(torch.float64)
+    z, mask, nan_rows, all_masked = nonfinite_batch(torch.float64)
     alpha = KERNELS[name](z, INF, mask=mask)
     softmax = torch.softmax(z.masked_fill(~mask, -INF), -1)
     assert torch.equal(alpha.isnan()[~all_masked], softmax.isnan()[~all_masked])
