@@ -100,12 +100,15 @@ def test_ctrl_c_says_in_one_line_which_checkpoint_the_same_command_resumes(tmp_p
     that resumes from it, and the shell's status for an interrupted command (130)."""
     data = toy_data(tmp_path / "data")
     output_dir = tmp_path / "run"
-    argv = command(data, output_dir, BATCHING["sentence batches"])
+    # far more steps than the interruption needs, so that on loaded cores the signal still lands mid-run (in CI the
+    # run of STEPS once finished, 6 s after its first checkpoint, before the signal took effect)
+    argv = [*command(data, output_dir, BATCHING["sentence batches"]), "--max_steps", "1000"]
     process = subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     marker = output_dir / "checkpoint-6" / "trainer_state.json"
     deadline = time.monotonic() + 600
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert process.poll() is None, "the run ended before it could be interrupted"
     process.send_signal(signal.SIGINT)
     stderr = process.communicate(timeout=120)[1]
     assert process.returncode == 130, stderr[-3000:]
