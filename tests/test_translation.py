@@ -350,10 +350,10 @@ def test_hop_alignments_need_weights_over_heads(tokenizer, sources):
                                 alignment_layer=-1, **GENERATION)[0]
         assert translation.hypotheses[0].alignment
     with pytest.raises(ValueError, match="has no weights over heads"):
-        translate(transformer_model("softmax"), tokenizer, sources[:1], alignments=True, alignment_heads="hop",
+        translate(transformer_model("softmax-every-site"), tokenizer, sources[:1], alignments=True, alignment_heads="hop",
                   **GENERATION)
     with pytest.raises(ValueError, match="decoder has 2 attention layer"):
-        translate(transformer_model("softmax"), tokenizer, sources[:1], alignments=True, alignment_layer=2)
+        translate(transformer_model("softmax-every-site"), tokenizer, sources[:1], alignments=True, alignment_layer=2)
 
 
 def test_pharaoh_takes_the_argmax_word_skips_special_tokens_and_keeps_exact_zeros_unlinked():
@@ -380,7 +380,7 @@ def test_word_indices_follow_whitespace_words_of_source_and_decoded_text(tokeniz
 
 
 def test_too_long_lines_are_cut_with_one_warning_or_refused_with_strict(tokenizer, sources, caplog):
-    model = transformer_model("softmax")
+    model = transformer_model("softmax-every-site")
     long_line = " ".join(["der große hund sieht die katze ."] * 12)  # beyond 64 positions
     with caplog.at_level("WARNING", logger="hf_headattn.translation"):
         translations = translate(model, tokenizer, [sources[0], long_line, long_line], **GENERATION)
