@@ -294,11 +294,9 @@ def test_decoder_starts_from_the_encoders_final_states():
     assert states["cumulative"].shape == (3, 1, 9)
 
 
-@pytest.mark.parametrize("transform", [name for name in ATTENTION_TRANSFORMS if name not in CONSTRAINED_TRANSFORMS])
-def test_each_registry_transform_weighs_the_heads_scores_as_the_variant_normalises_them(transform):
-    """The LSTM takes its normaliser from the registry: its weights at a step are the variant's `normalize` of the
-    heads' scores (entmax_alpha with its alphas, here not all 1.5)."""
-    config = rnn_config(hidden_size=8, attention_transform=transform, num_heads=2)
+def random_source_attention(config):
+    """A float64 source attention of `config` with N(0, 1) weights, and a decoder state and encoder states for one
+    step: 4 sentences of 6 source tokens, hidden size 8."""
     torch.manual_seed(0)
     attention = HeadAttnRNNSourceAttention(config).double()
     with torch.no_grad():
@@ -307,6 +305,15 @@ def test_each_registry_transform_weighs_the_heads_scores_as_the_variant_normalis
     generator = torch.Generator().manual_seed(3)
     state = torch.randn(4, 8, generator=generator, dtype=torch.float64)
     memory = torch.randn(4, 6, 8, generator=generator, dtype=torch.float64)
+    return attention, state, memory
+
+
+@pytest.mark.parametrize("transform", [name for name in ATTENTION_TRANSFORMS if name not in CONSTRAINED_TRANSFORMS])
+def test_each_registry_transform_weighs_the_heads_scores_as_the_variant_normalises_them(transform):
+    """The LSTM takes its normaliser from the registry: its weights at a step are the variant's `normalize` of the
+    heads' scores (entmax_alpha with its alphas, here not all 1.5)."""
+    attention, state, memory = random_source_attention(rnn_config(hidden_size=8, attention_transform=transform,
+                                                                  num_heads=2))
     allowed = attention.attention_mask(torch.tensor([[1] * 6, [1] * 4 + [0] * 2] * 2))
     _, weights, _, _ = attention(state, memory, allowed, None, torch.zeros(4, 2, 6, dtype=torch.float64))
     scores = torch.einsum("bnd,bsd->bns", attention.query_proj(state).view(4, 2, 8), memory)
@@ -330,18 +337,11 @@ def test_sparse_and_constrained_transforms_really_differ_from_softmax():
     sparsemax and csparsemax give exact zeros and csoftmax caps at a bound on that same step."""
     results = {}
     for transform in ("softmax", "sparsemax", "csoftmax", "csparsemax"):
-        config = rnn_config(hidden_size=8, attention_transform=transform, num_heads=2, exhaustion=0.0, sink="vector")
-        torch.manual_seed(0)
-        attention = HeadAttnRNNSourceAttention(config).double()
-        with torch.no_grad():
-            for parameter in attention.parameters():
-                parameter.normal_(0.0, 1.0)
-        generator = torch.Generator().manual_seed(3)
-        state = torch.randn(4, 8, generator=generator, dtype=torch.float64)
-        memory = torch.randn(4, 6, 8, generator=generator, dtype=torch.float64)
+        attention, state, memory = random_source_attention(rnn_config(
+            hidden_size=8, attention_transform=transform, num_heads=2, exhaustion=0.0, sink="vector"))
         fertility = torch.full((4, 1, 6), 0.3, dtype=torch.float64)
         _, weights, _, _ = attention(state, memory, None, fertility if transform.startswith("c") else None,
-                                  torch.zeros(4, 2, 6, dtype=torch.float64))
+                                     torch.zeros(4, 2, 6, dtype=torch.float64))
         results[transform] = weights[..., :6]
     assert (results["softmax"] > 0).all()
     assert (results["sparsemax"] == 0).any() and (results["csparsemax"] == 0).any()
