@@ -83,6 +83,7 @@ DHICM_OPTIMAL = tuple(part for site in ("encoder_self_attention", "decoder_self_
                       for part in (f"--{site}", '{"type": "dhicm", "layers": [-1], "kl_weight": 0.1, "dropout": 0.5}'))
 SAMPLED_10K = ("--max_train_pairs", "10000", "--sample_train_pairs", "true")  # another sample each seed
 SAMPLED_20K = ("--max_train_pairs", "20000", "--sample_train_pairs", "true")
+GUIDED_ALIGNMENT = ("--guided_alignment", "eflomal")  # Garg et al.'s defaults: weight 0.05, penultimate layer, head 0
 SYSTEMS = {
     # Transformers: each variant at the site its paper puts it (softmax elsewhere)
     "transformer softmax": System("transformer"),
@@ -113,6 +114,10 @@ SYSTEMS = {
     "transformer csparsemax predicted": System("transformer", ("--cross_attention", "csparsemax",
                                                                "--fertility", "predicted")),
     "transformer multihop": System("transformer", ("--cross_attention", "multihop")),  # Iida et al.'s second hop
+    # Garg et al.: one head of the penultimate decoder layer guided by eflomal's links of the training pairs
+    "transformer softmax, guided alignment": System("transformer", GUIDED_ALIGNMENT),
+    "transformer csparsemax predicted, guided alignment": System("transformer", (
+        "--cross_attention", "csparsemax", "--fertility", "predicted", *GUIDED_ALIGNMENT)),
     "transformer running_sum": System("transformer", ("--cross_attention", "running_sum")),  # the seam's test variant
     # Peters et al., Correia et al.: every site
     "transformer entmax15": System("transformer", ("--encoder_self_attention", "entmax15", "--decoder_self_attention",
@@ -152,6 +157,8 @@ SYSTEMS = {
                                                              "--fertility", "predicted"), preset="malaviya2018"),
     "lstm malaviya2018 csparsemax guided": System("rnn", ("--attention_transform", "csparsemax",
                                                           "--fertility", "guided"), preset="malaviya2018"),
+    "lstm malaviya2018 csparsemax predicted, guided alignment": System("rnn", (
+        "--attention_transform", "csparsemax", "--fertility", "predicted", *GUIDED_ALIGNMENT), preset="malaviya2018"),
     # Goindani & Shrivastava's low-resource claim (Table 4) at their recipe (`--preset goindani2021`: transformer-base
     # at Table 2's optimal De-En values, trained until 10 epochs bring no lower validation loss, the best epoch kept),
     # on 10,000 and 20,000 training pairs drawn at random (another sample each seed, as their three samples): T-optimal
@@ -197,6 +204,10 @@ CLAIMS = [
      "lstm malaviya2018 softmax", "coverage"),
     ("csparsemax (predicted fertility) vs softmax, Transformer", "transformer csparsemax predicted",
      "transformer softmax", "coverage"),
+    ("Guided alignment vs none, softmax Transformer (Garg et al.)", "transformer softmax, guided alignment",
+     "transformer softmax", "bleu"),
+    ("Guided alignment vs none, csparsemax (predicted fertility) Transformer",
+     "transformer csparsemax predicted, guided alignment", "transformer csparsemax predicted", "bleu"),
 ]
 # the anchor question's comparison of the two batchings, tabled like a claim under "Softmax against the anchor"
 BATCHING_QUESTION = ("Pooled length buckets vs the global length sort (softmax)",
