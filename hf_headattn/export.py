@@ -13,7 +13,10 @@ The output folder holds CTranslate2's `model.bin`, `config.json` and vocabulary,
 files, so that text is split into the same pieces), its `generation_config.json` (the decoding defaults) and
 `hf_headattn_export.json` (what was exported from where, the model's type, parameters and longest source, and the
 decoder layer whose attention CTranslate2 returns). CTranslate2's decoder returns the mean of that layer's heads
-(`alignment_heads`), as this package's alignments read it. The folder is written as a transaction
+(`alignment_heads`), as this package's alignments read it; for a model trained with guided alignment, the mean of its
+guided heads at its guided layer, which the export moves to the front of that layer (CTranslate2 averages the first
+`alignment_heads` heads; moving a head's query, key and value rows and output columns together changes nothing
+else). The folder is written as a transaction
 (`output_files.new_folder`): an interrupted export leaves no half-written folder, and ``--overwrite`` replaces only
 an earlier export, never the model's folder or one that holds it. Translating with it:
 :mod:`hf_headattn.translation.ctranslate2_backend` (what `hf-headattn-translate` and `hf-headattn-evaluate` run when
@@ -57,17 +60,46 @@ def import_ctranslate2():
     return ctranslate2, converters
 
 
-def _marian_loader_class(converters):
+def exported_alignment(config) -> dict:
+    """The cross-attention CTranslate2's `return_attention` gives for a model of `config`, as the export records it:
+    the mean of the guided heads at the guided layer (guided alignment), else the mean of the last layer's heads."""
+    layers = config.decoder_layers
+    guided = config.guided_alignment()
+    if guided is None:
+        return {"layer": layers - 1, "layers": layers, "heads": "mean"}
+    layer, heads = guided
+    return {"layer": layer, "layers": layers, "heads": "guided", "guided_heads": heads}
+
+
+def move_heads_first(attention, heads: list[int]) -> None:
+    """Reorder the heads of a Marian attention module in place so that `heads` come first, the others after in
+    their order: each head's rows of the query, key and value projections and its columns of the output projection
+    move together, so the module computes what it computed."""
+    num_heads = attention.num_heads
+    order = [*heads, *(head for head in range(num_heads) if head not in heads)]
+    head_dim = attention.head_dim
+    rows = [head * head_dim + offset for head in order for offset in range(head_dim)]
+    for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+        projection.weight.data = projection.weight.data[rows]
+        projection.bias.data = projection.bias.data[rows]
+    attention.out_proj.weight.data = attention.out_proj.weight.data[:, rows]
+
+
+def _marian_loader_class(converters, alignment: dict):
     """CTranslate2's Marian loader, for a vocabulary whose `<pad>` may sit anywhere and whose decoder starts from
-    `<pad>`'s embedding."""
+    `<pad>`'s embedding, returning the attention `alignment` (`exported_alignment`) describes."""
 
     class PadKeepingMarianLoader(converters.MarianMTLoader):
         def get_model_spec(self, model):
             model.config.normalize_before = False
             model.config.normalize_embedding = False
             spec = converters.BartLoader.get_model_spec(self, model)  # all rows kept: <pad> is a real id here
-            # the attention CTranslate2 returns (return_attention): the mean of the last layer's heads, not the first
-            spec.decoder.alignment_heads = type(spec.decoder.alignment_heads)(model.config.decoder_attention_heads)
+            # the attention CTranslate2 returns (return_attention): the mean of the first `alignment_heads` heads of
+            # `alignment_layer`, by default only the first head of the last layer
+            heads = (len(alignment["guided_heads"]) if alignment["heads"] == "guided"
+                     else model.config.decoder_attention_heads)
+            spec.decoder.alignment_layer = type(spec.decoder.alignment_layer)(alignment["layer"])
+            spec.decoder.alignment_heads = type(spec.decoder.alignment_heads)(heads)
             return spec
 
         def set_config(self, config, model, tokenizer):
@@ -106,7 +138,10 @@ def export_ctranslate2(model, tokenizer, output_dir: str | Path, *, quantization
     _, converters = import_ctranslate2()
     from ctranslate2.converters.converter import Converter
 
-    loader_class = _marian_loader_class(converters)
+    alignment = exported_alignment(model.config)
+    if alignment["heads"] == "guided":
+        move_heads_first(marian.model.decoder.layers[alignment["layer"]].encoder_attn, alignment["guided_heads"])
+    loader_class = _marian_loader_class(converters, alignment)
 
     class InMemoryConverter(Converter):  # CTranslate2's conversion (validate, quantize, save) of a loaded model
         def _load(self):
@@ -124,8 +159,7 @@ def export_ctranslate2(model, tokenizer, output_dir: str | Path, *, quantization
             "parameters": sum(parameter.numel() for parameter in model.parameters()),
             "max_position_embeddings": marian.config.max_position_embeddings,
             "decoder_start_token": tokenizer.convert_ids_to_tokens(model.config.decoder_start_token_id),
-            "alignment": {"layer": marian.config.decoder_layers - 1, "layers": marian.config.decoder_layers,
-                          "heads": "mean"},
+            "alignment": alignment,
         }, indent=2) + "\n")
     return output_dir
 

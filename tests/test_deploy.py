@@ -271,6 +271,29 @@ def test_min_new_tokens_holds_every_translation_to_a_length_through_model_and_ex
         assert theirs.out == ours.out
 
 
+def test_a_guided_models_export_aligns_with_its_guided_heads(tokenizer, test_files, tmp_path, capsys):
+    """A model trained with guided alignment (head 2 of the first of two layers, so neither CTranslate2's default
+    layer nor its first head): its export's alignments are the model's, which read the guided head, and differ
+    from what the mean of the last layer gives."""
+    model = random_model(tiny_config(guided_alignment_weight=0.05, guided_alignment_layer=0,
+                                     guided_alignment_heads=[2]), std=0.5)
+    with torch.no_grad():
+        model.final_logits_bias[0, EOS] += 14.0
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    main(["--format", "ctranslate2", "--model", str(tmp_path / "model"), "--output_dir", str(tmp_path / "ct2")])
+    record = json.loads((tmp_path / "ct2" / "hf_headattn_export.json").read_text())
+    assert record["alignment"] == {"layer": 0, "layers": 2, "heads": "guided", "guided_heads": [2]}
+    flags = ["--input", str(test_files[0]), "--alignments", "--output_format", "jsonl"]
+    ours, theirs = (jsonl_lines(translate_command(["--model", str(folder), *flags], capsys).out)
+                    for folder in (tmp_path / "model", tmp_path / "ct2"))
+    assert without_scores(theirs) == without_scores(ours)
+    last_layer = jsonl_lines(translate_command(["--model", str(tmp_path / "model"), *flags, "--alignment_layer", "1",
+                                                "--alignment_heads", "all"], capsys).out)
+    alignments = [[hypothesis["alignment"] for hypothesis in line["translations"]] for line in ours]
+    assert alignments != [[hypothesis["alignment"] for hypothesis in line["translations"]] for line in last_layer]
+
+
 def test_translate_command_gives_an_exports_beam_lines_and_nbest_lists(folder, folder_export, varied_folder,
                                                                        test_files, capsys, caplog):
     """Beam search: the trained folder's n-best lists with alignments through the export are the model's (the
@@ -359,7 +382,7 @@ def test_an_exports_batches_are_the_fast_paths_at_beam_5_unless_told():
     (["--tokenizer", "other"], "--tokenizer other (an export splits text with its own tokenizer/"),
     (["--alignments", "--alignment_heads", "hop"], "--alignment_heads hop (an export averages the heads"),
     (["--alignments", "--alignment_layer", "0"], "--alignment_layer 0 (an export gives the attention of decoder "
-                                                 "layer 1, the last"),
+                                                 "layer 1, chosen when it was exported"),
     (["--do_sample", "--num_beams", "2"], "--do_sample with 2 beams (CTranslate2 samples with beam 1"),
 ])
 def test_translate_command_refuses_what_an_export_cannot_honour_before_reading(flags, named, folder_export, tmp_path,

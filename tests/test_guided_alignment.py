@@ -1,6 +1,8 @@
 """Guided alignment (Garg et al., 2019) inside the models: the cost between the guided heads' cross-attention and
 `alignment_links`, added to the loss both families return (runtime/guided_alignment.py)."""
 
+import shutil
+
 import pytest
 import torch
 
@@ -261,3 +263,58 @@ def test_generation_is_the_same_with_and_without_guidance_in_the_config(family):
         ours = guided.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6, **flags)
         theirs = plain.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6, **flags)
         assert torch.equal(ours, theirs)
+
+
+# ------------------------------------------------------------------------------------------- using a guided model
+@pytest.fixture(scope="module")
+def guided_folder(tmp_path_factory):
+    """A random guided model (head 2 of the first of two layers) saved with a tokenizer, and its sources."""
+    from hf_headattn import train_tokenizer
+    from hf_headattn.toy_corpus import make_toy_corpus
+
+    pairs = make_toy_corpus(200, seed=5)
+    tokenizer = train_tokenizer(texts=[text for pair in pairs for text in pair], vocab_size=64)
+    model = random_model(tiny_config(guided_alignment_weight=0.05, guided_alignment_layer=0,
+                                     guided_alignment_heads=[2]), std=0.5)
+    with torch.no_grad():
+        model.final_logits_bias[0, 1] += 14.0  # translations of many lengths
+    folder = tmp_path_factory.mktemp("guided") / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder, [source for source, _ in pairs[:24]]
+
+
+def _alignments(translations):
+    return [translation.hypotheses[0].alignment for translation in translations]
+
+
+def test_the_fast_path_and_generate_read_the_same_guided_heads(guided_folder):
+    from hf_headattn.translation import load_translator
+
+    folder, sources = guided_folder
+    translator = load_translator(folder)
+    fast, generated = (_alignments(translator.translate(sources, alignments=True, fast=fast)) for fast in (True, False))
+    assert fast == generated
+    every_head = _alignments(translator.translate(sources, alignments=True, alignment_heads="all"))
+    assert fast != every_head  # the guided head alone, not the layer's mean
+
+
+def test_averaged_checkpoints_and_int8_keep_the_guided_heads(guided_folder, tmp_path):
+    from hf_headattn.averaging import average_checkpoints
+    from hf_headattn.translation import load_translator
+    from hf_headattn.translation.alignments import guided_heads
+
+    folder, sources = guided_folder
+    other = tmp_path / "other"
+    shutil.copytree(folder, other)
+    averaged = average_checkpoints([folder, other], tmp_path / "averaged", allow_different_runs=True)
+    translations = {name: load_translator(path, quantize=quantize)
+                    for name, path, quantize in (("float", folder, "none"), ("averaged", averaged, "none"),
+                                                 ("int8", folder, "int8"))}
+    for translator in translations.values():
+        assert guided_heads(translator.model) == (0, [2])
+    alignments = {name: _alignments(translator.translate(sources, alignments=True))
+                  for name, translator in translations.items()}
+    assert alignments["averaged"] == alignments["float"]  # the average of one model twice is that model
+    every_head = _alignments(translations["int8"].translate(sources, alignments=True, alignment_heads="all"))
+    assert alignments["int8"] != every_head  # int8 reads the guided head too, not the layer's mean

@@ -30,7 +30,8 @@ r"""Translating with a CTranslate2 export, the folder ``hf-headattn-export`` wri
   package's (the log-probability of the hypothesis, end of sentence included, divided by ``length **
   length_penalty``); sampled hypotheses are scored by ``score_batch``, whose log-probabilities are those of the
   model, not of the sampling distribution. Alignments come from ``return_attention``: the export's CTranslate2
-  decoder averages every head of its last layer, as ``alignment_heads="mean"`` does; CTranslate2 4.x's beam search
+  decoder averages every head of its last layer, as ``alignment_heads="mean"`` does (a model trained with guided
+  alignment: its guided heads at its guided layer, as the model's default alignments); CTranslate2 4.x's beam search
   returns the first step's attention of padded batches wrongly, so that step's attention comes from a one-step
   greedy pass, which computes the same (:func:`queue_first_step_attention`).
 
@@ -192,7 +193,7 @@ def _alignment_refusals(record: dict, options: dict) -> list[Refusal]:
     elif layer is not None and not (-alignment["layers"] <= layer < alignment["layers"]
                                     and layer % alignment["layers"] == alignment["layer"]):
         refusals.append(Refusal("alignment_layer", layer, f"an export gives the attention of decoder layer "
-                                f"{alignment['layer']}, the last, chosen when it was exported; leave "
+                                f"{alignment['layer']}, chosen when it was exported; leave "
                                 "{alignment_layer} out"))
     if options.get("alignment_heads", "mean") != "mean":
         refusals.append(Refusal("alignment_heads", options["alignment_heads"], "an export averages the heads: a "
