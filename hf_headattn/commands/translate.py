@@ -94,9 +94,11 @@ def make_parser() -> argparse.ArgumentParser:
     files.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (at most --num_beams)")
     files.add_argument("--alignments", action="store_true", help="add Pharaoh word alignments (see below)")
     files.add_argument("--alignment_layer", type=int, default=None,
-                       help="decoder layer of the alignments (negative: from the end; None: the last)")
+                       help="decoder layer of the alignments (negative: from the end; None: a model trained with "
+                            "guided alignment's guided layer, else the last)")
     files.add_argument("--alignment_heads", default="mean", choices=ALIGNMENT_HEADS,
-                       help="mean: heads averaged; hop: weighed by the model's weights over heads (multi-hop "
+                       help="mean: heads averaged (at a guided layer, its guided heads only); all: every head of "
+                            "the layer averaged; hop: weighed by the model's weights over heads (multi-hop "
                             "models with dependent hops, DHICM)")
     decoding = parser.add_argument_group("decoding (None: the model's generation config)")
     decoding.add_argument("--num_beams", type=positive_int, default=None, help="beam size (1: greedy)")
