@@ -39,6 +39,7 @@ from hf_headattn.metrics import drop_alignment_runs  # noqa: E402
 from hf_headattn.training import train  # noqa: E402
 from hf_headattn.translation import (align, cross_attention_layers, default_alignment_layer,  # noqa: E402
                                      read_lines)
+from hf_headattn.translation.alignments import alignment_layer_index, guided_heads  # noqa: E402
 
 DEFAULT_SYSTEMS = ["transformer softmax", "transformer sparsemax", "transformer csoftmax predicted",
                    "transformer csparsemax predicted", "transformer multihop", "lstm baseline 1x1",
@@ -95,9 +96,10 @@ def measure(system: str, seed: int, data: dict, runs: list[list[set]], args) -> 
     sources, references = read_lines(data["test_source"]), read_lines(data["test_target"])
     if args.sentences:
         sources, references = sources[:args.sentences], references[:args.sentences]
+    guided = guided_heads(model)  # guided alignment: "mean" at the guided layer is its guided heads, "all" the layer's
     rows = []
     for layer in range(cross_attention_layers(model)):
-        for heads in ("mean", "hop"):
+        for heads in ("mean", "all", "hop") if guided and guided[0] == layer else ("mean", "hop"):
             started = time.perf_counter()
             try:
                 predicted = align(model, tokenizer, sources, references, alignment_layer=layer, alignment_heads=heads,
@@ -110,7 +112,8 @@ def measure(system: str, seed: int, data: dict, runs: list[list[set]], args) -> 
                          "seconds": round(time.perf_counter() - started, 1),
                          **against_runs([links_of(links) for links in predicted], runs)})
     return {"system": system, "seed": seed, "model_dir": str(model_dir), "sentences": len(sources),
-            "reference_runs": len(runs), "rows": rows,
+            "reference_runs": len(runs), "default_layer": alignment_layer_index(model, None),
+            "guided_heads": guided[1] if guided else None, "rows": rows,
             "command": shlex.join(["python", "examples/benchmark_alignment.py", "--systems", system,
                                    "--seed", str(seed)])}
 
@@ -137,11 +140,15 @@ def table(records: list[dict], baselines: dict) -> str:
         lines.append(f"| {name} | | | | {fmt(summary)} | {summary['links'] / words:.2f} |")
     for record in records:
         layers = max(row["layer"] for row in record["rows"]) + 1
-        default_layer = default_alignment_layer(layers)
+        default_layer = record.get("default_layer", default_alignment_layer(layers))
+        guided = record.get("guided_heads")
         for row in record["rows"]:
             layer = "(one attention)" if layers == 1 else str(row["layer"])
             marker = " (default)" if row["layer"] == default_layer and row["heads"] == "mean" else ""
-            lines.append(f"| {record['system']} | {record['seed']} | {layer}{marker} | {row['heads']} | "
+            heads = row["heads"]
+            if guided is not None and row["layer"] == default_layer and heads == "mean":
+                heads = f"guided ({', '.join(map(str, guided))})"
+            lines.append(f"| {record['system']} | {record['seed']} | {layer}{marker} | {heads} | "
                          f"{fmt(row)} | {row['links'] / words:.2f} |")
     return "\n".join(lines)
 
@@ -156,7 +163,8 @@ def section_text(records: list[dict], baselines: dict) -> str:
         f"{baselines['aligner']['aligner_training_pairs']:,} training pairs; mean ± standard deviation over {baselines['runs']} eflomal runs, since eflomal "
         "cannot be seeded; no German-English gold alignment set installs from the registries). Words are split at "
         "whitespace. \"(default)\" marks what the command uses without `--alignment_layer`/`--alignment_heads`; "
-        "\"hop\" weighs the heads by the model's weights over heads.\n\n"
+        "\"hop\" weighs the heads by the model's weights over heads; a model trained with guided alignment is read at "
+        "its guided layer, from its \"guided\" heads (\"all\": that layer's every head).\n\n"
         f"{table(records, baselines)}\n\nCommands:\n\n```\n{commands}\n```"
     )
 

@@ -81,7 +81,8 @@ def test_report_sections_are_replaced_in_place_and_kept_by_the_quality_report(tm
 def test_alignment_benchmark_end_to_end(tmp_path):
     data = toy_data(tmp_path / "data")
     script = load_example("benchmark_alignment")
-    script.main([*data_flags(data), "--systems", "transformer softmax", "lstm 2x2 dependent", "--reference-runs", "2",
+    script.main([*data_flags(data), "--systems", "transformer softmax", "transformer softmax, guided alignment",
+                 "lstm 2x2 dependent", "--reference-runs", "2",
                  "--output-dir", str(tmp_path / "runs"), "--records-dir", str(tmp_path / "records"),
                  "--results-file", str(tmp_path / "RESULTS.md"),
                  "--transformer-flags", f"{TINY} --d_model 16 --ffn_dim 32",
@@ -94,6 +95,11 @@ def test_alignment_benchmark_end_to_end(tmp_path):
     text = (tmp_path / "RESULTS.md").read_text()
     assert "## Word alignments from attention (AER)" in text and "| transformer softmax | 1 | 2 (default) | mean |" in text
     assert "| lstm 2x2 dependent | 1 | (one attention) (default) | mean |" in text
+    guided = json.loads((tmp_path / "records" / "transformer-softmax-guided-alignment-seed-1.json").read_text())
+    assert guided["default_layer"] == 1 and guided["guided_heads"] == [0]  # Garg et al.'s penultimate layer, head 0
+    assert [(row["layer"], row["heads"]) for row in guided["rows"]] == [(0, "mean"), (1, "mean"), (1, "all"),
+                                                                        (2, "mean")]
+    assert "| transformer softmax, guided alignment | 1 | 1 (default) | guided (0) |" in text
     (tmp_path / "RESULTS.md").write_text("# Results\n")
     script.main(["--report-only", "--records-dir", str(tmp_path / "records"), "--results-file",
                  str(tmp_path / "RESULTS.md")])
