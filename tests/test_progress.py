@@ -93,3 +93,16 @@ def test_quiet_training_shows_only_warnings_and_errors(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "hf_headattn.commands.train", *argv, "--verbose"], env=env,
                              capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2 and "--quiet" in refused.stderr and "--verbose" in refused.stderr, refused.stderr
+
+
+def test_quiet_training_in_process_leaves_the_callers_bars_on(tmp_path, monkeypatch):
+    """`--quiet` silences every bar through TQDM_DISABLE while it trains, and gives the caller's process its
+    environment back: a notebook's later bars still show."""
+    from hf_headattn.commands.train import main
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    data = toy_data(tmp_path / "data")
+    main([*file_flags(data), "--vocab_size", "150", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim",
+          "64", "--max_length", "24", "--max_steps", "1", "--output_dir", str(tmp_path / "run"), "--quiet"])
+    assert (tmp_path / "run" / "config.json").is_file() and "TQDM_DISABLE" not in os.environ

@@ -103,6 +103,7 @@ def main(argv=None) -> None:
 
         arguments = parse_args(argv, make_parser())
         run_args, training_args = arguments[2], arguments[3]
+        tqdm_disable = os.environ.get("TQDM_DISABLE")  # restored at the end: a caller's process keeps its bars
         if run_args.quiet:
             prefetch.silence()
             os.environ["TQDM_DISABLE"] = "1"  # every bar of this process, the libraries' and the package's
@@ -121,6 +122,10 @@ def main(argv=None) -> None:
                 print(interrupted_line(training_args.output_dir, argv), file=sys.stderr, flush=True)
             raise SystemExit(INTERRUPTED_STATUS) from None
         finally:
+            if tqdm_disable is None:
+                os.environ.pop("TQDM_DISABLE", None)
+            else:
+                os.environ["TQDM_DISABLE"] = tqdm_disable
             # Under torchrun / accelerate launch, a process group left to interpreter exit can abort a rank in
             # gloo's teardown ("terminate called without an active exception") after training succeeded.
             if torch.distributed.is_available() and torch.distributed.is_initialized():
