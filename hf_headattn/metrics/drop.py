@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import statistics
 import warnings
@@ -23,6 +24,7 @@ from pathlib import Path
 from ..file_cache import cached
 from .texts import Links, Tokenizer, check_parallel, check_texts, get_tokenizer
 
+logger = logging.getLogger(__name__)
 
 # eflomal draws its random state from /dev/urandom, and one run's DROP can move by a few points on a test set of
 # 1,000 sentences (33.54 vs 33.87 and 29.21 vs 26.08 on two calls): DROP pools this many runs and reports the spread.
@@ -202,8 +204,8 @@ def drop_alignment_runs(
         raise ValueError("Pass both train_sources and train_targets (the aligner's training corpus), or neither")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"`runs` (eflomal alignment runs) must be a positive integer, got {runs!r}")
-    corpus = _TrainingCorpus(train_sources, train_targets, get_tokenizer(tokenize), align_options)
-    split = corpus.split
+    split = get_tokenizer(tokenize)
+    corpus = _TrainingCorpus(train_sources, train_targets, split, align_options)
     test_words = ([split(s) for s in sources], [split(r) for r in references], [split(h) for h in hypotheses])
     directory = None if not cache else Path(cache_dir) if cache_dir is not None else default_cache_dir()
 
@@ -214,7 +216,8 @@ def drop_alignment_runs(
     key = _digest("alignments", _DROP_CACHE_VERSION, corpus.key, *test_words, runs, align_options)
     lengths = [tuple(len(words) for words in sentence) for sentence in zip(*test_words)]
     alignments, was_cached = cached(directory / f"alignments-{key}.json" if directory else None, align,
-                                    valid=lambda value: _valid_alignments(value, runs, lengths))
+                                    valid=lambda value: _valid_alignments(value, runs, lengths),
+                                    what="DROP cache entry", log=logger)
     how = {"runs": runs, "aligner": corpus.state, "aligner_training_pairs": len(corpus.sources),
            "alignments": "cached" if was_cached else "aligned", "cache_dir": str(directory) if directory else None}
     return [tuple([[tuple(link) for link in sentence] for sentence in side] for side in run)
@@ -256,7 +259,7 @@ class _TrainingCorpus:
         if self.key is None:
             return None
         priors, was_cached = cached(directory / f"aligner-{self.key}.json" if directory else None, self._train,
-                                    valid=_valid_priors)
+                                    valid=_valid_priors, what="DROP cache entry", log=logger)
         self.state = "cached" if was_cached else "trained"
         return priors
 

@@ -113,7 +113,7 @@ def eflomal_links(pairs, seed: int | None = None, cache_folder: Path | None = No
                             seed=seed, progress=f"guided alignment: aligning {len(pairs):,} training pairs (eflomal)")
 
     links, was_cached = cached(path, align, parse=lambda text: parse_pharaoh(text, pairs, str(path)),
-                               text=pharaoh_text)
+                               text=pharaoh_text, what="guided alignment links", log=logger)
     if was_cached:
         logger.info(f"guided alignment: the links of these {len(pairs):,} pairs from {path}")
     return links, path
