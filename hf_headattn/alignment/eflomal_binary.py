@@ -49,7 +49,7 @@ def run_eflomal(aligner, source_lines: list[str], target_lines: list[str], *, pr
                 open(folder / "priors", "w", encoding="utf-8") as priors_file:
             aligner.prepare_files(source_lines, source_file, target_lines, target_file,
                                   None if priors is None else io.StringIO(priors), priors_file)
-        iterations = sampling_iterations(aligner, len(source_lines))
+        iterations = _sampling_iterations(aligner, len(source_lines))
         command = _command(aligner, iterations, folder, with_priors=priors is not None,
                            quiet=quiet and progress is None)
         if progress is not None:
@@ -64,7 +64,7 @@ def run_eflomal(aligner, source_lines: list[str], target_lines: list[str], *, pr
                 _read_links(folder / "reverse.links", len(source_lines), "reverse"))
 
 
-def sampling_iterations(aligner, n_sentences: int) -> list[int]:
+def _sampling_iterations(aligner, n_sentences: int) -> list[int]:
     """The Gibbs sampling iterations of each model the binary runs (IBM1, then HMM, then fertility, up to
     ``aligner.model``): ``aligner.n_iterations``, or eflomal's default, which shrinks as the corpus grows."""
     if aligner.n_iterations is not None:
