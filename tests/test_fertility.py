@@ -1,6 +1,7 @@
 """Fertility bounds (Malaviya et al., 2018, Sec. 4): alignments, GUIDED table, PREDICTED tagger, source_fertility."""
 
 import importlib.util
+import os
 import random
 import warnings
 
@@ -145,6 +146,18 @@ def test_align_corpus_edge_cases():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         align_corpus([["a"]] * 4, [["x"]] * 4, seed=0, n_iterations=(2, 2, 2))
+
+
+@needs_eflomal
+def test_the_progress_bar_follows_eflomals_own_stderr_not_the_processs(monkeypatch, capsys):
+    redirections, dup2 = [], os.dup2
+    monkeypatch.setattr(os, "dup2", lambda *args: redirections.append(args) or dup2(*args))
+    sources, targets = [["a", "b"], ["b"]] * 10, [["x", "y"], ["y"]] * 10
+    assert len(align_corpus(sources, targets, n_iterations=(2, 3, 4), progress="aligning")) == 20
+    assert redirections == []  # no file descriptor of this process redirected (other threads write to them)
+    bar = capsys.readouterr().err
+    assert "aligning: 100%" in bar and "9/9" in bar  # every model's iterations counted
+    assert "Aligning with model" not in bar  # eflomal's own messages swallowed, as its quiet mode does
 
 
 @needs_eflomal

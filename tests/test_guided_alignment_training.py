@@ -116,6 +116,14 @@ def test_eflomals_links_are_cached_by_the_corpus_and_read_back(tmp_path, monkeyp
         eflomal_links(pairs[:-1], cache_folder=tmp_path)
 
 
+def test_a_damaged_links_cache_is_aligned_again(tmp_path):
+    pairs = make_toy_corpus(40, seed=5)
+    links, cached = eflomal_links(pairs, cache_folder=tmp_path)
+    cached.write_text("0-0\n", encoding="utf-8")  # cut short
+    again, _ = eflomal_links(pairs, cache_folder=tmp_path)
+    assert len(again) == len(pairs) and read_pharaoh(cached, pairs) == again
+
+
 # ------------------------------------------------------------------------------------------------ the command
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):

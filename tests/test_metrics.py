@@ -424,16 +424,16 @@ def test_evaluate_bleu_by_length_module(modules):
 @pytest.fixture
 def eflomal_runs(monkeypatch):
     """Counts the eflomal runs (training the aligner on the corpus, or aligning test pairs)."""
-    from hf_headattn import alignment
+    from hf_headattn.alignment import eflomal_binary
 
     calls = []
-    run = alignment._run_eflomal
+    run = eflomal_binary.run_eflomal
 
-    def counted(aligner, source_lines, target_lines, align_kwargs, progress=None):
-        calls.append("test pairs" if "priors_input" in align_kwargs else "corpus")
-        return run(aligner, source_lines, target_lines, align_kwargs, progress)
+    def counted(aligner, source_lines, target_lines, *, priors=None, **options):
+        calls.append("test pairs" if priors is not None else "corpus")
+        return run(aligner, source_lines, target_lines, priors=priors, **options)
 
-    monkeypatch.setattr(alignment, "_run_eflomal", counted)
+    monkeypatch.setattr(eflomal_binary, "run_eflomal", counted)
     return calls
 
 

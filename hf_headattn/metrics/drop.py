@@ -1,6 +1,12 @@
 """DROP (Malaviya et al., 2018, Sec. 5): the share of source words aligned to the reference but not to the output,
 with eflomal's alignments (pooled over several runs, cached by a hash of their inputs).
 
+Two layers. The metric itself is a function of links: :func:`drop_counts` (one alignment run) and
+:func:`drop_of_links` (several, pooled) take source-reference and source-hypothesis links and return numbers.
+Where the links come from is the other layer: :func:`drop_alignment_runs` trains eflomal on a corpus and aligns the
+test pairs, both cached (`file_cache`), and :func:`drop_details` / :func:`drop_score` take texts, get their links
+from it (or from the caller) and score them.
+
 Tooling, not model runtime: never copied into a checkpoint.
 """
 
@@ -15,9 +21,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..output_files import write_text
+from ..file_cache import cached
 from .texts import Links, Tokenizer, check_parallel, check_texts, get_tokenizer
-
 
 logger = logging.getLogger(__name__)
 
@@ -121,25 +126,6 @@ def _digest(*parts) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def _cached(path: Path | None, compute, valid):
-    """(the JSON value stored at `path`, True), or (compute(), False) after storing it there (atomically, so that a
-    concurrent or interrupted run never leaves half a file); no cache if `path` is None. A stored value that is not
-    JSON or fails `valid` (a damaged or edited file) is logged and computed again."""
-    if path is not None and path.is_file():
-        try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            value = None
-        if value is not None and valid(value):
-            return value, True
-        logger.warning(f"{path}: damaged DROP cache entry; computing it again")
-    value = compute()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, json.dumps(value, ensure_ascii=False))
-    return value, False
-
-
 def _valid_priors(value) -> bool:
     """What `alignment.alignment_priors` returns, as JSON holds it."""
     return (isinstance(value, dict) and isinstance(value.get("priors"), str) and isinstance(value.get("pairs"), int)
@@ -218,67 +204,87 @@ def drop_alignment_runs(
         raise ValueError("Pass both train_sources and train_targets (the aligner's training corpus), or neither")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"`runs` (eflomal alignment runs) must be a positive integer, got {runs!r}")
-    if train_sources is None:
-        warnings.warn(
-            "No training corpus for the DROP aligner: eflomal is trained on the test pairs alone, which gives "
-            "poor alignments on small test sets; pass train_sources/train_targets",
-            stacklevel=2,
-        )
-        train_sources, train_targets = [], []
-    train_sources = check_texts("train_sources", train_sources)
-    train_targets = check_texts("train_targets", train_targets)
-    if len(train_sources) != len(train_targets):
-        raise ValueError(
-            f"Mismatched training corpus: {len(train_sources)} train_sources and {len(train_targets)} train_targets"
-        )
-
-    from ..alignment import align_corpus, alignment_priors
-
     split = get_tokenizer(tokenize)
-    source_words, reference_words = [split(s) for s in sources], [split(r) for r in references]
-    hypothesis_words = [split(h) for h in hypotheses]
+    corpus = _TrainingCorpus(train_sources, train_targets, split, align_options)
+    test_words = ([split(s) for s in sources], [split(r) for r in references], [split(h) for h in hypotheses])
     directory = None if not cache else Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    eflomal_options = {k: v for k, v in align_options.items() if k not in _ALIGN_CORPUS_OPTIONS}
-
-    aligner_key = aligner = None
-    if train_sources:
-        # A built-in tokenisation is keyed by its name and the raw corpus, so that a cache hit tokenizes nothing.
-        name = getattr(split, "tokenizer_name", None)
-        corpus = (train_sources, train_targets) if name else ([split(s) for s in train_sources],
-                                                              [split(t) for t in train_targets])
-        aligner_key = _digest("aligner", _DROP_CACHE_VERSION, name, *corpus, eflomal_options)
-        aligner = "cached"  # what cached alignments were made with, unless align() trains it now
-
-    def train_aligner() -> dict:
-        return alignment_priors([split(s) for s in train_sources], [split(t) for t in train_targets],
-                                quiet=align_options.get("quiet", True), **eflomal_options,
-                                progress=f"DROP: training the aligner on {len(train_sources):,} pairs (eflomal)")
 
     def align() -> list:
-        nonlocal aligner
-        priors = None
-        if aligner_key is not None:  # loaded only here: cached alignments need no aligner
-            priors, was_cached = _cached(directory / f"aligner-{aligner_key}.json" if directory else None,
-                                         train_aligner, _valid_priors)
-            aligner = "cached" if was_cached else "trained"
-        n = len(sources)
-        alignments = []
-        for run in range(1, runs + 1):
-            links = align_corpus(source_words + source_words, reference_words + hypothesis_words, priors=priors,
-                                 progress=f"DROP: aligning the test pairs, run {run}/{runs} (eflomal)", **align_options)
-            alignments.append([links[:n], links[n:]])
-        return alignments
+        priors = corpus.priors(directory)  # only here: cached alignments need no aligner
+        return _align_test_pairs(*test_words, priors, runs, align_options)
 
-    key = _digest("alignments", _DROP_CACHE_VERSION, aligner_key, source_words, reference_words, hypothesis_words,
-                  runs, align_options)
-    lengths = [(len(source), len(reference), len(hypothesis))
-               for source, reference, hypothesis in zip(source_words, reference_words, hypothesis_words)]
-    alignments, was_cached = _cached(directory / f"alignments-{key}.json" if directory else None, align,
-                                     lambda value: _valid_alignments(value, runs, lengths))
-    as_links = [([[tuple(link) for link in sentence] for sentence in side] for side in run) for run in alignments]
-    how = {"runs": runs, "aligner": aligner, "aligner_training_pairs": len(train_sources),
+    key = _digest("alignments", _DROP_CACHE_VERSION, corpus.key, *test_words, runs, align_options)
+    lengths = [tuple(len(words) for words in sentence) for sentence in zip(*test_words)]
+    alignments, was_cached = cached(directory / f"alignments-{key}.json" if directory else None, align,
+                                    valid=lambda value: _valid_alignments(value, runs, lengths),
+                                    what="DROP cache entry", log=logger)
+    how = {"runs": runs, "aligner": corpus.state, "aligner_training_pairs": len(corpus.sources),
            "alignments": "cached" if was_cached else "aligned", "cache_dir": str(directory) if directory else None}
-    return [tuple(run) for run in as_links], how
+    return [tuple([[tuple(link) for link in sentence] for sentence in side] for side in run)
+            for run in alignments], how
+
+
+class _TrainingCorpus:
+    """The aligner's training corpus, checked, and the aligner trained on it (eflomal's priors), read from the
+    cache or trained when first asked for. `state`: None without a corpus, else "cached" until `priors` trains
+    it ("trained"): alignments read from the cache were made with a cached aligner."""
+
+    def __init__(self, train_sources, train_targets, split: Tokenizer, align_options: dict):
+        if train_sources is None:  # and train_targets, as drop_alignment_runs checked
+            warnings.warn(
+                "No training corpus for the DROP aligner: eflomal is trained on the test pairs alone, which gives "
+                "poor alignments on small test sets; pass train_sources/train_targets",
+                stacklevel=3,
+            )
+            train_sources, train_targets = [], []
+        self.sources = check_texts("train_sources", train_sources)
+        self.targets = check_texts("train_targets", train_targets)
+        if len(self.sources) != len(self.targets):
+            raise ValueError(
+                f"Mismatched training corpus: {len(self.sources)} train_sources and {len(self.targets)} train_targets"
+            )
+        self.split, self.align_options = split, align_options
+        self.eflomal_options = {k: v for k, v in align_options.items() if k not in _ALIGN_CORPUS_OPTIONS}
+        self.key = self.state = None
+        if self.sources:
+            # A built-in tokenisation is keyed by its name and the raw corpus, so that a cache hit tokenizes nothing.
+            name = getattr(split, "tokenizer_name", None)
+            texts = (self.sources, self.targets) if name else ([split(s) for s in self.sources],
+                                                               [split(t) for t in self.targets])
+            self.key = _digest("aligner", _DROP_CACHE_VERSION, name, *texts, self.eflomal_options)
+            self.state = "cached"
+
+    def priors(self, directory: Path | None) -> dict | None:
+        """The aligner's priors (None without a training corpus), from `directory`'s cache or trained now."""
+        if self.key is None:
+            return None
+        priors, was_cached = cached(directory / f"aligner-{self.key}.json" if directory else None, self._train,
+                                    valid=_valid_priors, what="DROP cache entry", log=logger)
+        self.state = "cached" if was_cached else "trained"
+        return priors
+
+    def _train(self) -> dict:
+        from ..alignment import alignment_priors  # the package's name, looked up now
+
+        return alignment_priors([self.split(s) for s in self.sources], [self.split(t) for t in self.targets],
+                                quiet=self.align_options.get("quiet", True), **self.eflomal_options,
+                                progress=f"DROP: training the aligner on {len(self.sources):,} pairs (eflomal)")
+
+
+def _align_test_pairs(source_words: list[list[str]], reference_words: list[list[str]],
+                      hypothesis_words: list[list[str]], priors: dict | None, runs: int,
+                      align_options: dict) -> list[list[list[Links]]]:
+    """`runs` alignments of the test pairs, each [source-reference links, source-hypothesis links]: both portions
+    aligned in one eflomal run, so that they are aligned alike."""
+    from ..alignment import align_corpus  # the package's name, looked up now
+
+    n = len(source_words)
+    alignments = []
+    for run in range(1, runs + 1):
+        links = align_corpus(source_words + source_words, reference_words + hypothesis_words, priors=priors,
+                             progress=f"DROP: aligning the test pairs, run {run}/{runs} (eflomal)", **align_options)
+        alignments.append([links[:n], links[n:]])
+    return alignments
 
 
 def align_for_drop(
@@ -400,27 +406,53 @@ def drop_details(
     else:
         if train_sources is not None or train_targets is not None or align_options:
             raise ValueError("Pass either precomputed `alignments` or the aligner's training corpus/options, not both")
-        if isinstance(alignments, Mapping):
-            missing = {"reference_alignments", "hypothesis_alignments"} - set(alignments)
-            if missing:
-                raise ValueError(f"`alignments` lacks the keys {sorted(missing)}")
-            reference_alignments = alignments["reference_alignments"]
-            hypothesis_alignments = alignments["hypothesis_alignments"]
-        else:
-            if isinstance(alignments, (str, bytes)) or len(alignments) != 2:
-                raise ValueError("`alignments` must be a pair (reference_alignments, hypothesis_alignments)")
-            reference_alignments, hypothesis_alignments = alignments
-        for what, value in (
-            ("reference_alignments", reference_alignments),
-            ("hypothesis_alignments", hypothesis_alignments),
-        ):
-            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-                raise TypeError(f"{what} must be a list with one entry per sentence")
-            if len(value) != len(sources):
-                raise ValueError(f"{what} has {len(value)} entries for {len(sources)} sentences")
-        runs = [(reference_alignments, hypothesis_alignments)]
-    source_lengths = [len(split(s)) for s in sources]
-    reference_lengths, hypothesis_lengths = [len(split(r)) for r in references], [len(split(h)) for h in hypotheses]
+        runs = [_precomputed_alignments(alignments, len(sources))]
+    details = drop_of_links(runs, source_lengths=[len(split(s)) for s in sources],
+                            reference_lengths=[len(split(r)) for r in references],
+                            hypothesis_lengths=[len(split(h)) for h in hypotheses])
+    if details["reference_aligned_words"] == 0:
+        warnings.warn(
+            "No source word is aligned to its reference: DROP is 0.0 (nothing could be dropped)", stacklevel=3
+        )
+    return {**details, "alignment": how}
+
+
+def _precomputed_alignments(alignments: tuple[Sequence, Sequence] | Mapping[str, Sequence],
+                            n_sentences: int) -> tuple[Sequence, Sequence]:
+    """(reference_alignments, hypothesis_alignments) of `drop_details`' `alignments`, a pair or a mapping of them,
+    each with one entry per sentence."""
+    if isinstance(alignments, Mapping):
+        missing = {"reference_alignments", "hypothesis_alignments"} - set(alignments)
+        if missing:
+            raise ValueError(f"`alignments` lacks the keys {sorted(missing)}")
+        reference_alignments = alignments["reference_alignments"]
+        hypothesis_alignments = alignments["hypothesis_alignments"]
+    else:
+        if isinstance(alignments, (str, bytes)) or len(alignments) != 2:
+            raise ValueError("`alignments` must be a pair (reference_alignments, hypothesis_alignments)")
+        reference_alignments, hypothesis_alignments = alignments
+    for what, value in (
+        ("reference_alignments", reference_alignments),
+        ("hypothesis_alignments", hypothesis_alignments),
+    ):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise TypeError(f"{what} must be a list with one entry per sentence")
+        if len(value) != n_sentences:
+            raise ValueError(f"{what} has {len(value)} entries for {n_sentences} sentences")
+    return reference_alignments, hypothesis_alignments
+
+
+def drop_of_links(
+    runs: Sequence[tuple[Sequence, Sequence]],
+    *,
+    source_lengths: Sequence[int] | None = None,
+    reference_lengths: Sequence[int] | None = None,
+    hypothesis_lengths: Sequence[int] | None = None,
+) -> dict:
+    """DROP pooled over alignment runs, from their links alone: what :func:`drop_details` returns (but its
+    ``"alignment"``) for `runs`, each ``(reference_alignments, hypothesis_alignments)`` as :func:`drop_counts`
+    takes them. The lengths, when given, are used to reject out-of-range links. Warns of nothing: a test set
+    without reference links scores 0.0, which its caller may warn of."""
     checked, sentence_counts = [], []
     for reference_alignments, hypothesis_alignments in runs:
         reference_links = _check_alignments(reference_alignments, "reference_alignments", source_lengths,
@@ -431,10 +463,6 @@ def drop_details(
         sentence_counts.append(_drop_sentence_counts(reference_links, hypothesis_links))
     counts = [(sum(d for d, _ in run), sum(a for _, a in run)) for run in sentence_counts]
     dropped, aligned = sum(d for d, _ in counts), sum(a for _, a in counts)
-    if aligned == 0:
-        warnings.warn(
-            "No source word is aligned to its reference: DROP is 0.0 (nothing could be dropped)", stacklevel=3
-        )
     per_run = [100.0 * d / a if a else 0.0 for d, a in counts]
     if len(runs) == 1:  # the counts stay integers
         dropped_words, aligned_words = dropped, aligned
@@ -450,5 +478,4 @@ def drop_details(
                             for sentence in zip(*sentence_counts)],
         "drop_runs": per_run,
         "drop_std": statistics.stdev(per_run) if len(per_run) > 1 else 0.0,
-        "alignment": how,
     }

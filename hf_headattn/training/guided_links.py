@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from ..file_cache import cached
+
 logger = logging.getLogger(__name__)
 
 EFLOMAL = "eflomal"
@@ -45,12 +47,16 @@ def read_pharaoh(path: str | Path, pairs) -> list[WordLinks]:
     except UnicodeDecodeError as error:
         raise ValueError(f"--guided_alignment {path}: not UTF-8 text ({error}); a Pharaoh file is plain text, one "
                          "line of i-j links per sentence pair") from None
+    return parse_pharaoh(text, pairs, f"--guided_alignment {path}")
+
+
+def parse_pharaoh(text: str, pairs, where: str) -> list[WordLinks]:
+    """:func:`read_pharaoh` of a Pharaoh file's text; `where` names the file in the errors."""
     lines = text.splitlines()
     pairs = list(pairs)
     if len(lines) != len(pairs):
-        raise ValueError(f"--guided_alignment {path}: {len(lines):,} lines for {len(pairs):,} training pairs; a "
-                         "Pharaoh file has one line of links per line of the training corpus, in its order (blank "
-                         "pairs too)")
+        raise ValueError(f"{where}: {len(lines):,} lines for {len(pairs):,} training pairs; a Pharaoh file has one "
+                         "line of links per line of the training corpus, in its order (blank pairs too)")
     links = []
     for number, (line, (source, target)) in enumerate(zip(lines, pairs), start=1):
         source_words, target_words = len(source.split()), len(target.split())
@@ -58,19 +64,22 @@ def read_pharaoh(path: str | Path, pairs) -> list[WordLinks]:
         for link in line.split():
             match = PHARAOH_LINK.fullmatch(link)
             if match is None:
-                raise ValueError(f"--guided_alignment {path} line {number}: {link!r} is not a link; write i-j (source "
-                                 "word i to target word j, counted from 0; ipj for a possible link), separated by "
-                                 "spaces")
+                raise ValueError(f"{where} line {number}: {link!r} is not a link; write i-j (source word i to "
+                                 "target word j, counted from 0; ipj for a possible link), separated by spaces")
             i, j = int(match[1]), int(match[3])
             for side, index, words, sentence_text in (("source", i, source_words, source),
                                                       ("target", j, target_words, target)):
                 if index >= words:
-                    raise ValueError(f"--guided_alignment {path} line {number}: link {link!r} names {side} word {index}"
-                                     f", but the {side} sentence has {words} word(s) (0..{words - 1}): "
-                                     f"{sentence_text[:80]!r}")
+                    raise ValueError(f"{where} line {number}: link {link!r} names {side} word {index}, but the "
+                                     f"{side} sentence has {words} word(s) (0..{words - 1}): {sentence_text[:80]!r}")
             sentence.append((i, j))
         links.append(sentence)
     return links
+
+
+def pharaoh_text(links: list[WordLinks]) -> str:
+    """A Pharaoh file's text: a line of `i-j` links per pair."""
+    return "".join(" ".join(f"{i}-{j}" for i, j in sentence) + "\n" for sentence in links)
 
 
 def links_fingerprint(pairs, **settings) -> str:
@@ -90,24 +99,24 @@ def links_cache_folder() -> Path:
 
 def eflomal_links(pairs, seed: int | None = None, cache_folder: Path | None = None) -> tuple[list[WordLinks], Path]:
     """Word links of the training pairs by eflomal, both directions symmetrised with grow-diag-final-and
-    (`alignment.align_corpus`), and the Pharaoh file they are cached in, named by the pairs' fingerprint: a run on
-    the same pairs (a resumed run, or another model) reads them back instead of aligning again."""
+    (`alignment.align_corpus`), and the Pharaoh file they are cached in (`file_cache`), named by the pairs'
+    fingerprint: a run on the same pairs (a resumed run, or another model) reads them back instead of aligning
+    again."""
     pairs = list(pairs)
     folder = cache_folder or links_cache_folder()
-    cached = folder / f"{links_fingerprint(pairs, aligner='eflomal', symmetrization='grow-diag-final-and')}.pharaoh"
-    if cached.is_file():
-        logger.info(f"guided alignment: the links of these {len(pairs):,} pairs from {cached}")
-        return read_pharaoh(cached, pairs), cached
-    from ..alignment import align_corpus
+    path = folder / f"{links_fingerprint(pairs, aligner='eflomal', symmetrization='grow-diag-final-and')}.pharaoh"
 
-    links = align_corpus([source.split() for source, _ in pairs], [target.split() for _, target in pairs], seed=seed,
-                         progress=f"guided alignment: aligning {len(pairs):,} training pairs (eflomal)")
-    folder.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(f".partial{os.getpid()}")
-    partial.write_text("".join(" ".join(f"{i}-{j}" for i, j in sentence) + "\n" for sentence in links),
-                       encoding="utf-8")
-    partial.replace(cached)  # whole or absent, whatever stops the run
-    return links, cached
+    def align() -> list[WordLinks]:
+        from ..alignment import align_corpus  # the package's name, looked up now
+
+        return align_corpus([source.split() for source, _ in pairs], [target.split() for _, target in pairs],
+                            seed=seed, progress=f"guided alignment: aligning {len(pairs):,} training pairs (eflomal)")
+
+    links, was_cached = cached(path, align, parse=lambda text: parse_pharaoh(text, pairs, str(path)),
+                               text=pharaoh_text, what="guided alignment links", log=logger)
+    if was_cached:
+        logger.info(f"guided alignment: the links of these {len(pairs):,} pairs from {path}")
+    return links, path
 
 
 # ------------------------------------------------------------------------------------------------ subwords
