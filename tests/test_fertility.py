@@ -156,7 +156,7 @@ def test_the_progress_bar_follows_eflomals_own_stderr_not_the_processs(monkeypat
     assert len(align_corpus(sources, targets, n_iterations=(2, 3, 4), progress="aligning")) == 20
     assert redirections == []  # no file descriptor of this process redirected (other threads write to them)
     bar = capsys.readouterr().err
-    assert "aligning: 100%" in bar and "9/9" in bar  # every model's iterations counted
+    assert "aligning: 9/9 iterations (100%)" in bar  # every model's iterations counted
     assert "Aligning with model" not in bar  # eflomal's own messages swallowed, as its quiet mode does
 
 

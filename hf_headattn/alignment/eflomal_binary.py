@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from ..progress import Progress
 
 from .symmetrization import Links
 
@@ -105,7 +105,7 @@ def _run_following(command: list[str], iterations: list[int], description: str) 
     else it writes there is passed on to this process's standard error. Returns its exit status."""
     model_iterations = [count for count in iterations if count > 0]
     finished_halves = 0
-    with tqdm(desc=description, unit="iteration", total=sum(model_iterations)) as bar, \
+    with Progress(desc=description, unit="iteration", total=sum(model_iterations)) as bar, \
             subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace") as child:
         for line in child.stderr:
             if line.startswith(_MODEL_DONE):

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import torch
 from torch.nn import functional as F
-from tqdm.auto import tqdm
 
+from ..progress import Progress
 from ..runtime.fertility import FertilityPredictor
 
 
@@ -147,7 +147,7 @@ def train_fertility_predictor(
     predictor.train()
 
     epoch_losses = []
-    with tqdm(total=epochs * n_batches, desc="Fertility predictor", disable=not progress) as bar:
+    with Progress(total=epochs * n_batches, desc="Fertility predictor", unit="batch", disable=not progress) as bar:
         for epoch in range(epochs):
             order = torch.randperm(len(examples), generator=generator).tolist()
             loss_sum, token_count = 0.0, 0
@@ -166,7 +166,7 @@ def train_fertility_predictor(
                 loss_sum += float(loss.detach())
                 token_count += n_tokens
                 bar.update(1)
-                bar.set_postfix(epoch=epoch + 1, loss=f"{loss_sum / token_count:.4f}")
+                bar.set_postfix(epoch=epoch + 1, loss=f"{loss_sum / token_count:.4f}", refresh=False)
             epoch_losses.append(loss_sum / token_count)
 
     predictor.train(was_training)
