@@ -202,12 +202,11 @@ def test_beam_search_reorders_the_per_step_state(monkeypatch):
 def test_finished_rows_wait_until_their_steps_pay_for_a_drop():
     """Dropping copies every row that stays, about half a row's step each: finished rows are stepped along until
     the steps spent on them since the last drop reach half the rows that stay."""
-    decoder = object.__new__(decoding._BatchDecoder)
-    decoder.finished_row_steps = 0
-    assert not decoder.worth_dropping(0, 6)
-    assert [decoder.worth_dropping(1, 6) for _ in range(3)] == [False, False, True]  # 1, 2, 3 steps against 2.5
-    decoder.finished_row_steps = 0
-    assert decoder.worth_dropping(3, 6)  # 3 steps against 1.5: at once
+    policy = decoding.RowDropPolicy()
+    assert not policy.worth_dropping(0, 6)
+    assert [policy.worth_dropping(1, 6) for _ in range(3)] == [False, False, True]  # 1, 2, 3 steps against 2.5
+    policy.dropped()
+    assert policy.worth_dropping(3, 6)  # 3 steps against 1.5: at once
 
 
 @pytest.mark.parametrize("num_beams", [1, 5])
@@ -220,13 +219,13 @@ def test_finished_sentences_are_carried_along_until_a_drop_and_the_ids_stay_gene
     input_ids, attention_mask = source_batch(LENGTHS)
     options = dict(num_beams=num_beams, max_new_tokens=20, **NO_REPEAT)
     decisions = []  # (finished rows, dropped now) at every step
-    worth_dropping = decoding._BatchDecoder.worth_dropping
+    worth_dropping = decoding.RowDropPolicy.worth_dropping
 
     def spy(self, finished_rows, rows):
         decisions.append((finished_rows, worth_dropping(self, finished_rows, rows)))
         return decisions[-1][1]
 
-    monkeypatch.setattr(decoding._BatchDecoder, "worth_dropping", spy)
+    monkeypatch.setattr(decoding.RowDropPolicy, "worth_dropping", spy)
     fast = up_to_end(fast_generate(model, input_ids, attention_mask, **options))
     with torch.inference_mode():
         assert fast == up_to_end(model.generate(input_ids=input_ids, attention_mask=attention_mask, **options))
