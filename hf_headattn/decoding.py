@@ -6,7 +6,7 @@ size) at every step of its longest translation. Here finished sentences leave th
 (:meth:`Cache.batch_select_indices`, variant states included), the encoder outputs and the source mask, so later
 steps cost only the sentences still being translated. Dropping rows copies every row that stays (its cache grows
 with the step), so finished rows are dropped together, once the steps spent on them since the last drop match what
-a drop costs (:meth:`_BatchDecoder.worth_dropping`); until then they are stepped along, their results stay as they
+a drop costs (:meth:`RowDropPolicy.worth_dropping`); until then they are stepped along, their results stay as they
 were the step they finished, and they are taken when their rows leave. The search itself is `generate`'s:
 
 * the generation config is resolved by `generate`'s own preparation (`_prepare_generation_config`,
@@ -27,6 +27,12 @@ beam search, when `generate`'s early-stopping heuristic says no running hypothes
 then never touches that sentence's finished hypotheses again), or, with ``early_stopping=True``, when it has
 ``num_beams`` finished hypotheses. Every sentence's search depends only on its own rows, so the ids are those of
 `generate` up to float rounding (a matrix product's rounding may depend on how many rows it has).
+
+The model's side and the search's are apart: :class:`ModelStepper` holds the encoder outputs, the source mask and
+the cache and steps the rows it is left; :class:`GreedySearch` and :class:`BeamSearch` keep their per-sentence
+tensors in a :class:`RunningSentences`, which drops sentences from all of them at once and grows their token
+buffers, and share one loop (:meth:`_Search.run`) that steps, applies :class:`RowDropPolicy` and takes the results
+of finished sentences before their rows leave the stepper and the state together.
 
 Sampling, and logits processors whose state spans the batch (classifier-free guidance, prefix constraints,
 watermarking, ...), are not on the fast path: :func:`fast_path_refusal` names why, and the translation module then

@@ -389,7 +389,7 @@ SEARCH_FUNCTIONS = {f"decoding.py {name}" for search in (decoding._Search, decod
 
 
 def _innermost_function(call: str) -> str:
-    """"decoding.py run" of "__int__ at decoding.py:123 run <- ..." (the file and function a read was made in)."""
+    """The file and function a read was made in: "decoding.py run" of "__int__ at decoding.py:123 run <- ..."."""
     where = call.split(" <- ")[0].split(" at ", 1)[-1]
     file_and_line, _, function = where.partition(" ")
     return f"{file_and_line.split(':')[0]} {function}"
