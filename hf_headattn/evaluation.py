@@ -25,7 +25,9 @@ import json
 import logging
 import math
 import time
+import typing
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .cli import FLAG_SPELLING
@@ -33,6 +35,9 @@ from .loading import DEVICES, resolve_device
 from .metrics import DEFAULT_LENGTH_BUCKETS, DROP_ALIGNMENT_RUNS, check_length_buckets
 from .output_files import write_text
 from .translation.batches import AUTO_BATCH_SIZE
+
+if typing.TYPE_CHECKING:
+    from datasets import Dataset
 
 logger = logging.getLogger(__name__)
 
@@ -121,178 +126,215 @@ def _sacrebleu_signatures() -> dict[str, str]:
     return signatures
 
 
+@dataclass(frozen=True)
+class _Decoding:
+    """How :func:`evaluate_model` decodes, as given (``batch_size`` may be ``"auto"``)."""
+
+    num_beams: int
+    batch_size: int | str
+    max_length: int | None
+    coverage_penalty: float
+    length_penalty: float | None
+    early_stopping: bool | str | None
+
+    @property
+    def name(self) -> str:
+        return decoding_name(self.num_beams, self.max_length, self.coverage_penalty, self.length_penalty,
+                             self.early_stopping)
+
+    def translator_options(self, fast: bool) -> dict:
+        return {"num_beams": self.num_beams, "max_length": self.max_length,
+                "coverage_penalty": self.coverage_penalty or None, "length_penalty": self.length_penalty,
+                "early_stopping": self.early_stopping, "fast": fast}
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """How :func:`evaluate_model` scores: BLEU by length's buckets, REP's and DROP's word tokenisation, and DROP's
+    aligner (its training corpus, None for no DROP; its runs and cache)."""
+
+    buckets: Sequence[int]
+    tokenize: str
+    train_source: str | Path | None
+    train_target: str | Path | None
+    drop_runs: int
+    drop_cache_dir: str | Path | None
+
+
+@dataclass(frozen=True)
+class _TestSet:
+    name: str
+    source_path: Path
+    reference_path: Path
+    sources: list[str]
+    references: list[str]
+
+    def record(self) -> dict:
+        return {"name": self.name, "source": str(self.source_path.resolve()),
+                "reference": str(self.reference_path.resolve()), "sentences": len(self.sources)}
+
+
 def evaluate_model(
-    model_dir: str | Path,
-    source_path: str | Path,
-    reference_path: str | Path,
-    *,
-    num_beams: int = 4,
-    batch_size: int | str = AUTO_BATCH_SIZE,
-    device: str = "auto",
-    train_source: str | Path | None = None,
-    train_target: str | Path | None = None,
-    output_dir: str | Path,
-    max_length: int | None = None,
-    buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
-    tokenize: str = "13a",
-    test_name: str | None = None,
-    drop_runs: int = DROP_ALIGNMENT_RUNS,
-    drop_cache_dir: str | Path | None = None,
-    coverage_penalty: float = 0.0,
-    length_penalty: float | None = None,
-    early_stopping: bool | str | None = None,
-    tokenizer: str | Path | None = None,
-    force: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
+    model_dir: str | Path, source_path: str | Path, reference_path: str | Path, *,
+    num_beams: int = 4, batch_size: int | str = AUTO_BATCH_SIZE, device: str = "auto",
+    train_source: str | Path | None = None, train_target: str | Path | None = None, output_dir: str | Path,
+    max_length: int | None = None, buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS, tokenize: str = "13a",
+    test_name: str | None = None, drop_runs: int = DROP_ALIGNMENT_RUNS, drop_cache_dir: str | Path | None = None,
+    coverage_penalty: float = 0.0, length_penalty: float | None = None, early_stopping: bool | str | None = None,
+    tokenizer: str | Path | None = None, force: bool = False, overwrite: bool = False, progress: bool = True,
 ) -> dict:
     """Translate a test set with a saved model folder and score it; write the hypotheses and the metrics JSON.
 
     Args:
-        model_dir: A folder written by ``save_pretrained`` / the training command (weights, config with
-            ``auto_map``, code files, tokenizer), loaded through its own code with ``trust_remote_code=True``; or a
-            CTranslate2 export (``hf-headattn-export``), recognised by its files and translated with CTranslate2
-            (``device`` as for a model; ``coverage_penalty`` and ``tokenizer`` refused).
+        model_dir: A folder written by ``save_pretrained`` / the training command, loaded through its own code
+            (``trust_remote_code=True``); or a CTranslate2 export (``hf-headattn-export``), recognised by its files
+            and translated with CTranslate2 (``coverage_penalty`` and ``tokenizer`` refused).
         source_path, reference_path: Line-aligned test files (one sentence a line).
         num_beams, batch_size: Beam size, and sentences a batch: a positive int, or ``"auto"`` (the default) for
-            :func:`hf_headattn.translation.translate`'s (640 decoder rows on the fast path, at least 128 sentences;
-            32 through `generate` on a CPU, 128 on a GPU; 128 for an export). The JSON records the number used.
+            :func:`hf_headattn.translation.translate`'s. The JSON records the number used.
         device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-        train_source, train_target: The aligner's training corpus (both or neither). DROP is computed only with
-            it: eflomal trained on these pairs (once per corpus, then read from the cache), `drop_runs` alignments
-            of the test pairs pooled, their spread in the JSON (``metric_settings.drop_alignment``); see
-            :func:`hf_headattn.metrics.drop_alignment_runs`. The same test set, hypotheses and corpus give the same
-            DROP on every call (the alignments are cached too).
-        drop_runs, drop_cache_dir: eflomal runs pooled into DROP, and the cache folder (default
-            :func:`hf_headattn.metrics.default_cache_dir`).
+        train_source, train_target, drop_runs, drop_cache_dir: The aligner's training corpus (both or neither; no
+            DROP without it): eflomal trained on it once, then cached in `drop_cache_dir` (default
+            :func:`hf_headattn.metrics.default_cache_dir`), `drop_runs` alignments of the test pairs pooled
+            (:func:`hf_headattn.metrics.drop_alignment_runs`), their spread in ``metric_settings.drop_alignment``.
+            The same test set, hypotheses and corpus give the same DROP on every call.
         output_dir: Where ``<test>.<decoding>.hyp<reference suffix>`` and ``<test>.<decoding>.metrics.json`` are
-            written (created); ``<decoding>`` is :func:`decoding_name` (``greedy``, ``beam4``, ``beam4-maxlen64``),
-            so greedy and beam runs of one test set can share a folder.
+            written (created); ``<decoding>`` is :func:`decoding_name` (``greedy``, ``beam4``, ``beam4-maxlen64``).
         max_length: Overrides the folder's ``generation_config.max_length`` (tokens, counting the start token).
         coverage_penalty: beta of Wu et al.'s coverage penalty, which re-ranks the beam (LSTM models only, with
             ``num_beams >= 2``; Malaviya et al.'s COVPENALTY baseline); 0 decodes without it.
-        length_penalty: Overrides the folder's ``generation_config.length_penalty``: beam hypotheses are ranked by
-            log-probability / length ** length_penalty (Transformers' default 1.0; 0 ranks by the log-probability
-            alone, as OpenNMT-py's translate did by default with ``-alpha 0``; with ``num_beams >= 2``). None keeps
-            the folder's.
-        early_stopping: Overrides the folder's ``generation_config.early_stopping``: True ends a sentence's beam
-            search once it has `num_beams` finished hypotheses (fairseq's and CTranslate2's rule), False
-            (Transformers' default) once no running beam is likely to overtake them, ``"never"`` once none can (with
-            ``num_beams >= 2``; an export takes True only). None keeps the folder's.
+        length_penalty, early_stopping: Override the folder's generation config (with ``num_beams >= 2``; None
+            keeps the folder's). Hypotheses rank by log-probability / length ** length_penalty (0: by the
+            log-probability alone, OpenNMT-py's ``-alpha 0``). A sentence's search ends once it has `num_beams`
+            finished hypotheses (True: fairseq's and CTranslate2's rule, the only one an export takes), once no
+            running beam is likely to overtake them (False, Transformers' default), or once none can (``"never"``).
         buckets: Source-length bucket boundaries of BLEU by length (:func:`hf_headattn.metrics.bleu_by_length`).
-        tokenize: Word tokenisation of REP and DROP: ``"13a"`` (the default; sacrebleu's tokenizer splits
-            punctuation off words, as the raw test text needs) or ``"whitespace"``.
+        tokenize: Word tokenisation of REP and DROP: ``"13a"`` (sacrebleu's tokenizer splits punctuation off
+            words, as the raw test text needs) or ``"whitespace"``.
         test_name: Name of the test set in file names and the JSON (a plain file name); default: the source file
             name without its language suffix (``test_2016_flickr.de`` -> ``test_2016_flickr``).
-        tokenizer: Another tokenizer folder than the model folder's own; refused unless it is the tokenizer the model
-            was trained with (see :func:`hf_headattn.loading.check_tokenizer`), or warned about with `force`.
-        force: Only warn about such a tokenizer, and about a folder whose saved code is not the installed runtime
-            (refused otherwise, naming the files: the scores would be of other code than the folder's users run).
-        overwrite: Replace an earlier result of this test set name and decoding in `output_dir` (refused
-            otherwise: it may be another test set of the same file name).
-        progress: Show the translation's progress on standard error (`progress.Progress`: a bar on a terminal,
-            plain lines with rate and ETA elsewhere).
+        tokenizer: Another tokenizer folder than the model folder's own: refused unless the model was trained with
+            it (:func:`hf_headattn.loading.check_tokenizer`), or warned about with `force`.
+        force: Only warn about such a tokenizer, and about a folder whose saved code is not the installed runtime.
+        overwrite: Replace an earlier result of this test set name and decoding (it may be another test set's).
+        progress: Show the translation's progress on standard error (:class:`hf_headattn.progress.Progress`).
 
     Returns:
         The dict written to the JSON: ``bleu``, ``chrf``, ``ter``, ``rep``, ``drop`` (None without a training
-        corpus), ``bleu_by_length``, and ``model``, ``test_set``, ``decoding``, ``metric_settings``, ``examples``,
+        corpus), ``bleu_by_length``; ``model``, ``test_set``, ``decoding``, ``metric_settings``, ``examples``,
         ``files``.
 
     Raises:
         FileNotFoundError: a missing model folder, config.json or text file.
         FileExistsError: an earlier result under the same file names, without `overwrite`.
         ValueError: mismatched line counts, an empty test set, only one of train_source/train_target, a bad
-            device or setting, a tokenizer the model was not trained with.
+            device or setting, a tokenizer the model was not trained with, other saved code without `force`.
 
     Every argument is checked, and every file read, before the model translates.
     """
     model_dir, source_path, reference_path = Path(model_dir), Path(source_path), Path(reference_path)
+    decoding = _Decoding(num_beams, batch_size, max_length, coverage_penalty, length_penalty, early_stopping)
     _check_model_dir(model_dir)
-    _check_settings(num_beams=num_beams, batch_size=batch_size, drop_runs=drop_runs, max_length=max_length,
-                    coverage_penalty=coverage_penalty, length_penalty=length_penalty, early_stopping=early_stopping,
-                    tokenize=tokenize, train_source=train_source, train_target=train_target)
-    buckets = check_length_buckets(buckets)
+    scoring = _check_settings(decoding, _Scoring(buckets, tokenize, train_source, train_target, drop_runs,
+                                                 drop_cache_dir))
     export = _check_model_options(model_dir, device, coverage_penalty=coverage_penalty, tokenizer=tokenizer,
                                   early_stopping=early_stopping, num_beams=num_beams)
     test_name = test_name if test_name is not None else _test_set_name(source_path)
-    decoding = decoding_name(num_beams, max_length, coverage_penalty, length_penalty, early_stopping)
-    hypotheses_path, metrics_path = _output_paths(Path(output_dir), test_name, decoding, reference_path, overwrite)
-    from .metrics import all_metrics
+    output_paths = _output_paths(Path(output_dir), test_name, decoding.name, reference_path, overwrite)
+    test, train = _read_test_and_train_sets(test_name, source_path, reference_path, scoring)
+
+    hypotheses, model_record, decoding_record = _translate_test_set(
+        model_dir, test.sources, decoding, device=device, tokenizer=tokenizer, force=force, progress=progress,
+        export=export, desc=f"translating {source_path.name}")
+    metrics = _score(test, hypotheses, train, scoring)
+    results = _results_record(metrics, test, hypotheses, output_paths, model=model_record, decoding=decoding_record,
+                              metric_settings=_metric_settings(metrics, train, scoring))
+    _write_results(output_paths, hypotheses, results)
+    return results
+
+
+def _write_results(output_paths: tuple[Path, Path], hypotheses: list[str], results: dict) -> None:
+    hypotheses_path, metrics_path = output_paths
+    hypotheses_path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(hypotheses_path, "".join(hypothesis + "\n" for hypothesis in hypotheses))
+    write_text(metrics_path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+
+
+def _read_test_and_train_sets(test_name: str, source_path: Path, reference_path: Path,
+                              scoring: _Scoring) -> tuple[_TestSet, Dataset | None]:
+    """The test set (refused empty) and DROP's aligner corpus, read and checked before the model loads, so that a
+    typo fails in a second, not after loading."""
     from .parallel_data import read_parallel_files
 
-    # Read (and check) every file before the model loads, so that a typo fails in a second, not after loading.
     test = read_parallel_files(source_path, reference_path)
     if len(test) == 0:
         raise ValueError(f"The test set is empty: {source_path} has no lines")
-    train = read_parallel_files(train_source, train_target) if train_source is not None else None
+    train = (read_parallel_files(scoring.train_source, scoring.train_target)
+             if scoring.train_source is not None else None)
+    return _TestSet(test_name, source_path, reference_path, list(test["source"]), list(test["target"])), train
 
-    sources, references = list(test["source"]), list(test["target"])
-    hypotheses, model_record, decoding_record = _translate_test_set(
-        model_dir, sources, num_beams=num_beams, batch_size=batch_size, device=device, max_length=max_length,
-        coverage_penalty=coverage_penalty, length_penalty=length_penalty, early_stopping=early_stopping,
-        tokenizer=tokenizer, force=force, progress=progress, export=export,
-        desc=f"translating {source_path.name}")
-    # One hypothesis per line: a decoded line end ("\r" ends one too) would shift every later line of the file.
-    hypotheses = [hypothesis.replace("\r", " ").replace("\n", " ") for hypothesis in hypotheses]
 
-    metrics = all_metrics(
-        sources,
+def _score(test: _TestSet, hypotheses: list[str], train: Dataset | None, scoring: _Scoring) -> dict:
+    from .metrics import all_metrics
+
+    return all_metrics(
+        test.sources,
         hypotheses,
-        references,
+        test.references,
         train_sources=list(train["source"]) if train is not None else None,
         train_targets=list(train["target"]) if train is not None else None,
-        buckets=buckets,
-        tokenize=tokenize,
-        **({"runs": drop_runs, "cache_dir": drop_cache_dir} if train is not None else {}),
+        buckets=scoring.buckets,
+        tokenize=scoring.tokenize,
+        **({"runs": scoring.drop_runs, "cache_dir": scoring.drop_cache_dir} if train is not None else {}),
     )
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    results = {
+
+
+def _metric_settings(metrics: dict, train: Dataset | None, scoring: _Scoring) -> dict:
+    """The JSON's "metric_settings": how each score was computed, so that a reader can compare like with like."""
+    return {
+        **_sacrebleu_signatures(),
+        "rep_drop_tokenize": scoring.tokenize,
+        "drop_aligner_training_pairs": len(train) if train is not None else None,
+        "drop_alignment": metrics.get("drop_alignment"),
+        "length_buckets": list(scoring.buckets),
+    }
+
+
+def _results_record(metrics: dict, test: _TestSet, hypotheses: list[str], output_paths: tuple[Path, Path], *,
+                    model: dict, decoding: dict, metric_settings: dict) -> dict:
+    """The metrics JSON: the scores, then what was evaluated and how, the first sentences, and the files."""
+    hypotheses_path, metrics_path = output_paths
+    return {
         "bleu": metrics["bleu"],
         "chrf": metrics["chrf"],
         "ter": metrics["ter"],
         "rep": metrics["rep"],
         "drop": metrics.get("drop"),
         "bleu_by_length": metrics["bleu_by_length"],
-        "model": model_record,
-        "test_set": {
-            "name": test_name,
-            "source": str(source_path.resolve()),
-            "reference": str(reference_path.resolve()),
-            "sentences": len(sources),
-        },
-        "decoding": {
-            "name": decoding,
-            "num_beams": num_beams,
-            "coverage_penalty": coverage_penalty,
-            "batch_size": batch_size,
-            **decoding_record,
-        },
-        "metric_settings": {
-            **_sacrebleu_signatures(),
-            "rep_drop_tokenize": tokenize,
-            "drop_aligner_training_pairs": len(train) if train is not None else None,
-            "drop_alignment": metrics.get("drop_alignment"),
-            "length_buckets": list(buckets),
-        },
+        "model": model,
+        "test_set": test.record(),
+        "decoding": decoding,
+        "metric_settings": metric_settings,
         "examples": [
             {"source": source, "reference": reference, "hypothesis": hypothesis}
-            for source, reference, hypothesis in list(zip(sources, references, hypotheses))[:EXAMPLES_IN_RESULTS]
+            for source, reference, hypothesis in
+            list(zip(test.sources, test.references, hypotheses))[:EXAMPLES_IN_RESULTS]
         ],
         "files": {"hypotheses": str(hypotheses_path.resolve()), "metrics": str(metrics_path.resolve())},
     }
-    write_text(hypotheses_path, "".join(hypothesis + "\n" for hypothesis in hypotheses))
-    write_text(metrics_path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    return results
 
 
-def _check_settings(*, num_beams, batch_size, drop_runs, max_length, coverage_penalty, length_penalty,
-                    early_stopping, tokenize, train_source, train_target) -> None:
-    """Refuse (ValueError) the settings of :func:`evaluate_model` that are out of range, naming each."""
+def _check_settings(decoding: _Decoding, scoring: _Scoring) -> _Scoring:
+    """Refuse (ValueError) the settings of :func:`evaluate_model` that are out of range, naming each; `scoring` with
+    its buckets as :func:`hf_headattn.metrics.check_length_buckets` returns them."""
+    num_beams, batch_size, max_length = decoding.num_beams, decoding.batch_size, decoding.max_length
+    coverage_penalty, length_penalty, early_stopping = (decoding.coverage_penalty, decoding.length_penalty,
+                                                        decoding.early_stopping)
     _check_positive_int("num_beams", num_beams)
     if batch_size != AUTO_BATCH_SIZE and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                          or batch_size < 1):
         raise ValueError(f"batch_size must be a positive int or {AUTO_BATCH_SIZE!r}, got {batch_size!r}")
-    _check_positive_int("drop_runs", drop_runs)
+    _check_positive_int("drop_runs", scoring.drop_runs)
     if max_length is not None:
         _check_positive_int("max_length", max_length)
     if (isinstance(coverage_penalty, bool) or not isinstance(coverage_penalty, (int, float))
@@ -309,10 +351,11 @@ def _check_settings(*, num_beams, batch_size, drop_runs, max_length, coverage_pe
         raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
     if early_stopping is not None and num_beams < 2:
         raise ValueError(f"early_stopping ends beam search: use num_beams >= 2, got {num_beams}")
-    if tokenize not in TOKENIZE_CHOICES:
-        raise ValueError(f"Unknown tokenize={tokenize!r}; accepted: {', '.join(TOKENIZE_CHOICES)}")
-    if (train_source is None) != (train_target is None):
+    if scoring.tokenize not in TOKENIZE_CHOICES:
+        raise ValueError(f"Unknown tokenize={scoring.tokenize!r}; accepted: {', '.join(TOKENIZE_CHOICES)}")
+    if (scoring.train_source is None) != (scoring.train_target is None):
         raise ValueError("Pass both train_source and train_target (the DROP aligner's training corpus), or neither")
+    return replace(scoring, buckets=check_length_buckets(scoring.buckets))
 
 
 def _check_model_options(model_dir: Path, device: str, **options) -> bool:
@@ -352,29 +395,30 @@ def refuse_other_code(model_dir: Path, force: bool) -> None:
     logger.warning(f"{message}; scoring the installed code (--force)")
 
 
-def _translate_test_set(model_dir: Path, sources: list[str], *, num_beams, batch_size, device, max_length,
-                        coverage_penalty, length_penalty, early_stopping, tokenizer, force, export, desc,
-                        progress) -> tuple[list[str], dict, dict]:
-    """(hypotheses, the JSON's "model", the JSON's "decoding" batch size, device, max_length, ranking and time) of a
-    saved model or an export, through its translator (the fast path where hf-headattn-translate's --decoding auto
-    takes it)."""
+def _translate_test_set(model_dir: Path, sources: list[str], decoding: _Decoding, *, device, tokenizer, force,
+                        export, desc, progress) -> tuple[list[str], dict, dict]:
+    """(hypotheses, the JSON's "model", the JSON's "decoding": the settings, the batch size used, device,
+    max_length, ranking and time) of a saved model or an export, through its translator (the fast path where
+    hf-headattn-translate's --decoding auto takes it)."""
     from .translation import OptionRefused, load_translator
 
     if not export:
         refuse_other_code(model_dir, force)
     # a local folder (checked by evaluate_model): its code may run
     translator = load_translator(model_dir, device=device, tokenizer=tokenizer, force=force)
-    options = {"num_beams": num_beams, "max_length": max_length, "coverage_penalty": coverage_penalty or None,
-               "length_penalty": length_penalty, "early_stopping": early_stopping, "fast": translator.fast()}
-    batch_size = translator.batch_size(batch_size, **options)
+    options = decoding.translator_options(fast=translator.fast())
+    batch_size = translator.batch_size(decoding.batch_size, **options)
     started = time.perf_counter()
     try:
         translations = translator.translate(sources, batch_size=batch_size, desc=desc, progress=progress, **options)
     except OptionRefused as error:
         raise error.spelled(FLAG_SPELLING) from None
     seconds = time.perf_counter() - started
+    # One hypothesis per line: a decoded line end ("\r" ends one too) would shift every later line of the file.
+    hypotheses = [translation.text.replace("\r", " ").replace("\n", " ") for translation in translations]
     # how beam search ranked and stopped: the overrides, else the folder's, else the search's defaults
-    return [translation.text for translation in translations], translator.describe(), {
+    return hypotheses, translator.describe(), {
+        "name": decoding.name, "num_beams": decoding.num_beams, "coverage_penalty": decoding.coverage_penalty,
         "batch_size": batch_size, **translator.settings(**options), "translation_seconds": seconds}
 
 

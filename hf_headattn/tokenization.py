@@ -140,6 +140,19 @@ def train_tokenizer(
     if not paths and texts is None:
         raise ValueError("No training data: pass files=... (text files, one sentence per line) and/or texts=...")
 
+    backend, trainer = _untrained_tokenizer(model_name, vocab_size, min_frequency, show_progress)
+    _train(backend, trainer, _iter_corpus(paths, texts), vocab_size=vocab_size, model_name=model_name)
+    _append_eos(backend)
+    tokenizer = _fast_tokenizer(backend, model_max_length)
+    _report_vocabulary_size(tokenizer, backend, vocab_size, model_name, min_frequency)
+    if save_directory is not None:
+        tokenizer.save_pretrained(os.fspath(save_directory))
+    return tokenizer
+
+
+def _untrained_tokenizer(model_name: str, vocab_size: int, min_frequency: int,
+                         show_progress: bool) -> tuple[Tokenizer, trainers.Trainer]:
+    """An empty `model_name` tokenizer that handles text as SentencePiece does, and its trainer."""
     if model_name == "unigram":
         backend = Tokenizer(models.Unigram())
         trainer = trainers.UnigramTrainer(
@@ -170,8 +183,14 @@ def train_tokenizer(
         pre_tokenizers.Split(Regex(r"▁?[\p{L}\p{M}]+|▁?\p{N}+|▁?[^\p{L}\p{M}\p{N}▁]+|▁+"), behavior="isolated"),
     ])
     backend.decoder = decoders.Metaspace()
+    return backend, trainer
 
-    counter = _LineCounter(_iter_corpus(paths, texts))
+
+def _train(backend: Tokenizer, trainer: trainers.Trainer, sentences: Iterable[str], *, vocab_size: int,
+           model_name: str) -> None:
+    """Train `backend` on `sentences`, refusing (ValueError) a vocabulary too small for their alphabet or a corpus
+    of blank lines only."""
+    counter = _LineCounter(sentences)
     try:
         backend.train_from_iterator(counter, trainer=trainer)
     except Exception as err:
@@ -185,6 +204,9 @@ def train_tokenizer(
     if counter.count == 0:
         raise ValueError("The training corpus is empty: every file/text line is blank")
 
+
+def _append_eos(backend: Tokenizer) -> None:
+    """End every encoded text (one, or a pair) with ``</s>``, once the special tokens have their ids 0, 1, 2."""
     ids = {token: backend.token_to_id(token) for token in SPECIAL_TOKENS}
     if ids != {token: i for i, token in enumerate(SPECIAL_TOKENS)}:  # guards against a tokenizers behaviour change
         raise RuntimeError(f"Special token ids came out as {ids}, expected <pad>=0, </s>=1, <unk>=2")
@@ -194,7 +216,9 @@ def train_tokenizer(
         special_tokens=[(EOS_TOKEN, ids[EOS_TOKEN])],
     )
 
-    tokenizer = PreTrainedTokenizerFast(
+
+def _fast_tokenizer(backend: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         pad_token=PAD_TOKEN,
         eos_token=EOS_TOKEN,
@@ -206,6 +230,11 @@ def train_tokenizer(
         # Already False by default in 5.x; pinned so decode() keeps " ." and " ," exactly as in the corpus.
         clean_up_tokenization_spaces=False,
     )
+
+
+def _report_vocabulary_size(tokenizer: PreTrainedTokenizerFast, backend: Tokenizer, vocab_size: int,
+                            model_name: str, min_frequency: int) -> None:
+    """Say why the vocabulary is not of `vocab_size` tokens: over it (a warning), or under it."""
     if len(tokenizer) > vocab_size:  # BPE keeps every character it saw
         alphabet = len(backend.get_vocab()) - len(SPECIAL_TOKENS) if model_name == "bpe" else None
         logger.warning(f"vocab_size={vocab_size} is smaller than the training text's alphabet ({alphabet} characters "
@@ -214,9 +243,6 @@ def train_tokenizer(
         logger.info(f"vocab_size={vocab_size}: the training text yields {len(tokenizer)} {model_name} tokens "
                     f"(merges of frequency >= {min_frequency})" if model_name == "bpe" else
                     f"vocab_size={vocab_size}: the unigram trainer stopped at {len(tokenizer)} tokens")
-    if save_directory is not None:
-        tokenizer.save_pretrained(os.fspath(save_directory))
-    return tokenizer
 
 
 def _check_model(model: str) -> str:

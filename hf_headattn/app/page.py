@@ -19,6 +19,8 @@ import html
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from .panels import (
     DEFAULT_MAX_LINES,
@@ -78,6 +80,46 @@ def _offline_theme():
                              font_mono=["ui-monospace", "monospace"])
 
 
+@dataclass(frozen=True)
+class _Controls:
+    """The page's top: the source text box, the decoding settings, the Translate button and the page's notice."""
+
+    text: Any
+    beams: Any
+    nbest: Any
+    new_tokens: Any
+    button: Any
+    notice: Any
+
+
+@dataclass(frozen=True)
+class _LinkedViews:
+    """What both panels share: one layer and heads choice, and the difference of their maps."""
+
+    layer: Any
+    heads: Any
+    difference: Any
+
+
+class _Sections:
+    """The page's sections, each a row with one column per panel, so that a section starts at the same height in
+    both panels whatever wraps above it; `panels` gathers each panel's components by name."""
+
+    def __init__(self, panel_count: int):
+        self.panels = [{} for _ in range(panel_count)]
+
+    def row(self, heading: str | None = None):
+        """A section (under `heading`), yielding each panel's index and its components inside the panel's column."""
+        import gradio as gr
+
+        if heading:
+            gr.Markdown(heading)
+        with gr.Row(equal_height=False):
+            for index, panel in enumerate(self.panels):
+                with gr.Column(elem_classes=["panel", f"panel-{index}"], min_width=0):
+                    yield index, panel
+
+
 def build_demo(models: Sequence[DemoModel], *, max_lines: int = DEFAULT_MAX_LINES,
                time_limit: float = DEFAULT_TIME_LIMIT, concurrency_limit: int = DEFAULT_CONCURRENCY,
                queue_size: int = DEFAULT_QUEUE_SIZE, num_beams: int = DEFAULT_NUM_BEAMS,
@@ -89,97 +131,120 @@ def build_demo(models: Sequence[DemoModel], *, max_lines: int = DEFAULT_MAX_LINE
 
     if not models:
         raise ValueError("No model to show: give at least one")
-    names = [model.name for model in models]
-    examples = page_examples(models)
-    shown = range(min(PANELS, len(models)))
-    panels = [{} for _ in shown]
-
-    def section(heading: str | None = None):
-        """A row of the page with one column per panel (yielding each panel's index and its outputs)."""
-        if heading:
-            gr.Markdown(heading)
-        with gr.Row(equal_height=False):
-            for index in shown:
-                with gr.Column(elem_classes=["panel", f"panel-{index}"], min_width=0):
-                    yield index, panels[index]
-
+    sections = _Sections(min(PANELS, len(models)))
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
-        gr.Markdown(f"# {title}\nType sentences in the models' source language, one a line, and press "
-                    "**Translate**. Each panel translates with the model chosen above it and shows where its "
-                    "cross-attention went; the layer and heads chosen below apply to both.")
-        text = gr.Textbox(label="source text (one sentence a line)", lines=3, elem_id="source-text",
-                          placeholder=examples[0] if examples else FALLBACK_EXAMPLE)
-        if examples:
-            gr.Examples(examples=[[example] for example in examples], inputs=[text],
-                        label="examples from the model card's test set")
-        with gr.Row():
-            beams = gr.Slider(1, MAX_BEAMS, value=min(num_beams, MAX_BEAMS), step=1, label="beams")
-            nbest = gr.Slider(1, MAX_BEAMS, value=1, step=1, label="n-best (at most the beams)")
-            new_tokens = gr.Slider(1, MAX_NEW_TOKENS, value=min(max_new_tokens, MAX_NEW_TOKENS), step=1,
-                                   label="max new tokens")
-        button = gr.Button("Translate", variant="primary", elem_id="translate")
-        notice = gr.HTML(elem_id="page-notice")
-
-        for index, panel in section():
-            panel["model"] = gr.Dropdown(names, value=names[index], label="model", elem_id=f"model-{index}")
-            panel["description"] = gr.Markdown(models[index].description, elem_id=f"description-{index}",
-                                               elem_classes=["panel-description"])
-            panel["notices"] = gr.HTML(elem_id=f"notices-{index}")
-        for index, panel in section():
-            panel["show"] = gr.Dropdown([], label="hypothesis", elem_id=f"show-{index}")
-            panel["translations"] = gr.HTML(elem_id=f"translations-{index}")
-        gr.Markdown("**Cross-attention**, source words x target words (hover a cell for its value): one layer and "
-                    "heads choice for both panels")
-        with gr.Row(elem_id="linked-controls"):
-            layer = gr.Dropdown([], label="layer (both panels)", elem_id="layer")
-            heads = gr.Dropdown([], label="heads (both panels)", elem_id="heads")
-        for index, panel in section():
-            panel["heatmap"] = gr.HTML(elem_id=f"heatmap-{index}")
-        for index, panel in section("**Every head of the layer**, with each head's share of exact zeros and its "
-                                    "entropy"):
-            with gr.Row(equal_height=False):
-                with gr.Column(scale=3, min_width=160):
-                    panel["grid"] = gr.HTML(elem_id=f"grid-{index}")
-                with gr.Column(scale=2, min_width=160):
-                    panel["statistics"] = gr.HTML(elem_id=f"statistics-{index}")
-        gr.Markdown("**Difference**, the left panel's map minus the right's, on the left panel's translation")
-        difference = gr.HTML(elem_id="difference")
-        for index, panel in section("**Word alignment** (Pharaoh links, from what the alignment reads)"):
-            panel["links"] = gr.HTML(elem_id=f"links-{index}")
-        for index, panel in section("**Weights over heads**"):
-            panel["importances"] = gr.HTML(elem_id=f"importances-{index}")
-        for index, panel in section("**Cumulative attention against fertility bounds**"):
-            panel["fertility"] = gr.HTML(elem_id=f"fertility-{index}")
-        for panel in panels:
+        controls = _build_controls(title, page_examples(models), num_beams=num_beams, max_new_tokens=max_new_tokens)
+        _build_model_sections(sections, models)
+        linked = _build_attention_sections(sections)
+        for panel in sections.panels:
             panel["state"] = gr.State(None)  # the panel's PanelResult, which the views are drawn from
         comparison = gr.State(None)
-
-        by_name = {model.name: model for model in models}
-        settings = dict(max_lines=max_lines, time_limit=time_limit)
-
-        def on_translate(source, beam_count, best_count, token_count, *chosen):
-            return translate_page(by_name, source, chosen, beam_count, best_count, token_count, **settings)
-
-        def on_model(source, beam_count, best_count, token_count, *chosen):
-            if not (source or "").strip():  # nothing typed yet: show the models, translate nothing
-                return page_outputs([PanelResult(name, by_name[name].description) for name in chosen])
-            return on_translate(source, beam_count, best_count, token_count, *chosen)
-
-        translate_inputs = [text, beams, nbest, new_tokens, *(panel["model"] for panel in panels)]
-        translate_outputs = [notice, layer, heads, difference, comparison,
-                             *(panel[name] for panel in panels for name in PANEL_OUTPUTS)]
-        button.click(on_translate, inputs=translate_inputs, outputs=translate_outputs, api_name="translate",
-                     concurrency_limit=concurrency_limit, concurrency_id="translate")
-        for panel in panels:  # another model: both panels again, as the linked choices and the difference need
-            panel["model"].input(on_model, inputs=translate_inputs, outputs=translate_outputs, api_name=False,
-                                 concurrency_limit=concurrency_limit, concurrency_id="translate")
-        view_inputs = [layer, heads, comparison, *(panel[name] for panel in panels for name in ("state", "show"))]
-        view_outputs = [*(panel[name] for panel in panels for name in VIEWS), difference]
-        for control in (layer, heads, *(panel["show"] for panel in panels)):
-            control.input(update_views, inputs=view_inputs, outputs=view_outputs, api_name=False,
-                          show_progress="hidden")
+        _connect_translation(controls, linked, comparison, sections.panels, models,
+                             translate_settings=dict(max_lines=max_lines, time_limit=time_limit),
+                             concurrency_limit=concurrency_limit)
+        _connect_views(linked, comparison, sections.panels)
     demo.queue(default_concurrency_limit=concurrency_limit, max_size=queue_size)
     return demo
+
+
+def _build_controls(title: str, examples: list[str], *, num_beams: int, max_new_tokens: int) -> _Controls:
+    import gradio as gr
+
+    gr.Markdown(f"# {title}\nType sentences in the models' source language, one a line, and press "
+                "**Translate**. Each panel translates with the model chosen above it and shows where its "
+                "cross-attention went; the layer and heads chosen below apply to both.")
+    text = gr.Textbox(label="source text (one sentence a line)", lines=3, elem_id="source-text",
+                      placeholder=examples[0] if examples else FALLBACK_EXAMPLE)
+    if examples:
+        gr.Examples(examples=[[example] for example in examples], inputs=[text],
+                    label="examples from the model card's test set")
+    with gr.Row():
+        beams = gr.Slider(1, MAX_BEAMS, value=min(num_beams, MAX_BEAMS), step=1, label="beams")
+        nbest = gr.Slider(1, MAX_BEAMS, value=1, step=1, label="n-best (at most the beams)")
+        new_tokens = gr.Slider(1, MAX_NEW_TOKENS, value=min(max_new_tokens, MAX_NEW_TOKENS), step=1,
+                               label="max new tokens")
+    button = gr.Button("Translate", variant="primary", elem_id="translate")
+    notice = gr.HTML(elem_id="page-notice")
+    return _Controls(text, beams, nbest, new_tokens, button, notice)
+
+
+def _build_model_sections(sections: _Sections, models: Sequence[DemoModel]) -> None:
+    """Each panel's model choice, its description and notices; then its hypotheses."""
+    import gradio as gr
+
+    names = [model.name for model in models]
+    for index, panel in sections.row():
+        panel["model"] = gr.Dropdown(names, value=names[index], label="model", elem_id=f"model-{index}")
+        panel["description"] = gr.Markdown(models[index].description, elem_id=f"description-{index}",
+                                           elem_classes=["panel-description"])
+        panel["notices"] = gr.HTML(elem_id=f"notices-{index}")
+    for index, panel in sections.row():
+        panel["show"] = gr.Dropdown([], label="hypothesis", elem_id=f"show-{index}")
+        panel["translations"] = gr.HTML(elem_id=f"translations-{index}")
+
+
+def _build_attention_sections(sections: _Sections) -> _LinkedViews:
+    """The views of where attention went: the linked layer and heads choice, each panel's heat map and every head,
+    the difference, the word alignment, the weights over heads and the fertility bounds."""
+    import gradio as gr
+
+    gr.Markdown("**Cross-attention**, source words x target words (hover a cell for its value): one layer and "
+                "heads choice for both panels")
+    with gr.Row(elem_id="linked-controls"):
+        layer = gr.Dropdown([], label="layer (both panels)", elem_id="layer")
+        heads = gr.Dropdown([], label="heads (both panels)", elem_id="heads")
+    for index, panel in sections.row():
+        panel["heatmap"] = gr.HTML(elem_id=f"heatmap-{index}")
+    for index, panel in sections.row("**Every head of the layer**, with each head's share of exact zeros and its "
+                                     "entropy"):
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3, min_width=160):
+                panel["grid"] = gr.HTML(elem_id=f"grid-{index}")
+            with gr.Column(scale=2, min_width=160):
+                panel["statistics"] = gr.HTML(elem_id=f"statistics-{index}")
+    gr.Markdown("**Difference**, the left panel's map minus the right's, on the left panel's translation")
+    difference = gr.HTML(elem_id="difference")
+    for index, panel in sections.row("**Word alignment** (Pharaoh links, from what the alignment reads)"):
+        panel["links"] = gr.HTML(elem_id=f"links-{index}")
+    for index, panel in sections.row("**Weights over heads**"):
+        panel["importances"] = gr.HTML(elem_id=f"importances-{index}")
+    for index, panel in sections.row("**Cumulative attention against fertility bounds**"):
+        panel["fertility"] = gr.HTML(elem_id=f"fertility-{index}")
+    return _LinkedViews(layer, heads, difference)
+
+
+def _connect_translation(controls: _Controls, linked: _LinkedViews, comparison, panels: list[dict],
+                         models: Sequence[DemoModel], *, translate_settings: dict, concurrency_limit: int) -> None:
+    """The Translate button, and each panel's model choice: the whole page again (:func:`translate_page`)."""
+    by_name = {model.name: model for model in models}
+
+    def on_translate(source, beam_count, best_count, token_count, *chosen):
+        return translate_page(by_name, source, chosen, beam_count, best_count, token_count, **translate_settings)
+
+    def on_model(source, beam_count, best_count, token_count, *chosen):
+        if not (source or "").strip():  # nothing typed yet: show the models, translate nothing
+            return page_outputs([PanelResult(name, by_name[name].description) for name in chosen])
+        return on_translate(source, beam_count, best_count, token_count, *chosen)
+
+    translate_inputs = [controls.text, controls.beams, controls.nbest, controls.new_tokens,
+                        *(panel["model"] for panel in panels)]
+    translate_outputs = [controls.notice, linked.layer, linked.heads, linked.difference, comparison,
+                         *(panel[name] for panel in panels for name in PANEL_OUTPUTS)]
+    controls.button.click(on_translate, inputs=translate_inputs, outputs=translate_outputs, api_name="translate",
+                          concurrency_limit=concurrency_limit, concurrency_id="translate")
+    for panel in panels:  # another model: both panels again, as the linked choices and the difference need
+        panel["model"].input(on_model, inputs=translate_inputs, outputs=translate_outputs, api_name=False,
+                             concurrency_limit=concurrency_limit, concurrency_id="translate")
+
+
+def _connect_views(linked: _LinkedViews, comparison, panels: list[dict]) -> None:
+    """Another layer, heads or hypothesis: the views redrawn from the panels' states (:func:`update_views`)."""
+    view_inputs = [linked.layer, linked.heads, comparison,
+                   *(panel[name] for panel in panels for name in ("state", "show"))]
+    view_outputs = [*(panel[name] for panel in panels for name in VIEWS), linked.difference]
+    for control in (linked.layer, linked.heads, *(panel["show"] for panel in panels)):
+        control.input(update_views, inputs=view_inputs, outputs=view_outputs, api_name=False,
+                      show_progress="hidden")
 
 
 def translate_page(models: dict[str, DemoModel], source: str, chosen: Sequence[str], num_beams, nbest,

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from huggingface_hub.utils import validate_repo_id
@@ -191,6 +193,20 @@ def _space_requirements() -> str:
     return "\n".join(sorted(wanted)) + "\n"
 
 
+@dataclass(frozen=True)
+class _SpaceModel:
+    """One model of a Space: its label in the page, where the Space loads it from (its folder in the Space, or
+    its Hub id), and the local folder it is copied from (None for a Hub id)."""
+
+    label: str
+    source: str
+    folder: Path | None
+
+    @property
+    def bundled(self) -> bool:
+        return self.folder is not None
+
+
 def write_space(
     models: Sequence[str | Path],
     output_dir: str | Path,
@@ -221,24 +237,49 @@ def write_space(
             folder nor a Hub id, an `output_dir` that exists (without `overwrite`) or is inside a model folder, or
             gradio not installed (the Space pins its version).
     """
-    import shutil
-    from importlib.metadata import PackageNotFoundError, version
-
-    from huggingface_hub import SpaceCardData
-
-    from .page import DEFAULT_CONCURRENCY, DEFAULT_QUEUE_SIZE
-    from .panels import (DEFAULT_MAX_LINES, DEFAULT_MAX_NEW_TOKENS, DEFAULT_NUM_BEAMS, DEFAULT_TIME_LIMIT,
-                         describe_model)
+    from importlib.metadata import version
 
     if not models:
         raise ValueError("Name at least one model for the Space")
+    gradio_version = _installed_gradio_version()
+    output_dir = Path(output_dir)
+    space_models = _resolve_space_models(models)
+    local_models = [model.folder for model in space_models if model.bundled]
+    check_output_folder(output_dir, command=SPACE_COMMAND, overwrite=overwrite, inputs=local_models)
+    if not output_dir.parent.is_dir():
+        raise ValueError(f"Cannot write {output_dir}: its folder {output_dir.parent} does not exist")
+    page_settings = _page_settings(settings)
+    names = [model.label for model in space_models]
+    title = title or ("hf_headattn: " + " vs ".join(names[:2]) + (" and more" if len(names) > 2 else ""))
+    package_version = version("hf_headattn")
+
+    with new_folder(output_dir, command=SPACE_COMMAND, overwrite=overwrite, inputs=local_models) as staging:
+        _copy_page_code(staging / SPACE_PACKAGE, package_version)
+        rows = _bundle_models(staging, space_models)
+        listing = ",\n    ".join(repr((model.label, model.source, model.bundled)) for model in space_models)
+        (staging / "app.py").write_text(SPACE_APP.format(
+            names=", ".join(names), package=SPACE_PACKAGE, version=package_version, gradio_version=gradio_version,
+            models=f"[\n    {listing},\n]", settings=repr(page_settings)), encoding="utf-8")
+        (staging / "requirements.txt").write_text(_space_requirements(), encoding="utf-8")
+        (staging / "README.md").write_text(_space_readme(title, space_models, rows, gradio_version=gradio_version,
+                                                         package_version=package_version), encoding="utf-8")
+    return output_dir
+
+
+def _installed_gradio_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        gradio_version = version("gradio")
+        return version("gradio")
     except PackageNotFoundError:
         raise ValueError('Writing a Space needs gradio installed (the app extra: pip install "gradio>=6,<7"): the Space pins the '
                          "gradio version its page was made with") from None
-    output_dir = Path(output_dir)
-    entries, problems, taken = [], [], set()
+
+
+def _resolve_space_models(models: Sequence[str | Path]) -> list[_SpaceModel]:
+    """Each of `models` as a folder to bundle (under a unique name) or a Hub id; refused (ValueError) at the first
+    name that is neither, or naming every folder that lacks what a Space needs, all at once."""
+    space_models, problems, taken = [], [], set()
     for model in models:
         path = Path(model)
         if path.is_dir():
@@ -247,7 +288,7 @@ def write_space(
                 problems.append(f"{path}: " + "; ".join(missing))
             name = _space_model_name(path, taken)
             taken.add(name)
-            entries.append((name, f"{SPACE_MODELS}/{name}", True, path))
+            space_models.append(_SpaceModel(name, f"{SPACE_MODELS}/{name}", path))
         else:
             try:
                 validate_repo_id(str(model))
@@ -256,13 +297,16 @@ def write_space(
             problem = model_path_problem(model, flag="model")  # a mistyped folder is never written in as a Hub id
             if problem:
                 raise ValueError(problem)
-            entries.append((str(model), str(model), False, None))
+            space_models.append(_SpaceModel(str(model), str(model), None))
     if problems:
         raise ValueError("Cannot write the Space; missing: " + " | ".join(problems))
-    local_models = [path for _, _, bundled, path in entries if bundled]
-    check_output_folder(output_dir, command=SPACE_COMMAND, overwrite=overwrite, inputs=local_models)
-    if not output_dir.parent.is_dir():
-        raise ValueError(f"Cannot write {output_dir}: its folder {output_dir.parent} does not exist")
+    return space_models
+
+
+def _page_settings(settings: Mapping | None) -> dict:
+    """The page's settings: the app's defaults, overridden by `settings` (an unknown name refused)."""
+    from .page import DEFAULT_CONCURRENCY, DEFAULT_QUEUE_SIZE
+    from .panels import DEFAULT_MAX_LINES, DEFAULT_MAX_NEW_TOKENS, DEFAULT_NUM_BEAMS, DEFAULT_TIME_LIMIT
 
     page_settings = dict(max_lines=DEFAULT_MAX_LINES, time_limit=DEFAULT_TIME_LIMIT,
                          concurrency_limit=DEFAULT_CONCURRENCY, queue_size=DEFAULT_QUEUE_SIZE,
@@ -271,50 +315,59 @@ def write_space(
     if unknown:
         raise ValueError(f"Unknown page setting(s) {', '.join(sorted(unknown))}; known: {', '.join(page_settings)}")
     page_settings.update(settings or {})
-    names = [label for label, *_ in entries]
-    title = title or ("hf_headattn: " + " vs ".join(names[:2]) + (" and more" if len(names) > 2 else ""))
-    package_version = version("hf_headattn")
+    return page_settings
 
-    with new_folder(output_dir, command=SPACE_COMMAND, overwrite=overwrite, inputs=local_models) as staging:
-        code_dir = staging / SPACE_PACKAGE
-        code_dir.mkdir()
-        (code_dir / "__init__.py").write_text(f'"""The web demo of hf_headattn {package_version}, copied unchanged by '
-                                              '`hf-headattn-hub space`."""\n', encoding="utf-8")
-        for module in space_code_files():
-            (code_dir / module).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(PACKAGE_ROOT / module, code_dir / module)
-        rows = []
-        for label, source, bundled, path in entries:
-            if bundled:
-                for name in files_to_upload(path):
-                    (staging / source / name).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(path / name, staging / source / name)
-                description = describe_model(load_config(path))
-            else:
-                description = "loaded from the Hub"
-            rows.append(f"| {markdown_table_cell(label)} | {markdown_table_cell(description)} | `{source}` |")
-        listing = ",\n    ".join(repr((label, source, bundled)) for label, source, bundled, _ in entries)
-        (staging / "app.py").write_text(SPACE_APP.format(
-            names=", ".join(names), package=SPACE_PACKAGE, version=package_version, gradio_version=gradio_version,
-            models=f"[\n    {listing},\n]", settings=repr(page_settings)), encoding="utf-8")
-        (staging / "requirements.txt").write_text(_space_requirements(), encoding="utf-8")
-        card = SpaceCardData(title=title, sdk="gradio", sdk_version=gradio_version, app_file="app.py",
-                             models=[source for _, source, bundled, _ in entries if not bundled] or None,
-                             tags=["translation", "hf_headattn", "attention-visualization"], emoji="🔎",
-                             colorFrom="blue", colorTo="indigo", pinned=False,
-                             short_description="Translate and compare where attention variants look")
-        (staging / "README.md").write_text(
-            f"---\n{card.to_yaml()}\n---\n\n# {title}\n\nTranslate with {len(entries)} hf_headattn model(s) and "
-            "compare, two side by side, where their attention goes: the cross-attention as heat maps of source "
-            "words x target words per layer and head, the word alignment as links, DHICM and multi-hop weights "
-            "over heads, and csoftmax / csparsemax cumulative attention against the fertility bounds.\n\n"
-            "| model | attention | loads from |\n|---|---|---|\n" + "\n".join(rows) + "\n\n"
-            "The Space runs with torch, Transformers and gradio alone: each model loads through the code saved "
-            f"with it (`trust_remote_code=True`), and `{SPACE_PACKAGE}/` holds the page's code, copied from "
-            f"hf_headattn {package_version}. To run it elsewhere:\n\n"
-            f"```bash\npip install -r requirements.txt \"gradio=={gradio_version}\"\npython app.py   # then open "
-            "http://127.0.0.1:7860\n```\n", encoding="utf-8")
-    return output_dir
+
+def _copy_page_code(code_dir: Path, package_version: str) -> None:
+    """The page's modules (:func:`space_code_files`), copied unchanged into the Space's package `code_dir`."""
+    code_dir.mkdir()
+    (code_dir / "__init__.py").write_text(f'"""The web demo of hf_headattn {package_version}, copied unchanged by '
+                                          '`hf-headattn-hub space`."""\n', encoding="utf-8")
+    for module in space_code_files():
+        (code_dir / module).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(PACKAGE_ROOT / module, code_dir / module)
+
+
+def _bundle_models(staging: Path, space_models: list[_SpaceModel]) -> list[str]:
+    """Copy each local model's files (:func:`files_to_upload`) into the Space; the README's table row of every
+    model."""
+    from .panels import describe_model
+
+    rows = []
+    for model in space_models:
+        if model.bundled:
+            for name in files_to_upload(model.folder):
+                (staging / model.source / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(model.folder / name, staging / model.source / name)
+            description = describe_model(load_config(model.folder))
+        else:
+            description = "loaded from the Hub"
+        rows.append(f"| {markdown_table_cell(model.label)} | {markdown_table_cell(description)} | `{model.source}` |")
+    return rows
+
+
+def _space_readme(title: str, space_models: list[_SpaceModel], rows: list[str], *, gradio_version: str,
+                  package_version: str) -> str:
+    """README.md: the Space's front matter (its card: SDK, entry, the Hub models it uses), then what it shows, its
+    models' table (`rows`) and how to run it elsewhere."""
+    from huggingface_hub import SpaceCardData
+
+    card = SpaceCardData(title=title, sdk="gradio", sdk_version=gradio_version, app_file="app.py",
+                         models=[model.source for model in space_models if not model.bundled] or None,
+                         tags=["translation", "hf_headattn", "attention-visualization"], emoji="🔎",
+                         colorFrom="blue", colorTo="indigo", pinned=False,
+                         short_description="Translate and compare where attention variants look")
+    return (
+        f"---\n{card.to_yaml()}\n---\n\n# {title}\n\nTranslate with {len(space_models)} hf_headattn model(s) and "
+        "compare, two side by side, where their attention goes: the cross-attention as heat maps of source "
+        "words x target words per layer and head, the word alignment as links, DHICM and multi-hop weights "
+        "over heads, and csoftmax / csparsemax cumulative attention against the fertility bounds.\n\n"
+        "| model | attention | loads from |\n|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        "The Space runs with torch, Transformers and gradio alone: each model loads through the code saved "
+        f"with it (`trust_remote_code=True`), and `{SPACE_PACKAGE}/` holds the page's code, copied from "
+        f"hf_headattn {package_version}. To run it elsewhere:\n\n"
+        f"```bash\npip install -r requirements.txt \"gradio=={gradio_version}\"\npython app.py   # then open "
+        "http://127.0.0.1:7860\n```\n")
 
 
 def check_space_folder(space_dir: str | Path) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCardData
@@ -41,20 +42,20 @@ _LANGUAGE_NAMES = {"be": "Belarusian", "cs": "Czech", "de": "German", "en": "Eng
                    "ru": "Russian", "zh": "Chinese"}
 
 
+@dataclass(frozen=True)
+class _Dataset:
+    """The training and test data as the card names it: its name, Hub dataset id and configuration."""
+
+    name: str
+    id: str | None
+    config: str | None
+
+
 def write_model_card(
-    model_dir: str | Path,
-    evaluation: str | Path | Mapping,
-    *,
-    dataset_name: str,
-    dataset_id: str | None = None,
-    dataset_config: str | None = None,
-    language: Sequence[str] = ("de", "en"),
-    repo_id: str | None = None,
-    model_name: str | None = None,
-    license: str | None = None,
-    training_data: str | None = None,
-    limitations: Sequence[str] = (),
-    template: str | Path | None = None,
+    model_dir: str | Path, evaluation: str | Path | Mapping, *, dataset_name: str, dataset_id: str | None = None,
+    dataset_config: str | None = None, language: Sequence[str] = ("de", "en"), repo_id: str | None = None,
+    model_name: str | None = None, license: str | None = None, training_data: str | None = None,
+    limitations: Sequence[str] = (), template: str | Path | None = None,
 ) -> Path:
     """Fill the family's card template into ``model_dir/README.md`` (overwriting it) and return that path.
 
@@ -89,36 +90,15 @@ def write_model_card(
     if evaluation["model"].get("model_type") != config.model_type:
         raise ValueError(f"The evaluation is of a {evaluation['model'].get('model_type')!r} model, but {model_dir} "
                          f"holds a {config.model_type!r} model; evaluate this folder with evaluate_model")
-    if isinstance(language, str) or len(language) != 2 or not all(isinstance(code, str) and code for code in language):
-        raise ValueError(f"language must be a (source, target) pair of language codes, got {language!r}")
-    source_language, target_language = (_LANGUAGE_NAMES.get(code, code) for code in language)
-    repo_id = repo_id or model_dir.resolve().name
-    if not Path(repo_id).is_dir():  # a local folder's path is what snippets loading from disk name
-        try:  # before it is written into the card
-            validate_repo_id(repo_id)
-        except ValueError as error:
-            raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id ({error}); pass repo_id= (--repo_id) "
-                             "as user/name") from None
+    source_language, target_language = _language_names(language)
+    repo_id = _checked_repo_id(repo_id or model_dir.resolve().name)
     model_name = model_name or repo_id.split("/")[-1]
-    template_path = Path(template) if template is not None else TEMPLATES_DIR / f"{config.family}.md"
-    if not template_path.is_file():
-        raise FileNotFoundError(f"Model card template not found: {template_path} (the templates are the "
-                                "package's hf_headattn/model_cards/ files; pass template= to use another file)")
+    template_path = _template_path(template, config.family)
 
-    variant_names = config.attention_variant_names()
-    card_data = ModelCardData(
-        language=list(language),
-        license=license,
-        library_name="transformers",
-        pipeline_tag="translation",
-        tags=_tags(config, variant_names, language),
-        datasets=[dataset_id] if dataset_id else None,
-        metrics=[metric for metric in _HUB_METRIC_IDS if evaluation.get(metric) is not None],
-        model_name=model_name,
-        eval_results=_eval_results(evaluation, dataset_name, dataset_id or dataset_name, dataset_config, language),
-    )
+    dataset = _Dataset(dataset_name, dataset_id, dataset_config)
     values = {
-        "metadata": card_data.to_yaml(),
+        "metadata": _card_metadata(config, evaluation, dataset, language=language, license=license,
+                                   model_name=model_name),
         "model_name": model_name,
         "source_language": source_language,
         "target_language": target_language,
@@ -133,6 +113,53 @@ def write_model_card(
         "limitations": "".join(f"- {item}\n" for item in limitations).rstrip("\n"),
     }
     return write_text(model_dir / "README.md", _fill(template_path, values))
+
+
+def _language_names(language: Sequence[str]) -> tuple[str, str]:
+    """The names of the (source, target) languages of the codes `language`, refused (ValueError) unless a pair."""
+    if isinstance(language, str) or len(language) != 2 or not all(isinstance(code, str) and code for code in language):
+        raise ValueError(f"language must be a (source, target) pair of language codes, got {language!r}")
+    source_language, target_language = (_LANGUAGE_NAMES.get(code, code) for code in language)
+    return source_language, target_language
+
+
+def _checked_repo_id(repo_id: str) -> str:
+    """`repo_id`, refused (ValueError) before it is written into the card unless it is a Hub repository id or a
+    local folder's path (what snippets loading from disk name)."""
+    if not Path(repo_id).is_dir():
+        try:
+            validate_repo_id(repo_id)
+        except ValueError as error:
+            raise ValueError(f"repo_id {repo_id!r} is not a Hub repository id ({error}); pass repo_id= (--repo_id) "
+                             "as user/name") from None
+    return repo_id
+
+
+def _template_path(template: str | Path | None, family: str) -> Path:
+    """The card template to fill: `template`, else the family's (``hf_headattn/model_cards/<family>.md``)."""
+    template_path = Path(template) if template is not None else TEMPLATES_DIR / f"{family}.md"
+    if not template_path.is_file():
+        raise FileNotFoundError(f"Model card template not found: {template_path} (the templates are the "
+                                "package's hf_headattn/model_cards/ files; pass template= to use another file)")
+    return template_path
+
+
+def _card_metadata(config, evaluation: Mapping, dataset: _Dataset, *, language: Sequence[str], license: str | None,
+                   model_name: str) -> str:
+    """The card's YAML front matter: what the Hub indexes (language, license, tags, datasets, metrics) and the
+    ``model-index`` of the evaluation's scores."""
+    card_data = ModelCardData(
+        language=list(language),
+        license=license,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=_tags(config, config.attention_variant_names(), language),
+        datasets=[dataset.id] if dataset.id else None,
+        metrics=[metric for metric in _HUB_METRIC_IDS if evaluation.get(metric) is not None],
+        model_name=model_name,
+        eval_results=_eval_results(evaluation, dataset.name, dataset.id or dataset.name, dataset.config, language),
+    )
+    return card_data.to_yaml()
 
 
 def load_config(model_dir: Path):

@@ -230,43 +230,12 @@ def check_seq2seq_inputs(
     takes no embeddings). Shape and dtype checks are free; the value checks cost one reduction per tensor and a
     single host sync for all of them together, and a decoding step that continues a `cache` holding positions skips
     them (see below). Both model families call it, through `checks_inputs`."""
-    source_batch = None
-    if encoder_outputs is not None:
-        encoder_states = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else encoder_outputs.last_hidden_state
-        source_shape, source_of = tuple(encoder_states.shape[:2]), "the encoder states `encoder_outputs[0]`"
-    elif input_ids is not None and inputs_embeds is not None:
-        raise ValueError("Pass either `input_ids` or `inputs_embeds`, not both")
-    elif input_ids is not None:
-        source_shape, source_of = tuple(_check_id_structure("input_ids", input_ids).shape), "`input_ids`"
-    elif inputs_embeds is not None:
-        if width is None:
-            raise ValueError("This model reads token ids: pass `input_ids`, not `inputs_embeds`")
-        source_shape = tuple(_check_embeds_structure("inputs_embeds", inputs_embeds, width).shape[:2])
-        source_of = "`inputs_embeds`' [batch, length]"
-    else:
-        raise ValueError("Pass the source: `input_ids` [batch, length] (or `inputs_embeds`, or `encoder_outputs`)")
-    source_batch = source_shape[0]
+    source_shape, source_of = _source_shape(input_ids, inputs_embeds, encoder_outputs, width)
     if attention_mask is not None:
         _check_mask_structure("attention_mask", attention_mask, source_shape, source_of)
-
-    target_shape = target_of = None
-    if decoder_input_ids is not None and decoder_inputs_embeds is not None:
-        raise ValueError("Pass either `decoder_input_ids` or `decoder_inputs_embeds`, not both")
-    if decoder_input_ids is not None:
-        target_shape, target_of = tuple(_check_id_structure("decoder_input_ids", decoder_input_ids).shape), "`decoder_input_ids`"
-    elif decoder_inputs_embeds is not None:
-        if width is None:
-            raise ValueError("This model reads token ids: pass `decoder_input_ids`, not `decoder_inputs_embeds`")
-        target_shape = tuple(_check_embeds_structure("decoder_inputs_embeds", decoder_inputs_embeds, width).shape[:2])
-        target_of = "`decoder_inputs_embeds`' [batch, length]"
-    if labels is not None:
-        label_shape = tuple(_check_id_structure("labels", labels, dtypes=(torch.int64,)).shape)
-        if target_shape is not None and label_shape != target_shape:
-            raise ValueError(f"`labels` has shape {label_shape}; it must match {target_of} {target_shape} (one label "
-                             "per decoder position)")
-        target_shape, target_of = target_shape or label_shape, target_of or "`labels`"
-    if target_shape is not None and target_shape[0] != source_batch:
-        raise ValueError(f"{target_of} has batch size {target_shape[0]} but the source has {source_batch} "
+    target_shape, target_of = _target_shape(decoder_input_ids, decoder_inputs_embeds, labels, width)
+    if target_shape is not None and target_shape[0] != source_shape[0]:
+        raise ValueError(f"{target_of} has batch size {target_shape[0]} but the source has {source_shape[0]} "
                          f"({source_of} {source_shape}): one target per source sentence")
     past_length = cache.get_seq_length() if isinstance(cache, Cache) else 0  # (a Python int: no sync)
     if decoder_attention_mask is not None and target_shape is not None:
@@ -289,6 +258,53 @@ def check_seq2seq_inputs(
     mask_checks = [(name, mask) for name, mask in (("attention_mask", attention_mask),
                                                     ("decoder_attention_mask", decoder_attention_mask))
                    if mask is not None and mask.dtype != torch.bool]
+    _check_values(id_checks, mask_checks)
+
+
+def _source_shape(input_ids, inputs_embeds, encoder_outputs, width: int | None) -> tuple[tuple, str]:
+    """The source's [batch, length] and what it was read from (for messages): the encoder states when given, else
+    the ids or embeddings (only one of them), structure checked."""
+    if encoder_outputs is not None:
+        encoder_states = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else encoder_outputs.last_hidden_state
+        return tuple(encoder_states.shape[:2]), "the encoder states `encoder_outputs[0]`"
+    if input_ids is not None and inputs_embeds is not None:
+        raise ValueError("Pass either `input_ids` or `inputs_embeds`, not both")
+    if input_ids is not None:
+        return tuple(_check_id_structure("input_ids", input_ids).shape), "`input_ids`"
+    if inputs_embeds is not None:
+        if width is None:
+            raise ValueError("This model reads token ids: pass `input_ids`, not `inputs_embeds`")
+        return (tuple(_check_embeds_structure("inputs_embeds", inputs_embeds, width).shape[:2]),
+                "`inputs_embeds`' [batch, length]")
+    raise ValueError("Pass the source: `input_ids` [batch, length] (or `inputs_embeds`, or `encoder_outputs`)")
+
+
+def _target_shape(decoder_input_ids, decoder_inputs_embeds, labels, width: int | None) -> tuple[tuple | None, str | None]:
+    """The target's [batch, length] and what it was read from (for messages), or (None, None) without one: the
+    decoder ids or embeddings (only one of them), else the labels, structure checked and of one shape."""
+    target_shape = target_of = None
+    if decoder_input_ids is not None and decoder_inputs_embeds is not None:
+        raise ValueError("Pass either `decoder_input_ids` or `decoder_inputs_embeds`, not both")
+    if decoder_input_ids is not None:
+        target_shape, target_of = tuple(_check_id_structure("decoder_input_ids", decoder_input_ids).shape), "`decoder_input_ids`"
+    elif decoder_inputs_embeds is not None:
+        if width is None:
+            raise ValueError("This model reads token ids: pass `decoder_input_ids`, not `decoder_inputs_embeds`")
+        target_shape = tuple(_check_embeds_structure("decoder_inputs_embeds", decoder_inputs_embeds, width).shape[:2])
+        target_of = "`decoder_inputs_embeds`' [batch, length]"
+    if labels is not None:
+        label_shape = tuple(_check_id_structure("labels", labels, dtypes=(torch.int64,)).shape)
+        if target_shape is not None and label_shape != target_shape:
+            raise ValueError(f"`labels` has shape {label_shape}; it must match {target_of} {target_shape} (one label "
+                             "per decoder position)")
+        target_shape, target_of = target_shape or label_shape, target_of or "`labels`"
+    return target_shape, target_of
+
+
+def _check_values(id_checks: list[tuple], mask_checks: list[tuple]) -> None:
+    """Refuse token ids outside their vocabulary (labels may hold IGNORED_LABEL) and non-bool masks holding other
+    values than 0 and 1: `id_checks` of (name, ids, vocabulary size), `mask_checks` of (name, mask). One reduction
+    per tensor, then a single host sync for all of them; the positions of a bad value are looked up only then."""
     statistics = []
     for name, ids, _ in id_checks:
         in_range = ids.masked_fill(ids == IGNORED_LABEL, 0) if name == "labels" else ids
