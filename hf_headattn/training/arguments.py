@@ -39,6 +39,7 @@ from ..runtime.guided_alignment import GUIDED_ALIGNMENT_COSTS
 from ..tokenization import SUPPORTED_MODELS
 from .checkpoints import find_checkpoint
 from .guided_links import EFLOMAL
+from .command_words import arguments_file, load_arguments_file, preset_named_in, under_preset
 from .presets import TRAINING_PRESETS, preset_defaults
 
 VARIANTS = ", ".join(sorted(ATTENTION_VARIANTS))
@@ -383,10 +384,8 @@ def parse_args(argv=None, parser: HfArgumentParser | None = None):
     parser = parser or argument_parser()
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
     try:
-        if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-            arguments_file = Path(argv[0])
-            values = read_arguments_file(arguments_file)
-            values = {**NMT_TRAINING_DEFAULTS, **preset_defaults(values.get("preset")), **values}
+        if (path := arguments_file(argv)) is not None:
+            values = {**NMT_TRAINING_DEFAULTS, **under_preset(read_arguments_file(path))}
             check_model_arguments(*model_and_data_arguments(values))
             parsed = parser.parse_dict(values)
         else:
@@ -402,9 +401,7 @@ def parse_args(argv=None, parser: HfArgumentParser | None = None):
 def read_arguments_file(path: str | Path) -> dict:
     """The arguments of a JSON or YAML file (`hf-headattn-train ARGUMENTS.yaml`): argument names to values, each
     of the type its flag takes (`check_argument_types`)."""
-    values = yaml.safe_load(Path(path).read_text())  # JSON is YAML
-    if not isinstance(values, dict):
-        raise ValueError(f"{path} must hold a mapping of argument names to values")
+    values = load_arguments_file(path)
     check_argument_types(values, path)
     return values
 
@@ -482,19 +479,6 @@ def data_seed(training_args) -> int:
     """The seed of what is drawn from the data (the batches' order, a --sample_train_pairs sample): --data_seed, else
     --seed, as Trainer seeds its own sampler."""
     return training_args.data_seed if training_args.data_seed is not None else training_args.seed
-
-
-def preset_named_in(argv: list[str]) -> str | None:
-    """The NAME of `--preset NAME` or `--preset=NAME` among the words, read before the other flags: the preset
-    sets their defaults."""
-    for position, word in enumerate(argv):
-        if word == "--":
-            break
-        if word == "--preset" and position + 1 < len(argv):
-            return argv[position + 1]
-        if word.startswith("--preset="):
-            return word.partition("=")[2]
-    return None
 
 
 def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,

@@ -41,6 +41,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from .command_words import arguments_file, load_arguments_file, preset_named_in, under_preset
 from .presets import preset_defaults
 
 logger = logging.getLogger(__name__)
@@ -81,13 +82,10 @@ def read_recipe(argv: list[str]) -> tuple[dict, bool] | None:
     if any(word in ("-h", "--help", "--version") for word in argv):
         return None
     try:
-        if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-            import yaml
-
-            given = yaml.safe_load(Path(argv[0]).read_text(encoding="utf-8"))  # JSON is YAML
-        else:
-            given = _read_flags(argv)
-        values = {**preset_defaults(given.get("preset")), **given}
+        if (path := arguments_file(argv)) is not None:
+            values = under_preset(load_arguments_file(path))
+        else:  # the words read as the run's parser reads them, its --preset's defaults read the run's way
+            values = {**preset_defaults(preset_named_in(argv)), **_read_flags(argv)}
         recipe = _recipe_flags(values)
         for name in INTEGER_FLAGS:
             if recipe[name] is not None:
@@ -112,7 +110,7 @@ def _read_flags(argv: list[str]) -> dict:
     """`--name value`, `--name=value` and `--name-with-hyphens value` of the flags this module reads, as the
     command's parser reads them (the last one given wins); a flag not followed by a value (a boolean one) reads True;
     other words are passed over."""
-    names = {*RECIPE_DEFAULTS, *UNFORESEEN_FLAGS, "preset", "output_dir", "overwrite_output_dir", "verbose"}
+    names = {*RECIPE_DEFAULTS, *UNFORESEEN_FLAGS, "output_dir", "overwrite_output_dir", "verbose"}
     values = {}
     for position, word in enumerate(argv):
         if word == "--":
