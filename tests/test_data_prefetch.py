@@ -66,6 +66,16 @@ def test_the_start_up_reading_gives_the_commands_recipe(toy_files, tmp_path, ext
     assert verbose == ("--verbose" in extra)
 
 
+def test_the_start_up_reading_parses_the_words_as_the_command_does(toy_files, tmp_path):
+    """The command's own parser reads the recipe: an abbreviated flag, the last of a repeated one and a boolean
+    flag's value mean what they mean to the command (a reading of its own gave the defaults, or True)."""
+    argv = [*file_flags(toy_files), *TINY_MODEL, "--output_dir", str(tmp_path / "run"), "--max_len", "64",
+            "--source_lang", "fr", "--source_lang", "it", "--verbose", "false"]
+    recipe, verbose = read_recipe(argv)
+    assert data_recipe(recipe, {}) == commands_recipe(argv)
+    assert recipe["max_length"] == 64 and recipe["source_lang"] == "it" and verbose is False
+
+
 def test_an_arguments_file_is_read_with_its_preset_under_it(toy_files, tmp_path):
     values = {"train_source": str(toy_files["train.src"]), "train_target": str(toy_files["train.tgt"]),
               "valid_source": str(toy_files["valid.src"]), "valid_target": str(toy_files["valid.tgt"]),

@@ -3,11 +3,13 @@ torch and Transformers' model stack (~3.5 s of every run's start on 2 cores) rea
 tokenizer and tokenises the pairs meanwhile, and the command takes what it prepared when it reaches its data
 (`DataPrefetch.take`), if it was made from the same recipe.
 
-The forked process knows the run only from the command line's words, read by a small parser of its own
-(`read_recipe`: the flags that decide the tokenizer and the token ids, with a --preset's values and an arguments
-file's), so that it imports nothing of torch. The command compares that recipe, with the files' SHA-256 as each side
-read them, against the one its own parsed and checked arguments give (`data_recipe`); on any difference it stops the
-process and prepares the data itself, so a flag the small parser reads wrongly costs time, never a different run. The
+The forked process knows the run only from the command line's words, read as the command reads them
+(`read_recipe`: the command's parser over its argument groups that import no torch, `argument_groups`, with the
+--preset and arguments file read by `command_words`; the flags that decide the tokenizer and the token ids are the
+fields marked data_recipe). The command compares that recipe, with the files' SHA-256 as each side read them,
+against the one its own parsed and checked arguments give (`data_recipe`); on any difference it stops the process
+and prepares the data itself, so a word read otherwise (one the command refuses) costs time, never a different
+run. The
 process writes nothing in the run folder (the command's lock and resume rules stay the command's): the tokenizer goes
 to a temporary folder the command deletes, the token ids to `datasets`' cache, where the command's own tokenisation
 would have written them. It is not started where it cannot foresee the data or would not save time: a --dataset, a
@@ -27,6 +29,7 @@ Tooling, not model runtime: never copied into a checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -41,20 +44,29 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from .argument_groups import DataArguments, RunArguments, TokenizerArguments, TrainingArgumentParser
 from .command_words import arguments_file, load_arguments_file, preset_named_in, under_preset
 from .presets import preset_defaults
 
 logger = logging.getLogger(__name__)
 
-# The flags that decide the tokenizer and the token ids, with their defaults (`DataArguments`' and
-# `ModelArguments`'; tests/test_data_prefetch.py checks them against the command's parser).
-RECIPE_DEFAULTS: dict[str, Any] = {
-    "train_source": None, "train_target": None, "valid_source": None, "valid_target": None, "train_file": None,
-    "validation_file": None, "source_lang": "de", "target_lang": "en", "max_train_pairs": None,
-    "max_valid_pairs": None, "max_length": 128, "preprocessing_num_workers": None, "vocab_size": 8000,
-    "tokenizer_model": "bpe",
-}
-INTEGER_FLAGS = ("max_train_pairs", "max_valid_pairs", "max_length", "preprocessing_num_workers", "vocab_size")
+
+
+@dataclass
+class TrainerFlagsRead:
+    """The two of Trainer's flags the preparation reads (the command's parser has them from
+    `Seq2SeqTrainingArguments`, which imports torch)."""
+
+    output_dir: str | None = None
+    resume_from_checkpoint: str | None = None
+
+
+# The argument groups the preparation reads the command's words with: the command's own, but the model's (whose
+# variants' names import torch) and Trainer's
+RECIPE_GROUPS = (TokenizerArguments, DataArguments, RunArguments, TrainerFlagsRead)
+# The flags that decide the tokenizer and the token ids (marked data_recipe), with their defaults
+RECIPE_DEFAULTS: dict[str, Any] = {spec.name: spec.default for group in (DataArguments, TokenizerArguments)
+                                   for spec in dataclasses.fields(group) if spec.metadata.get("data_recipe")}
 PATH_FLAGS = ("train_source", "train_target", "valid_source", "valid_target", "train_file", "validation_file")
 # Flags under which the data cannot be foreseen from the words alone, or is not prepared from files at the start
 UNFORESEEN_FLAGS = ("dataset", "tokenizer", "sample_train_pairs", "resume_from_checkpoint", "streaming")
@@ -76,24 +88,25 @@ def data_recipe(values: Mapping[str, Any], file_sha256: Mapping[str, str]) -> di
 
 def read_recipe(argv: list[str]) -> tuple[dict, bool] | None:
     """The recipe flags' values the command line's words (or its one JSON/YAML arguments file) give, a --preset's
-    under them, without the command's parser (which imports torch), and whether --verbose is given; None where the
-    data cannot be foreseen: `UNFORESEEN_FLAGS`, --help or --version, words this reading does not understand, or an
-    --output_dir whose checkpoints the run would resume."""
+    under them, read as the command's parser reads them (`RECIPE_GROUPS`, which import no torch), and whether
+    --verbose is given; None where the data cannot be foreseen: `UNFORESEEN_FLAGS`, --help or --version, words this
+    reading does not understand, or an --output_dir whose checkpoints the run would resume."""
     if any(word in ("-h", "--help", "--version") for word in argv):
         return None
+    parser = _RecipeParser(RECIPE_GROUPS)
     try:
         if (path := arguments_file(argv)) is not None:
-            values = under_preset(load_arguments_file(path))
-        else:  # the words read as the run's parser reads them, its --preset's defaults read the run's way
-            values = {**preset_defaults(preset_named_in(argv)), **_read_flags(argv)}
-        recipe = _recipe_flags(values)
-        for name in INTEGER_FLAGS:
-            if recipe[name] is not None:
-                recipe[name] = int(recipe[name])
+            parsed = parser.parse_dict(under_preset(load_arguments_file(path)), allow_extra_keys=True)
+        else:
+            parser.set_defaults(**preset_defaults(preset_named_in(argv)))
+            *parsed, _others = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True,
+                                                                  look_for_args_file=False)
     except (Exception, SystemExit):  # whatever it is, the command's own parser says what is wrong
         return None
+    values = {name: value for group in parsed for name, value in vars(group).items()}
     if any(values.get(name) not in (None, False) for name in UNFORESEEN_FLAGS):
         return None
+    recipe = _recipe_flags(values)
     if recipe["train_source"] is None and recipe["train_file"] is None:
         return None
     output_dir = values.get("output_dir")
@@ -102,33 +115,15 @@ def read_recipe(argv: list[str]) -> tuple[dict, bool] | None:
     return recipe, bool(values.get("verbose"))
 
 
+class _RecipeParser(TrainingArgumentParser):
+    """The command's parser of `RECIPE_GROUPS`, which raises (to `read_recipe`) instead of printing the usage."""
+
+    def error(self, message):
+        raise ValueError(message)
+
+
 def _recipe_flags(values: Mapping[str, Any]) -> dict:
     return {name: values.get(name, default) for name, default in RECIPE_DEFAULTS.items()}
-
-
-def _read_flags(argv: list[str]) -> dict:
-    """`--name value`, `--name=value` and `--name-with-hyphens value` of the flags this module reads, as the
-    command's parser reads them (the last one given wins); a flag not followed by a value (a boolean one) reads True;
-    other words are passed over."""
-    names = {*RECIPE_DEFAULTS, *UNFORESEEN_FLAGS, "output_dir", "overwrite_output_dir", "verbose"}
-    values = {}
-    for position, word in enumerate(argv):
-        if word == "--":
-            break
-        if not word.startswith("--"):
-            continue
-        name, equals, value = word[2:].partition("=")
-        name = name.replace("-", "_")
-        if name not in names:
-            continue
-        if not equals:
-            following = argv[position + 1] if position + 1 < len(argv) else None
-            value = True if following is None or following.startswith("-") else following
-        values[name] = value
-    for name in ("sample_train_pairs", "streaming", "overwrite_output_dir", "verbose"):
-        if isinstance(values.get(name), str):  # `--streaming false`
-            values[name] = values[name].lower() in ("true", "1", "yes", "y")
-    return values
 
 
 def started_too_late() -> bool:
