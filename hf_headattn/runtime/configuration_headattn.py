@@ -431,9 +431,9 @@ class HeadAttnConfig(PretrainedConfig):
                 if placement[layer] is not None:
                     raise ValueError(f"Layer {layer} of `{site}` is given more than one attention variant")
                 if not variant.prunable and self.module_name(site, layer) in self.pruned_heads:
-                    raise ValueError(
+                    raise ConfigFieldError(
                         f"Attention variant {name!r} ties each head to its index, so its heads cannot be pruned; "
-                        f"remove {self.module_name(site, layer)!r} from `pruned_heads`"
+                        f"remove {self.module_name(site, layer)!r} from `pruned_heads`", site, "pruned_heads"
                     )
                 placement[layer] = (name, entry)
             for num_heads in sorted({len(self.kept_heads(site, layer)) for layer in resolved_layers}):

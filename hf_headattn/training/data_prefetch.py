@@ -9,12 +9,12 @@ The forked process knows the run only from the command line's words, read as the
 fields marked data_recipe). The command compares that recipe, with the files' SHA-256 as each side read them,
 against the one its own parsed and checked arguments give (`data_recipe`); on any difference it stops the process
 and prepares the data itself, so a word read otherwise (one the command refuses) costs time, never a different
-run. The
-process writes nothing in the run folder (the command's lock and resume rules stay the command's): the tokenizer goes
-to a temporary folder the command deletes, the token ids to `datasets`' cache, where the command's own tokenisation
-would have written them. It is not started where it cannot foresee the data or would not save time: a --dataset, a
-given --tokenizer, --sample_train_pairs, a run that resumes a checkpoint, several processes (torchrun), --help, torch
-already imported (the command called from Python), no `os.fork`; HF_HEADATTN_DATA_PREFETCH=0 turns it off.
+run. The process writes nothing in the run folder (the command's lock and resume rules stay the command's): the
+tokenizer goes to a temporary folder the command deletes, the token ids to `datasets`' cache, where the command's
+own tokenisation would have written them. It is not started where it cannot foresee the data or would not save time:
+a --dataset, a given --tokenizer, --sample_train_pairs, a run that resumes a checkpoint, several processes
+(torchrun), --help, torch already imported (the command called from Python), no `os.fork`;
+HF_HEADATTN_DATA_PREFETCH=0 turns it off.
 
 The process is speculative until the command's arguments are checked: what it writes to standard error (its
 progress bars, its warnings) is held back until the command has parsed and checked every flag
@@ -49,7 +49,6 @@ from .command_words import arguments_file, load_arguments_file, preset_named_in,
 from .presets import preset_defaults
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import json
 import logging
 import math
@@ -79,7 +80,8 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
     from transformers import set_seed
 
     from .. import auto_classes  # noqa: F401  (Auto classes know both families, as after `from hf_headattn import ...`)
-    from . import trainer  # noqa: F401  (`_build_trainer`'s; imported while the start-up data preparation works)
+
+    importlib.import_module(".trainer", __package__)  # `_build_trainer`'s, imported while the prefetch works
 
     output_dir, checkpoint = Path(training_args.output_dir), training_args.resume_from_checkpoint
     main_process = training_args.process_index == 0
