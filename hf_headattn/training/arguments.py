@@ -36,8 +36,7 @@ from ..runtime.configuration_headattn import HeadAttnConfig
 from ..runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, SINKS, HeadAttnRNNConfig
 from ..runtime.fertility import FERTILITY_STRATEGIES
 from ..runtime.guided_alignment import GUIDED_ALIGNMENT_COSTS
-from .argument_groups import (LOSS_NORMALIZATIONS, DataArguments, RunArguments,  # noqa: F401  (the trainer's)
-                              TokenizerArguments, TrainingArgumentParser, config_flag)
+from .argument_groups import DataArguments, RunArguments, TokenizerArguments, TrainingArgumentParser, config_flag
 from .checkpoints import find_checkpoint
 from .command_words import arguments_file, load_arguments_file, preset_named_in, under_preset
 from .guided_links import EFLOMAL
