@@ -15,8 +15,8 @@ from hf_headattn.toy_corpus import write_toy_corpus
 from hf_headattn.training import data_prefetch
 from hf_headattn.training.arguments import argument_parser, parse_args
 from hf_headattn.training.data import load_data, scan_data_files, tokenize_splits, train_corpus_tokenizer
-from hf_headattn.training.data_prefetch import (RECIPE_DEFAULTS, UNFORESEEN_FLAGS, DataPrefetch, data_recipe,
-                                                read_recipe)
+from hf_headattn.training.data_prefetch import DataPrefetch
+from hf_headattn.training.recipe import RECIPE_DEFAULTS, UNFORESEEN_FLAGS, data_recipe, read_recipe
 
 from helpers import file_flags
 

@@ -14,6 +14,8 @@ import yaml
 
 from .presets import preset_defaults
 
+HELP_WORDS = ("-h", "--help", "--version")  # the command prints and exits: no data to prepare
+
 ARGUMENTS_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
 

@@ -29,7 +29,8 @@ from ..tokenization import load_tokenizer, tokenizer_fingerprint
 from .arguments import DataArguments, ModelArguments, RunArguments, build_config, data_seed, parse_args
 from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint, last_complete_checkpoint
 from .data import load_data, pair_columns, scan_data_files, tokenize_splits, train_corpus_tokenizer
-from .data_prefetch import DataPrefetch, data_recipe
+from .data_prefetch import DataPrefetch
+from .recipe import data_recipe
 from .guided_links import GuidedAlignmentCollator, add_links_column, subword_links, training_word_links
 from .run_folder import (TOKENIZER_SCRATCH, TRAIN_COMMAND, RunLock, RunRefused, carry_over, check_run_folder,
                          clean_leftovers)
