@@ -15,8 +15,8 @@ from hf_headattn.toy_corpus import write_toy_corpus
 from hf_headattn.training import data_prefetch
 from hf_headattn.training.arguments import argument_parser, parse_args
 from hf_headattn.training.data import load_data, scan_data_files, tokenize_splits, train_corpus_tokenizer
-from hf_headattn.training.data_prefetch import (RECIPE_DEFAULTS, UNFORESEEN_FLAGS, DataPrefetch, data_recipe,
-                                                read_recipe)
+from hf_headattn.training.data_prefetch import DataPrefetch
+from hf_headattn.training.recipe import RECIPE_DEFAULTS, UNFORESEEN_FLAGS, data_recipe, read_recipe
 
 from helpers import file_flags
 
@@ -64,6 +64,16 @@ def test_the_start_up_reading_gives_the_commands_recipe(toy_files, tmp_path, ext
     recipe, verbose = read_recipe(argv)
     assert data_recipe(recipe, {}) == commands_recipe(argv)
     assert verbose == ("--verbose" in extra)
+
+
+def test_the_start_up_reading_parses_the_words_as_the_command_does(toy_files, tmp_path):
+    """The command's own parser reads the recipe: an abbreviated flag, the last of a repeated one and a boolean
+    flag's value mean what they mean to the command (a reading of its own gave the defaults, or True)."""
+    argv = [*file_flags(toy_files), *TINY_MODEL, "--output_dir", str(tmp_path / "run"), "--max_len", "64",
+            "--source_lang", "fr", "--source_lang", "it", "--verbose", "false"]
+    recipe, verbose = read_recipe(argv)
+    assert data_recipe(recipe, {}) == commands_recipe(argv)
+    assert recipe["max_length"] == 64 and recipe["source_lang"] == "it" and verbose is False
 
 
 def test_an_arguments_file_is_read_with_its_preset_under_it(toy_files, tmp_path):

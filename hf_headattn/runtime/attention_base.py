@@ -6,6 +6,7 @@ KV cache and hands the variant its per-decoding-step state; the variant computes
 (or, if it `combines_heads`, the final output that replaces concatenation + output projection).
 """
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -22,19 +23,49 @@ CROSS_ATTENTION = "cross_attention"
 SITES = (ENCODER_SELF_ATTENTION, DECODER_SELF_ATTENTION, CROSS_ATTENTION)
 
 
+class ConfigFieldError(ValueError):
+    """A config's refusal of its own `fields` (the first at fault, then any it is checked against), so that code
+    that sets them from its own names (the training command's flags) names its own without reading the message."""
+
+    def __init__(self, message: str, *fields: str):
+        super().__init__(message)
+        self.fields = fields
+
+    @property
+    def field(self) -> str:
+        return self.fields[0]
+
+    def __reduce__(self):  # pickled (by a worker process) with its fields, which `args` does not hold
+        return type(self), (str(self), *self.fields)
+
+
+@contextlib.contextmanager
+def config_field_at_fault(*fields: str):
+    """Turn a ValueError of a check that knows no config (a variant's `check_options`) into a ConfigFieldError of
+    the config's `fields`; a ConfigFieldError passes as it is."""
+    try:
+        yield
+    except ConfigFieldError:
+        raise
+    except ValueError as error:
+        raise ConfigFieldError(str(error), *fields) from error
+
+
 def check_number(name: str, value, *, above: float | None = None, at_least: float | None = None,
-                 below: float | None = None) -> None:
+                 below: float | None = None, field: str | None = None) -> None:
     """Raise ValueError naming `name` (e.g. "`init_std`" or "running_sum option `penalty`") and the value unless
     `value` is a finite real number (not a bool) with value > `above`, value >= `at_least` and value < `below`
     (each optional). NaN and infinities are refused at construction: they would only show later, as a NaN loss or
-    a failed initialisation. Shared by the configs and the variants' `check_options`."""
+    a failed initialisation. Shared by the configs (which give the `field` at fault: a ConfigFieldError) and the
+    variants' `check_options`."""
     bounds = [f"{relation} {bound}" for relation, bound in ((">", above), (">=", at_least), ("<", below))
               if bound is not None]
     accepted = " " + " and ".join(bounds) if bounds else ""
     number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not (number and (above is None or value > above) and (at_least is None or value >= at_least)
             and (below is None or value < below)):
-        raise ValueError(f"{name} must be a finite number{accepted}, got {value!r}")
+        message = f"{name} must be a finite number{accepted}, got {value!r}"
+        raise ConfigFieldError(message, field) if field is not None else ValueError(message)
 
 
 class AttentionMask:

@@ -14,7 +14,7 @@ A dependent hop adds (2N + 1) d^2 + d weights, an independent one N d^2 (no bias
 import torch
 from torch import nn
 
-from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant
+from .attention_base import CROSS_ATTENTION, AttentionMask, AttentionResult, AttentionVariant, ConfigFieldError
 
 
 HOP_MODES = ("dependent", "independent")
@@ -24,7 +24,7 @@ MULTIHOP_PAPER = ("Iida, Kimura, Cui, Hung, Utsuro & Nagata (2019), *A Multi-Hop
 
 def check_hop_mode(hop_mode) -> None:
     if hop_mode not in HOP_MODES:
-        raise ValueError(f"Unknown `hop_mode` {hop_mode!r}; accepted: {', '.join(HOP_MODES)}")
+        raise ConfigFieldError(f"Unknown `hop_mode` {hop_mode!r}; accepted: {', '.join(HOP_MODES)}", "hop_mode")
 
 
 class HeadHops(nn.Module):

@@ -4,7 +4,8 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from .attention_base import CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION, SITES
+from .attention_base import (CROSS_ATTENTION, DECODER_SELF_ATTENTION, ENCODER_SELF_ATTENTION, SITES, ConfigFieldError,
+                             config_field_at_fault)
 from .attention_registry import ATTENTION_VARIANTS, get_attention_variant
 from .fertility import check_fertility_config, describe_fertility
 from .guided_alignment import DEFAULT_GUIDED_HEADS, DEFAULT_GUIDED_LAYER, check_guided_alignment_config
@@ -57,19 +58,19 @@ CUSTOM_PIPELINES = {
 
 
 def check_positive_integers(config, fields) -> None:
-    """Raise ValueError naming the first of `fields` that is not an integer >= 1."""
+    """Raise ConfigFieldError naming the first of `fields` that is not an integer >= 1."""
     for field in fields:
         value = getattr(config, field)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"`{field}` must be a positive integer, got {value!r}")
+            raise ConfigFieldError(f"`{field}` must be a positive integer, got {value!r}", field)
 
 
 def check_fractions(config, fields) -> None:
-    """Raise ValueError naming the first of `fields` (dropout-like rates) that is not a number in [0, 1)."""
+    """Raise ConfigFieldError naming the first of `fields` (dropout-like rates) that is not a number in [0, 1)."""
     for field in fields:
         value = getattr(config, field)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-            raise ValueError(f"`{field}` must be a number in [0, 1), got {value!r}")
+            raise ConfigFieldError(f"`{field}` must be a number in [0, 1), got {value!r}", field)
 
 
 def check_model_type(config_class, config_dict: dict) -> None:
@@ -83,11 +84,12 @@ def check_model_type(config_class, config_dict: dict) -> None:
 
 
 def check_token_ids(config, limits: dict[str, int]) -> None:
-    """Raise ValueError naming the first special-token field (name -> vocabulary limit) outside [0, limit)."""
+    """Raise ConfigFieldError naming the first special-token field (name -> vocabulary limit) outside [0, limit)."""
     for field, limit in limits.items():
         value = getattr(config, field)
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < limit:
-            raise ValueError(f"`{field}` must be an integer in [0, {limit}) for this vocabulary, got {value!r}")
+            raise ConfigFieldError(f"`{field}` must be an integer in [0, {limit}) for this vocabulary, got {value!r}",
+                                   field)
 
 
 class HeadAttnConfig(PretrainedConfig):
@@ -273,13 +275,15 @@ class HeadAttnConfig(PretrainedConfig):
         write_direct_imports(save_directory)
 
     def validate_architecture(self) -> None:
-        """Raise ValueError, naming the bad value and what would be accepted, for any inconsistent field (also
-        run by `save_pretrained`, through `PreTrainedConfig.validate`)."""
+        """Raise ValueError, naming the bad value and what would be accepted, for any inconsistent field (a
+        ConfigFieldError, which names the field too, for ours; also run by `save_pretrained`, through
+        `PreTrainedConfig.validate`)."""
         validate_base_architecture(super())
         self._check_architecture()
         self._check_pruned_heads()
         for site in SITES:
-            self._resolve_site(site)
+            with config_field_at_fault(site):  # the variants' `check_options` know no config field
+                self._resolve_site(site)
         self._check_guided_alignment()
 
     def _check_guided_alignment(self) -> None:
@@ -307,33 +311,36 @@ class HeadAttnConfig(PretrainedConfig):
             heads = getattr(self, field)
             if self.d_model % heads != 0:
                 divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and h <= 64]
-                raise ValueError(
-                    f"`{field}`={heads} does not divide d_model={self.d_model}; heads that divide it: {divisors}"
+                raise ConfigFieldError(
+                    f"`{field}`={heads} does not divide d_model={self.d_model}; heads that divide it: {divisors}", field
                 )
         check_fractions(self, ("dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop",
                                "decoder_layerdrop", "label_smoothing"))
         from .attention_base import check_number
 
-        check_number("`init_std`", self.init_std, above=0)
-        check_number("`constant_fertility`", self.constant_fertility, above=0)
+        check_number("`init_std`", self.init_std, above=0, field="init_std")
+        check_number("`constant_fertility`", self.constant_fertility, above=0, field="constant_fertility")
         # imported here: transformers.activations pulls in the hub-kernel and compile machinery (~1.4 s), which
         # `hf-headattn-train --help` (this module, not the model) has no use for
         from transformers.activations import ACT2FN
 
         if self.activation_function not in ACT2FN:
-            raise ValueError(
-                f"Unknown activation_function {self.activation_function!r}; accepted: {', '.join(sorted(ACT2FN))}"
+            raise ConfigFieldError(
+                f"Unknown activation_function {self.activation_function!r}; accepted: {', '.join(sorted(ACT2FN))}",
+                "activation_function",
             )
         check_fertility_config(self)
         if self.position_embedding not in POSITION_EMBEDDINGS:
-            raise ValueError(
-                f"Unknown position_embedding {self.position_embedding!r}; accepted: {', '.join(POSITION_EMBEDDINGS)}"
+            raise ConfigFieldError(
+                f"Unknown position_embedding {self.position_embedding!r}; accepted: {', '.join(POSITION_EMBEDDINGS)}",
+                "position_embedding",
             )
         target_vocab = self.vocab_size if self.share_encoder_decoder_embeddings else self.decoder_vocab_size
         if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
-            raise ValueError(
+            raise ConfigFieldError(
                 f"decoder_vocab_size={self.decoder_vocab_size} differs from vocab_size={self.vocab_size} but "
-                "share_encoder_decoder_embeddings=True; set them equal or share_encoder_decoder_embeddings=False"
+                "share_encoder_decoder_embeddings=True; set them equal or share_encoder_decoder_embeddings=False",
+                "decoder_vocab_size", "vocab_size", "share_encoder_decoder_embeddings",
             )
         check_token_ids(self, {"pad_token_id": min(self.vocab_size, target_vocab), "eos_token_id": target_vocab,
                                "decoder_start_token_id": target_vocab})
@@ -424,9 +431,9 @@ class HeadAttnConfig(PretrainedConfig):
                 if placement[layer] is not None:
                     raise ValueError(f"Layer {layer} of `{site}` is given more than one attention variant")
                 if not variant.prunable and self.module_name(site, layer) in self.pruned_heads:
-                    raise ValueError(
+                    raise ConfigFieldError(
                         f"Attention variant {name!r} ties each head to its index, so its heads cannot be pruned; "
-                        f"remove {self.module_name(site, layer)!r} from `pruned_heads`"
+                        f"remove {self.module_name(site, layer)!r} from `pruned_heads`", site, "pruned_heads"
                     )
                 placement[layer] = (name, entry)
             for num_heads in sorted({len(self.kept_heads(site, layer)) for layer in resolved_layers}):

@@ -3,6 +3,7 @@
 
 from transformers import PretrainedConfig
 
+from .attention_base import ConfigFieldError, check_number
 from .attention_multihop import MULTIHOP_PAPER, check_hop_mode
 from .attention_registry import get_attention_variant, source_attention_transforms
 from .attention_sparse import MALAVIYA_2018
@@ -208,28 +209,28 @@ class HeadAttnRNNConfig(PretrainedConfig):
         check_positive_integers(self, ("vocab_size", "embedding_size", "hidden_size", "encoder_layers",
                                        "decoder_layers", "num_heads", "num_hops"))
         if self.hidden_size % 2:
-            raise ValueError(f"`hidden_size` must be even (each encoder direction has hidden_size / 2 units), got "
-                             f"{self.hidden_size}")
+            raise ConfigFieldError(f"`hidden_size` must be even (each encoder direction has hidden_size / 2 units), "
+                                   f"got {self.hidden_size}", "hidden_size")
         check_fractions(self, ("dropout", "label_smoothing"))
-        from .attention_base import check_number
-
-        check_number("`init_range`", self.init_range, above=0)
-        check_number("`exhaustion` (c of z' = z + c u)", self.exhaustion, at_least=0)
-        check_number("`constant_fertility`", self.constant_fertility, above=0)
+        check_number("`init_range`", self.init_range, above=0, field="init_range")
+        check_number("`exhaustion` (c of z' = z + c u)", self.exhaustion, at_least=0, field="exhaustion")
+        check_number("`constant_fertility`", self.constant_fertility, above=0, field="constant_fertility")
         if self.attention_score not in ATTENTION_SCORES:
-            raise ValueError(f"Unknown attention_score {self.attention_score!r}; accepted: {', '.join(ATTENTION_SCORES)}")
+            raise ConfigFieldError(f"Unknown attention_score {self.attention_score!r}; accepted: "
+                                   f"{', '.join(ATTENTION_SCORES)}", "attention_score")
         if self.attention_score == "dot" and self.num_heads != 1:
-            raise ValueError(f"attention_score='dot' has no per-head W_a, so all {self.num_heads} heads would be the "
-                             "same; use num_heads=1 or attention_score='general'")
+            raise ConfigFieldError(f"attention_score='dot' has no per-head W_a, so all {self.num_heads} heads would "
+                                   "be the same; use num_heads=1 or attention_score='general'", "attention_score",
+                                   "num_heads")
         check_hop_mode(self.hop_mode)
         if self.attention_transform not in ATTENTION_TRANSFORMS:
-            raise ValueError(f"Unknown attention_transform {self.attention_transform!r}; accepted: "
-                             f"{', '.join(ATTENTION_TRANSFORMS)}")
+            raise ConfigFieldError(f"Unknown attention_transform {self.attention_transform!r}; accepted: "
+                                   f"{', '.join(ATTENTION_TRANSFORMS)}", "attention_transform")
         if self.sink not in SINKS:
-            raise ValueError(f"Unknown sink {self.sink!r}; accepted: {', '.join(SINKS)}")
+            raise ConfigFieldError(f"Unknown sink {self.sink!r}; accepted: {', '.join(SINKS)}", "sink")
         for field in ("embedding_dropout", "sink_every_transform", "coverage_vector"):
             if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"`{field}` must be true or false, got {getattr(self, field)!r}")
+                raise ConfigFieldError(f"`{field}` must be true or false, got {getattr(self, field)!r}", field)
         check_fertility_config(self)
         check_token_ids(self, dict.fromkeys(("pad_token_id", "eos_token_id", "decoder_start_token_id"),
                                             self.vocab_size))

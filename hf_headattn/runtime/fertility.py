@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .attention_base import ConfigFieldError
 from .rnn_packing import run_packed_lstm
 from .seq2seq_common import inputs_checked_elsewhere
 
@@ -193,17 +194,18 @@ def source_fertility(
 
 
 def check_fertility_config(config) -> None:
-    """Raise ValueError, naming the bad value, for a config's fertility fields (`fertility`,
+    """Raise ConfigFieldError, naming the bad value, for a config's fertility fields (`fertility`,
     `constant_fertility`, `fertility_predictor_size`, `max_fertility`); shared by both model families."""
     if config.fertility not in FERTILITY_STRATEGIES:
-        raise ValueError(f"Unknown fertility {config.fertility!r}; accepted: {', '.join(FERTILITY_STRATEGIES)}")
+        raise ConfigFieldError(f"Unknown fertility {config.fertility!r}; accepted: {', '.join(FERTILITY_STRATEGIES)}",
+                               "fertility")
     constant = config.constant_fertility
     if not isinstance(constant, (int, float)) or isinstance(constant, bool) or not constant > 0:
-        raise ValueError(f"`constant_fertility` must be a number > 0, got {constant!r}")
+        raise ConfigFieldError(f"`constant_fertility` must be a number > 0, got {constant!r}", "constant_fertility")
     for field in ("fertility_predictor_size", "max_fertility"):
         value = getattr(config, field)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"`{field}` must be a positive integer, got {value!r}")
+            raise ConfigFieldError(f"`{field}` must be a positive integer, got {value!r}", field)
 
 
 class SourceFertility(nn.Module):

@@ -45,30 +45,34 @@ _EPS = 1e-9
 
 
 def check_guided_alignment_config(config, num_layers: int | None, num_heads: int, pruned_heads=()) -> None:
-    """Raise ValueError, naming the field, its value and what is accepted, unless `config`'s guided-alignment fields
-    are usable: a weight >= 0, a known cost, heads that are distinct indices below `num_heads` and not pruned, and
+    """Raise ConfigFieldError, naming the field, its value and what is accepted, unless `config`'s guided-alignment
+    fields are usable: a weight >= 0, a known cost, heads that are distinct indices below `num_heads` and not pruned, and
     (`num_layers` given: the Transformer's decoder layers) a layer in [-num_layers, num_layers)."""
-    from .attention_base import check_number
+    from .attention_base import ConfigFieldError, check_number
 
-    check_number("`guided_alignment_weight`", config.guided_alignment_weight, at_least=0)
+    check_number("`guided_alignment_weight`", config.guided_alignment_weight, at_least=0,
+                 field="guided_alignment_weight")
     if config.guided_alignment_cost not in GUIDED_ALIGNMENT_COSTS:
-        raise ValueError(f"Unknown guided_alignment_cost {config.guided_alignment_cost!r}; accepted: "
-                         + "; ".join(f"{name!r} ({meaning})" for name, meaning in GUIDED_ALIGNMENT_COSTS.items()))
+        raise ConfigFieldError(f"Unknown guided_alignment_cost {config.guided_alignment_cost!r}; accepted: "
+                               + "; ".join(f"{name!r} ({meaning})" for name, meaning in GUIDED_ALIGNMENT_COSTS.items()),
+                               "guided_alignment_cost")
     if num_layers is not None and config.guided_alignment_layer is not None:
         layer = config.guided_alignment_layer
         if isinstance(layer, bool) or not isinstance(layer, int) or not -num_layers <= layer < num_layers:
-            raise ValueError(f"`guided_alignment_layer`={layer!r} is not a decoder layer: give an index in "
-                             f"[{-num_layers}, {num_layers}) (negative indices count from the top)")
+            raise ConfigFieldError(f"`guided_alignment_layer`={layer!r} is not a decoder layer: give an index in "
+                                   f"[{-num_layers}, {num_layers}) (negative indices count from the top)",
+                                   "guided_alignment_layer")
     heads = config.guided_alignment_heads
     if (not isinstance(heads, (list, tuple)) or not heads
             or any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < num_heads for h in heads)
             or len(set(heads)) != len(heads)):
-        raise ValueError(f"`guided_alignment_heads`={heads!r}: give a non-empty list of distinct cross-attention "
-                         f"head indices in [0, {num_heads})")
+        raise ConfigFieldError(f"`guided_alignment_heads`={heads!r}: give a non-empty list of distinct "
+                               f"cross-attention head indices in [0, {num_heads})", "guided_alignment_heads")
     removed = sorted(set(heads) & set(pruned_heads))
     if removed:
-        raise ValueError(f"`guided_alignment_heads` {removed} of the guided layer were pruned (`pruned_heads`); "
-                         "guide heads the model still has")
+        raise ConfigFieldError(f"`guided_alignment_heads` {removed} of the guided layer were pruned "
+                               "(`pruned_heads`); guide heads the model still has", "guided_alignment_heads",
+                               "pruned_heads")
 
 
 def scores_softmax(scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:

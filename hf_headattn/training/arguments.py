@@ -1,8 +1,9 @@
 """The training command's arguments, in the shape of Transformers' `run_translation.py`: the package's model, data
-and run argument groups (dataclasses whose fields are the flags, as `HfArgumentParser` reads them) beside
-`Seq2SeqTrainingArguments`, so every Trainer flag works under Transformers' own name; the command line's words (or
-one JSON/YAML file of arguments) parsed into them; every flag and combination checked before any data is read; and
-the model config the flags describe.
+and run argument groups (dataclasses whose fields are the flags, as `HfArgumentParser` reads them; the data's and
+the run's in `argument_groups`) beside `Seq2SeqTrainingArguments`, so every Trainer flag works under Transformers'
+own name; the command line's words (or one JSON/YAML file of arguments) parsed into them; every flag and combination
+checked before any data is read; and the model config the flags describe, each model flag naming the config
+field(s) it sets (`config_flag`).
 
 `hf-headattn-train --help` imports only this (Trainer's arguments, the variant registry, the configs); Trainer,
 `datasets`, sacrebleu and the models are imported where they are used.
@@ -20,7 +21,7 @@ import re
 import sys
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,20 +30,19 @@ from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..cli import model_path_problem
 from ..parallel_data import PAIR_FILE_FORMATS, format_suffix
+from ..runtime.attention_base import ConfigFieldError
 from ..runtime.attention_registry import ATTENTION_VARIANTS
 from ..runtime.configuration_headattn import HeadAttnConfig
 from ..runtime.configuration_headattn_rnn import ATTENTION_SCORES, ATTENTION_TRANSFORMS, SINKS, HeadAttnRNNConfig
 from ..runtime.fertility import FERTILITY_STRATEGIES
 from ..runtime.guided_alignment import GUIDED_ALIGNMENT_COSTS
-from ..tokenization import SUPPORTED_MODELS
+from .argument_groups import DataArguments, RunArguments, TokenizerArguments, TrainingArgumentParser, config_flag
 from .checkpoints import find_checkpoint
+from .command_words import arguments_file, load_arguments_file, preset_named_in, under_preset
 from .guided_links import EFLOMAL
-from .presets import TRAINING_PRESETS, preset_defaults
+from .presets import preset_defaults
 
 VARIANTS = ", ".join(sorted(ATTENTION_VARIANTS))
-# What a training step's summed token loss may be divided by (`HeadAttnSeq2SeqTrainer`'s loss_normalization)
-LOSS_NORMALIZATIONS = ("tokens", "sentences")
-
 # Trainer's defaults are for fine-tuning; these fit training an NMT model from scratch. Flags and args files
 # override them.
 NMT_TRAINING_DEFAULTS = dict(
@@ -62,227 +62,152 @@ NMT_TRAINING_DEFAULTS = dict(
     use_cpu=not torch.cuda.is_available(),  # so that --bf16 trains on a CPU-only machine too
 )
 
+def attention_spec(flag: str, value: str):
+    """A plain variant name, or a JSON dict / list of dicts."""
+    if not value.lstrip().startswith(("{", "[")):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--{flag} {value!r} is not valid JSON: {error}") from None
+
+
+def guided_alignment_heads(flag: str, value: str) -> list[int]:
+    """--guided_alignment_heads "0,2" -> [0, 2]."""
+    try:
+        return [int(head) for head in str(value).split(",")]
+    except ValueError:
+        raise ValueError(f"--{flag} {value!r}: give head indices separated by commas, e.g. 0 or 0,1") from None
+
+
+DEFAULT_GUIDED_WEIGHT = 0.05  # Garg et al.'s lambda
+LAYERS_HELP = "encoder and decoder layers (None: 3 for the Transformer, 1 for the LSTM)"
+HEADS_HELP = "attention heads (None: 4 for the Transformer, 1 for the LSTM)"
+
+
 @dataclass
-class ModelArguments:
+class CommonModelArguments:
+    """The model flags of both architectures."""
+
+    architecture: str = config_flag("transformer", "Marian-style Transformer (HeadAttnConfig) or attentional LSTM "
+                                    "(HeadAttnRNNConfig)", choices=["transformer", "rnn"])
+    dropout: float = config_flag(0.1, "dropout probability", "dropout")
+    label_smoothing: float = config_flag(0.1, "computed in the model's own loss (Trainer's --label_smoothing_factor "
+                                              "would drop the auxiliary loss)", "label_smoothing")
+    fertility: str = config_flag(
+        "constant", "fertility bounds of csoftmax/csparsemax attention; guided and predicted align the training "
+        "data with eflomal first, predicted then trains a bi-LSTM tagger for --fertility_predictor_epochs",
+        "fertility", choices=list(FERTILITY_STRATEGIES), constrained_attention_only=True)
+    constant_fertility: float = config_flag(2.0, "every source token's fertility with --fertility constant",
+                                            "constant_fertility", constrained_attention_only=True)
+    fertility_predictor_epochs: int = config_flag(5, "training epochs of the --fertility predicted tagger",
+                                                  constrained_attention_only=True)
+    guided_alignment: str | None = config_flag(
+        None, "guided alignment (Garg et al., 2019): train the --guided_alignment_heads of the cross-attention to "
+        "follow word links, 'eflomal' (aligned from the training pairs, symmetrised, cached by the corpus' "
+        "fingerprint) or a Pharaoh file (i-j links of words from 0, one line per line of the training files; ipj "
+        "possible links count as sure)")
+    guided_alignment_weight: float | None = config_flag(
+        None, "weight of the guided-alignment cost in the loss (None: 0.05, Garg et al.'s)",
+        "guided_alignment_weight", unset=DEFAULT_GUIDED_WEIGHT, with_guided_alignment=True)
+    guided_alignment_cost: str = config_flag(
+        "ce", "; ".join(f"{name}: {meaning}" for name, meaning in GUIDED_ALIGNMENT_COSTS.items()),
+        "guided_alignment_cost", choices=list(GUIDED_ALIGNMENT_COSTS), with_guided_alignment=True)
+    guided_alignment_heads: str | None = config_flag(
+        None, "the guided heads, comma-separated indices (None: 0, one head as Garg et al.); their mean attention "
+        "is compared with the links, and --alignments reads them", "guided_alignment_heads",
+        to_config=guided_alignment_heads, with_guided_alignment=True)
+
+
+@dataclass
+class TransformerArguments:
+    """The model flags of --architecture transformer (HeadAttnConfig), marked (Transformer) in --help."""
+
+    layers: int | None = config_flag(None, LAYERS_HELP, ("encoder_layers", "decoder_layers"), unset=3)
+    heads: int | None = config_flag(None, HEADS_HELP, ("encoder_attention_heads", "decoder_attention_heads"),
+                                    unset=4)
+    d_model: int = config_flag(256, "(Transformer)", "d_model")
+    ffn_dim: int = config_flag(1024, "(Transformer)", ("encoder_ffn_dim", "decoder_ffn_dim"))
+    attention_dropout: float = config_flag(0.0, "(Transformer) dropout on the attention probabilities (as "
+                                                "fairseq's attention dropout)", "attention_dropout")
+    activation_dropout: float = config_flag(0.0, "(Transformer) dropout after the feed-forward activation (as "
+                                                 "fairseq's activation dropout)", "activation_dropout")
+    position_embedding: str = config_flag("sinusoidal", "(Transformer)", "position_embedding",
+                                          choices=["sinusoidal", "none"])
+    activation_function: str = config_flag(
+        "swish", "(Transformer) of the feed-forward layers: swish as in the OPUS-MT Marian models, or any "
+        "transformers.activations name (MarianConfig's default is gelu)", "activation_function")
+    scale_embedding: bool = config_flag(
+        True, "(Transformer) multiply token embeddings by sqrt(d_model), as the OPUS-MT Marian models do "
+        "(MarianConfig's default is false)", "scale_embedding")
+    encoder_self_attention: str = config_flag(
+        "softmax", f"(Transformer) variant name or JSON spec, e.g. '{{\"type\": \"mma\", \"window\": 1}}'; "
+        f"variants: {VARIANTS}", "encoder_self_attention", to_config=attention_spec)
+    decoder_self_attention: str = config_flag(
+        "softmax", f"(Transformer) variant name or JSON spec; variants: {VARIANTS}", "decoder_self_attention",
+        to_config=attention_spec)
+    cross_attention: str = config_flag(
+        "softmax", f"(Transformer) variant name or JSON spec, e.g. '{{\"type\": \"dhicm\", \"layers\": [-1]}}'; "
+        f"variants: {VARIANTS}", "cross_attention", to_config=attention_spec)
+    guided_alignment_layer: int | None = config_flag(
+        None, "(Transformer) the guided decoder layer, negative from the top (None: the penultimate, Garg et al.'s; "
+        "the only one of a one-layer decoder)", "guided_alignment_layer", with_guided_alignment=True)
+
+
+@dataclass
+class RNNArguments:
+    """The model flags of --architecture rnn (HeadAttnRNNConfig), marked (LSTM) in --help."""
+
+    layers: int | None = config_flag(None, LAYERS_HELP, ("encoder_layers", "decoder_layers"), unset=1)
+    heads: int | None = config_flag(None, HEADS_HELP, "num_heads", unset=1)
+    embedding_size: int = config_flag(256, "(LSTM)", "embedding_size")
+    hidden_size: int = config_flag(512, "(LSTM) decoder state and context size d", "hidden_size")
+    hops: int = config_flag(1, "(LSTM) K, counting the first hop (Iida et al.)", "num_hops")
+    hop_mode: str = config_flag("dependent", "(LSTM)", "hop_mode", choices=["dependent", "independent"])
+    attention_score: str = config_flag("general", "(LSTM)", "attention_score", choices=list(ATTENTION_SCORES))
+    attention_transform: str = config_flag("softmax", "(LSTM)", "attention_transform",
+                                           choices=list(ATTENTION_TRANSFORMS))
+    coverage_vector: bool = config_flag(False, "(LSTM) Tu et al.'s coverage vector (Malaviya et al.)",
+                                        "coverage_vector")
+    sink: str = config_flag(
+        "token", "(LSTM) where constrained attention puts what no source token can take: a <SINK> token appended to "
+        "every source sentence and read by the encoder (Malaviya et al.), a learned vector, or none", "sink",
+        choices=list(SINKS))
+    embedding_dropout: bool = config_flag(True, "(LSTM) apply --dropout to the embeddings (OpenNMT-py's 2017 LSTM "
+                                                "does not)", "embedding_dropout")
+    sink_every_transform: bool = config_flag(False, "(LSTM) with --sink token, append it for softmax and sparsemax "
+                                                    "too (as Malaviya et al.'s scripts do)", "sink_every_transform")
+
+
+@dataclass
+class ModelArguments(RNNArguments, TransformerArguments, CommonModelArguments, TokenizerArguments):
     """The model the command builds (and the tokenizer it trains); flags marked (Transformer) or (LSTM) apply to
-    that --architecture only."""
+    that --architecture only. One argument group of the four classes' flags (--layers and --heads are both
+    families', each setting its own config fields)."""
 
     _argument_group_name = "model"
 
-    architecture: str = field(default="transformer", metadata={
-        "choices": ["transformer", "rnn"],
-        "help": "Marian-style Transformer (HeadAttnConfig) or attentional LSTM (HeadAttnRNNConfig)"})
-    tokenizer: str | None = field(default=None, metadata={
-        "help": "an existing tokenizer folder; by default one is trained on the training text"})
-    vocab_size: int = field(default=8000, metadata={"help": "size of the tokenizer trained on the training text"})
-    tokenizer_model: str = field(default="bpe", metadata={"choices": list(SUPPORTED_MODELS),
-                                                          "help": "subword model of the trained tokenizer"})
-    layers: int | None = field(default=None, metadata={
-        "help": "encoder and decoder layers (None: 3 for the Transformer, 1 for the LSTM)"})
-    heads: int | None = field(default=None, metadata={
-        "help": "attention heads (None: 4 for the Transformer, 1 for the LSTM)"})
-    dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
-    label_smoothing: float = field(default=0.1, metadata={
-        "help": "computed in the model's own loss (Trainer's --label_smoothing_factor would drop the auxiliary loss)"})
-    fertility: str = field(default="constant", metadata={
-        "choices": list(FERTILITY_STRATEGIES),
-        "help": "fertility bounds of csoftmax/csparsemax attention; guided and predicted align the training data "
-                "with eflomal first, predicted then trains a bi-LSTM tagger for --fertility_predictor_epochs"})
-    constant_fertility: float = field(default=2.0, metadata={"help": "every source token's fertility with "
-                                                                     "--fertility constant"})
-    fertility_predictor_epochs: int = field(default=5, metadata={"help": "training epochs of the --fertility "
-                                                                       "predicted tagger"})
-    d_model: int = field(default=256, metadata={"help": "(Transformer)"})
-    ffn_dim: int = field(default=1024, metadata={"help": "(Transformer)"})
-    attention_dropout: float = field(default=0.0, metadata={
-        "help": "(Transformer) dropout on the attention probabilities (as fairseq's attention dropout)"})
-    activation_dropout: float = field(default=0.0, metadata={
-        "help": "(Transformer) dropout after the feed-forward activation (as fairseq's activation dropout)"})
-    position_embedding: str = field(default="sinusoidal", metadata={
-        "choices": ["sinusoidal", "none"], "help": "(Transformer)"})
-    activation_function: str = field(default="swish", metadata={
-        "help": "(Transformer) of the feed-forward layers: swish as in the OPUS-MT Marian models, or any "
-                "transformers.activations name (MarianConfig's default is gelu)"})
-    scale_embedding: bool = field(default=True, metadata={
-        "help": "(Transformer) multiply token embeddings by sqrt(d_model), as the OPUS-MT Marian models do "
-                "(MarianConfig's default is false)"})
-    encoder_self_attention: str = field(default="softmax", metadata={
-        "help": f"(Transformer) variant name or JSON spec, e.g. '{{\"type\": \"mma\", \"window\": 1}}'; variants: "
-                f"{VARIANTS}"})
-    decoder_self_attention: str = field(default="softmax", metadata={
-        "help": f"(Transformer) variant name or JSON spec; variants: {VARIANTS}"})
-    cross_attention: str = field(default="softmax", metadata={
-        "help": f"(Transformer) variant name or JSON spec, e.g. '{{\"type\": \"dhicm\", \"layers\": [-1]}}'; "
-                f"variants: {VARIANTS}"})
-    embedding_size: int = field(default=256, metadata={"help": "(LSTM)"})
-    hidden_size: int = field(default=512, metadata={"help": "(LSTM) decoder state and context size d"})
-    hops: int = field(default=1, metadata={"help": "(LSTM) K, counting the first hop (Iida et al.)"})
-    hop_mode: str = field(default="dependent", metadata={"choices": ["dependent", "independent"],
-                                                         "help": "(LSTM)"})
-    attention_score: str = field(default="general", metadata={"choices": list(ATTENTION_SCORES), "help": "(LSTM)"})
-    attention_transform: str = field(default="softmax", metadata={"choices": list(ATTENTION_TRANSFORMS),
-                                                                  "help": "(LSTM)"})
-    coverage_vector: bool = field(default=False, metadata={
-        "help": "(LSTM) Tu et al.'s coverage vector (Malaviya et al.)"})
-    sink: str = field(default="token", metadata={"choices": list(SINKS), "help": (
-        "(LSTM) where constrained attention puts what no source token can take: a <SINK> token appended to every "
-        "source sentence and read by the encoder (Malaviya et al.), a learned vector, or none")})
-    embedding_dropout: bool = field(default=True, metadata={
-        "help": "(LSTM) apply --dropout to the embeddings (OpenNMT-py's 2017 LSTM does not)"})
-    sink_every_transform: bool = field(default=False, metadata={
-        "help": "(LSTM) with --sink token, append it for softmax and sparsemax too (as Malaviya et al.'s scripts do)"})
-    guided_alignment: str | None = field(default=None, metadata={
-        "help": "guided alignment (Garg et al., 2019): train the --guided_alignment_heads of the cross-attention to "
-                "follow word links, 'eflomal' (aligned from the training pairs, symmetrised, cached by the corpus' "
-                "fingerprint) or a Pharaoh file (i-j links of words from 0, one line per line of the training "
-                "files; ipj possible links count as sure)"})
-    guided_alignment_weight: float | None = field(default=None, metadata={
-        "help": "weight of the guided-alignment cost in the loss (None: 0.05, Garg et al.'s)"})
-    guided_alignment_cost: str = field(default="ce", metadata={
-        "choices": list(GUIDED_ALIGNMENT_COSTS),
-        "help": "; ".join(f"{name}: {meaning}" for name, meaning in GUIDED_ALIGNMENT_COSTS.items())})
-    guided_alignment_layer: int | None = field(default=None, metadata={
-        "help": "(Transformer) the guided decoder layer, negative from the top (None: the penultimate, Garg et "
-                "al.'s; the only one of a one-layer decoder)"})
-    guided_alignment_heads: str | None = field(default=None, metadata={
-        "help": "the guided heads, comma-separated indices (None: 0, one head as Garg et al.); their mean attention "
-                "is compared with the links, and --alignments reads them"})
+
+# --architecture -> (the config class, the argument class of its own flags)
+FAMILIES = {"transformer": (HeadAttnConfig, TransformerArguments), "rnn": (HeadAttnRNNConfig, RNNArguments)}
 
 
-TRANSFORMER_FLAGS = ("d_model", "ffn_dim", "attention_dropout", "activation_dropout", "position_embedding",
-                     "activation_function", "scale_embedding", "encoder_self_attention", "decoder_self_attention",
-                     "cross_attention", "guided_alignment_layer")
-RNN_FLAGS = ("embedding_size", "hidden_size", "hops", "hop_mode", "attention_score", "attention_transform",
-             "coverage_vector", "sink", "sink_every_transform", "embedding_dropout")
-FERTILITY_FLAGS = ("fertility", "constant_fertility", "fertility_predictor_epochs")
-DEFAULT_GUIDED_WEIGHT = 0.05  # Garg et al.'s lambda
-GUIDED_ALIGNMENT_FLAGS = ("guided_alignment_weight", "guided_alignment_cost", "guided_alignment_layer",
-                          "guided_alignment_heads")
-
-# config field -> the flag that sets it, to name the flag in the config's own error messages
-CONFIG_FIELD_FLAGS = {
-    "vocab_size": "vocab_size", "d_model": "d_model", "encoder_layers": "layers", "decoder_layers": "layers",
-    "encoder_attention_heads": "heads", "decoder_attention_heads": "heads", "num_heads": "heads",
-    "encoder_ffn_dim": "ffn_dim", "decoder_ffn_dim": "ffn_dim", "max_position_embeddings": "max_length",
-    "position_embedding": "position_embedding", "activation_function": "activation_function",
-    "scale_embedding": "scale_embedding", "encoder_self_attention": "encoder_self_attention",
-    "decoder_self_attention": "decoder_self_attention", "cross_attention": "cross_attention",
-    "dropout": "dropout", "attention_dropout": "attention_dropout", "activation_dropout": "activation_dropout",
-    "label_smoothing": "label_smoothing", "fertility": "fertility",
-    "constant_fertility": "constant_fertility", "embedding_size": "embedding_size", "hidden_size": "hidden_size",
-    "num_hops": "hops", "hop_mode": "hop_mode", "attention_score": "attention_score",
-    "attention_transform": "attention_transform", "guided_alignment_weight": "guided_alignment_weight",
-    "guided_alignment_cost": "guided_alignment_cost", "guided_alignment_layer": "guided_alignment_layer",
-    "guided_alignment_heads": "guided_alignment_heads",
-}
+def family_flags(architecture: str) -> list[dataclasses.Field]:
+    """The model flags an --architecture's config is built from: both families' and its own."""
+    return [*dataclasses.fields(TokenizerArguments), *dataclasses.fields(CommonModelArguments),
+            *dataclasses.fields(FAMILIES[architecture][1])]
 
 
-@dataclass
-class DataArguments:
-    """Where the parallel text comes from and how it is batched: two line-aligned text files a split
-    (--train_source/--train_target), one TSV or JSON lines file a split (--train_file), or a Hugging Face dataset
-    (--dataset). Files are UTF-8, optionally compressed (.gz, .xz); lines end at \\n, \\r\\n or \\r. Without
-    validation data, the last 5% of the training pairs are held out."""
-
-    _argument_group_name = "data"
-
-    train_source: str | None = field(default=None, metadata={"help": "source side of the training text, one "
-                                                                      "sentence a line"})
-    train_target: str | None = field(default=None, metadata={"help": "target side, line-aligned with "
-                                                                      "--train_source"})
-    valid_source: str | None = field(default=None, metadata={"help": "source side of the validation text"})
-    valid_target: str | None = field(default=None, metadata={"help": "target side of the validation text"})
-    train_file: str | None = field(default=None, metadata={
-        "help": "the training pairs in one file: TSV (.tsv, source<TAB>target a line) or JSON lines (.jsonl, .json: "
-                'run_translation\'s {"translation": {"de": ..., "en": ...}} a line, keyed by --source_lang and '
-                "--target_lang)"})
-    validation_file: str | None = field(default=None, metadata={"help": "the validation pairs in one TSV or JSON "
-                                                                         "lines file (as --train_file)"})
-    dataset: str | None = field(default=None, metadata={"help": "Hugging Face dataset name or local dataset folder "
-                                                                 "(instead of text files)"})
-    dataset_config: str | None = field(default=None, metadata={"help": "the --dataset's configuration"})
-    dataset_revision: str | None = field(default=None, metadata={
-        "help": "the --dataset's Hub branch, tag or commit (recorded in the run manifest; None: the default branch)"})
-    source_lang: str = field(default="de", metadata={"help": "source language key of a --dataset or a JSON lines "
-                                                              "--train_file"})
-    target_lang: str = field(default="en", metadata={"help": "target language key of a --dataset or a JSON lines "
-                                                              "--train_file"})
-    train_split: str = field(default="train", metadata={"help": "training split of a --dataset"})
-    valid_split: str = field(default="validation", metadata={"help": "validation split of a --dataset"})
-    max_train_pairs: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
-    sample_train_pairs: bool = field(default=False, metadata={
-        "help": "with --max_train_pairs, train on N pairs drawn at random (without replacement, kept in corpus order) "
-                "instead of the first N: another sample for every --data_seed (--seed if unset), as Goindani & "
-                "Shrivastava drew their low-resource training sets"})
-    max_valid_pairs: int | None = field(default=None, metadata={
-        "help": "use only the first N validation pairs (what each evaluation scores: loss, and BLEU/chrF with "
-                "--predict_with_generate)"})
-    max_length: int = field(default=128, metadata={"help": "longer sentences are truncated to this many tokens"})
-    max_tokens: int | None = field(default=None, metadata={
-        "help": "token-budget batches: length-bucketed batches of at most this many source + target tokens, padding "
-                "included (at least 2 x --max_length), instead of --per_device_train_batch_size sentences"})
-    bucket_pool_pairs: int | None = field(default=None, metadata={
-        "help": "with --max_tokens: sort pairs by length only within pools of N pairs drawn at random every epoch "
-                "(OpenNMT's pooled batches, Transformers' group_by_length), so that a pair's batch companions change "
-                "from epoch to epoch, at the cost of some padding; by default pairs are sorted over the whole "
-                "training set and meet the same companions every epoch"})
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenisation"})
-    streaming: bool = field(default=False, metadata={
-        "help": "read the training split of --dataset as a stream (nothing downloaded or cached whole; tokenised on "
-                "the fly); needs --max_steps and --tokenizer. Validation pairs (--max_valid_pairs, 1,000 by default) "
-                "are read into memory"})
+def foreign_flags(architecture: str) -> dict[str, str]:
+    """The flags of the other architectures only, which this one refuses -> the architecture they apply to."""
+    own = {spec.name for spec in family_flags(architecture)}
+    return {spec.name: other for other in FAMILIES if other != architecture
+            for spec in dataclasses.fields(FAMILIES[other][1]) if spec.name not in own}
 
 
-@dataclass
-class RunArguments:
-    """Checkpoints, resuming and stopping. Checkpoints go to --output_dir/checkpoint-N (--save_steps,
-    --save_total_limit); a run started on an --output_dir that holds checkpoints resumes from the last complete
-    one; the finished model, tokenizer and code land in --output_dir itself."""
-
-    _argument_group_name = "run"
-
-    overwrite_output_dir: bool = field(default=False, metadata={
-        "help": "start over in an --output_dir that holds checkpoints or a trained model instead of resuming: its "
-                "checkpoints are deleted once the new run has read its data and trained its tokenizer, its model is "
-                "replaced when the new one is saved"})
-    reset_optimizer: bool = field(default=False, metadata={
-        "help": "resume from a checkpoint with a fresh optimizer and learning-rate schedule (warmup again): needed "
-                "for a checkpoint without optimizer.pt and scheduler.pt (saved with --save_only_model); otherwise "
-                "resuming restores them"})
-    keep_checkpoints: bool = field(default=False, metadata={
-        "help": "keep the checkpoint-N folders once training has finished (by default they are deleted: the "
-                "finished model is in --output_dir)"})
-    preset: str | None = field(default=None, metadata={
-        "choices": list(TRAINING_PRESETS),
-        "help": "a named recipe that sets the defaults of other flags (flags given beside it win); "
-                + "; ".join(f"{name}: " + ", ".join(f"--{key} {value}" for key, value in preset.items())
-                            for name, preset in TRAINING_PRESETS.items())})
-    lr_decay: str | None = field(default=None, metadata={
-        "choices": [None, "opennmt"],
-        "help": "opennmt: OpenNMT-py's (2017) decay instead of --lr_scheduler_type: after each epoch's validation, "
-                "multiply the learning rate by --lr_decay_factor once the epoch reaches --lr_decay_start_at or the "
-                "validation loss rose, and after every later epoch (needs --eval_strategy epoch)"})
-    lr_decay_factor: float = field(default=0.5, metadata={"help": "with --lr_decay opennmt (OpenNMT's "
-                                                                  "-learning_rate_decay)"})
-    lr_decay_start_at: int = field(default=8, metadata={
-        "help": "with --lr_decay opennmt, the epoch after whose validation decay starts at the latest (OpenNMT's "
-                "-start_decay_at: 8 halves the rate from epoch 9 on)"})
-    loss_normalization: str = field(default="tokens", metadata={
-        "choices": list(LOSS_NORMALIZATIONS),
-        "help": "what an optimizer step's summed token loss is divided by before the backward pass: its target tokens "
-                "(Transformers' default), or its sentences (OpenNMT-py 2017's, which Malaviya et al. trained with: "
-                "gradients, and so what --max_grad_norm clips and SGD steps by, grow by the mean target length); "
-                "the logged loss is per token either way"})
-    early_stopping_patience: int | None = field(default=None, metadata={
-        "help": "stop after this many evaluations without improvement of --metric_for_best_model (needs "
-                "--load_best_model_at_end)"})
-    verbose: bool = field(default=False, metadata={
-        "help": "also show the libraries' progress bars (datasets' loading, Transformers' weight writing) and "
-                "INFO logs; by default the command shows its own bars (tokenising, training, evaluating), the "
-                "training logs and its result line"})
-    quiet: bool = field(default=False, metadata={
-        "aliases": ["-q"], "help": "no progress, no training logs, no result line: warnings and errors only (as "
-                                   "--quiet in the other commands)"})
+def flags_with(marker: str) -> list[str]:
+    """The model flags whose metadata carries `marker` (e.g. constrained_attention_only)."""
+    return [spec.name for spec in dataclasses.fields(ModelArguments) if spec.metadata.get(marker)]
 
 
 ARGUMENT_GROUPS = (ModelArguments, DataArguments, RunArguments, Seq2SeqTrainingArguments)
@@ -301,10 +226,10 @@ TRAINER_COUNTS = {
 
 
 def argument_parser(**presentation) -> HfArgumentParser:
-    """`HfArgumentParser` over `ARGUMENT_GROUPS`, with the NMT defaults; `presentation` are argparse's own keywords
-    (usage, description, epilog, formatter_class), which the command gives for its `--help`. Its errors name the
-    command, also where `run.train(argv)` parses the words from Python."""
-    parser = HfArgumentParser(ARGUMENT_GROUPS, prog="hf-headattn-train", **presentation)
+    """`TrainingArgumentParser` over `ARGUMENT_GROUPS`, with the NMT defaults; `presentation` are argparse's own
+    keywords (usage, description, epilog, formatter_class), which the command gives for its `--help`. Its errors name
+    the command, also where `run.train(argv)` parses the words from Python."""
+    parser = TrainingArgumentParser(ARGUMENT_GROUPS, prog="hf-headattn-train", **presentation)
     parser.set_defaults(**NMT_TRAINING_DEFAULTS)
     return parser
 
@@ -318,17 +243,15 @@ def parse_args(argv=None, parser: HfArgumentParser | None = None):
     parser = parser or argument_parser()
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
     try:
-        if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-            arguments_file = Path(argv[0])
-            values = read_arguments_file(arguments_file)
-            values = {**NMT_TRAINING_DEFAULTS, **preset_defaults(values.get("preset")), **values}
+        if (path := arguments_file(argv)) is not None:
+            values = {**NMT_TRAINING_DEFAULTS, **under_preset(read_arguments_file(path))}
             check_model_arguments(*model_and_data_arguments(values))
             parsed = parser.parse_dict(values)
         else:
             parser.set_defaults(**preset_defaults(preset_named_in(argv)))
             check_model_arguments(*model_and_data_arguments(vars(parser.parse_known_args(argv)[0])))
             parsed = parser.parse_args_into_dataclasses(argv, look_for_args_file=False)
-        check_arguments(*parsed)
+        check_arguments(*parsed)  # the rest: the model's flags are checked above, before Trainer's are built
     except (ValueError, OSError, yaml.YAMLError) as error:  # includes Trainer's own checks of its arguments
         parser.error(str(error))
     return parsed
@@ -337,9 +260,7 @@ def parse_args(argv=None, parser: HfArgumentParser | None = None):
 def read_arguments_file(path: str | Path) -> dict:
     """The arguments of a JSON or YAML file (`hf-headattn-train ARGUMENTS.yaml`): argument names to values, each
     of the type its flag takes (`check_argument_types`)."""
-    values = yaml.safe_load(Path(path).read_text())  # JSON is YAML
-    if not isinstance(values, dict):
-        raise ValueError(f"{path} must hold a mapping of argument names to values")
+    values = load_arguments_file(path)
     check_argument_types(values, path)
     return values
 
@@ -419,25 +340,26 @@ def data_seed(training_args) -> int:
     return training_args.data_seed if training_args.data_seed is not None else training_args.seed
 
 
-def preset_named_in(argv: list[str]) -> str | None:
-    """The NAME of `--preset NAME` or `--preset=NAME` among the words, read before the other flags: the preset
-    sets their defaults."""
-    for position, word in enumerate(argv):
-        if word == "--":
-            break
-        if word == "--preset" and position + 1 < len(argv):
-            return argv[position + 1]
-        if word.startswith("--preset="):
-            return word.partition("=")[2]
-    return None
-
-
 def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
                     training_args: Seq2SeqTrainingArguments) -> None:
-    """Raise ValueError, naming the flag, for anything the command would otherwise find out late or not at all."""
-    check_model_arguments(model_args, data_args)
+    """Raise ValueError, naming the flag, for anything the command would otherwise find out late or not at all;
+    the model's flags are `check_model_arguments`', which `parse_args` runs first (before Trainer's arguments)."""
+    check_data_sources(data_args)
+    check_data_sizes(model_args, data_args, training_args)
+    check_numbers(model_args, data_args, run_args, training_args)
+    check_run_options(run_args, training_args)
+    if model_args.tokenizer is not None and (problem := model_path_problem(model_args.tokenizer, "--tokenizer")):
+        raise ValueError(problem)
+    output_dir, working_dir = Path(training_args.output_dir).resolve(), Path.cwd().resolve()
+    if output_dir == working_dir or output_dir in working_dir.parents:
+        raise ValueError(f"--output_dir {training_args.output_dir} is the current folder or holds it; the finished "
+                         "model replaces the --output_dir whole, so give the run a folder of its own (e.g. runs/de-en)")
+    find_checkpoint(run_args, training_args, warn=False)  # checked here; `train` settles it under the run's lock
 
-    # data
+
+def check_data_sources(data_args: DataArguments) -> None:
+    """The training data given once, validation data that goes with it, files that exist and are named by their
+    format."""
     text_files = data_args.train_source is not None or data_args.train_target is not None
     if text_files + (data_args.train_file is not None) + (data_args.dataset is not None) != 1:
         raise ValueError("give the training data once: --train_source/--train_target (two text files), --train_file "
@@ -462,6 +384,11 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
             raise ValueError(f"--{name} {path}: name it by its format, .tsv or .jsonl (or .json), optionally "
                              "compressed (.gz, .xz); two line-aligned text files are given as --train_source and "
                              "--train_target (--valid_source and --valid_target)")
+
+
+def check_data_sizes(model_args: ModelArguments, data_args: DataArguments,
+                     training_args: Seq2SeqTrainingArguments) -> None:
+    """Counts and lengths of the data, a sample, a stream and token-budget batches."""
     for name in ("max_train_pairs", "max_valid_pairs", "max_length", "max_tokens", "bucket_pool_pairs",
                  "preprocessing_num_workers"):
         value = getattr(data_args, name)
@@ -489,7 +416,10 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
             raise ValueError(f"--max_tokens builds its own length-bucketed batches; drop --train_sampling_strategy "
                              f"{training_args.train_sampling_strategy}")
 
-    # training
+
+def check_numbers(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
+                  training_args: Seq2SeqTrainingArguments) -> None:
+    """No flag nan; Trainer's counts, seeds, learning rate and length of training in range."""
     for arguments in (model_args, data_args, run_args, training_args):
         for spec in dataclasses.fields(arguments):
             value = getattr(arguments, spec.name)
@@ -517,6 +447,10 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
                          f"{training_args.max_steps}")
     if training_args.max_steps == -1 and not training_args.num_train_epochs > 0:
         raise ValueError(f"--num_train_epochs must be positive, got {training_args.num_train_epochs}")
+
+
+def check_run_options(run_args: RunArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """Trainer's options the command replaces, and the run's own: --lr_decay, --quiet/--verbose, early stopping."""
     if training_args.push_to_hub:
         raise ValueError("--push_to_hub: Trainer's upload copies each checkpoint's model into --output_dir while "
                          "training, beside the previous model, and uploads the run's local records; upload the "
@@ -546,56 +480,51 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, run_ar
             raise ValueError("--early_stopping_patience needs --load_best_model_at_end (and --metric_for_best_model "
                              "to watch something other than the validation loss)")
 
-    if model_args.tokenizer is not None and (problem := model_path_problem(model_args.tokenizer, "--tokenizer")):
-        raise ValueError(problem)
-
-    # the run folder
-    output_dir, working_dir = Path(training_args.output_dir).resolve(), Path.cwd().resolve()
-    if output_dir == working_dir or output_dir in working_dir.parents:
-        raise ValueError(f"--output_dir {training_args.output_dir} is the current folder or holds it; the finished "
-                         "model replaces the --output_dir whole, so give the run a folder of its own (e.g. runs/de-en)")
-    find_checkpoint(run_args, training_args, warn=False)  # checked here; `train` settles it under the run's lock
-
 
 def check_model_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:
-    """The checks of `check_arguments` that need only the model's and the data's flags: choices, flags of the other
-    architecture, fertility without constrained attention, and the config's own checks of the attention variants
-    and their options (`build_config`). `parse_args` runs them before Trainer's arguments are built, whose checks
-    import Transformers' whole model stack (~2.5 s on 2 cores), so that a misspelt variant is refused at once."""
+    """The checks that need only the model's and the data's flags: choices, flags of the other architecture,
+    fertility without constrained attention, and the config's own checks of the attention variants and their
+    options (`build_config`). `parse_args` runs them before Trainer's arguments are built, whose checks import
+    Transformers' whole model stack (~2.5 s on 2 cores), so that a misspelt variant is refused at once."""
     for arguments in (model_args, data_args):
         for spec in dataclasses.fields(arguments):
             choices, value = spec.metadata.get("choices"), getattr(arguments, spec.name)
             if choices and value not in choices:
                 raise ValueError(f"--{spec.name} {value!r}: choose from {', '.join(map(str, choices))}")
-    defaults = ModelArguments()
-    foreign = RNN_FLAGS if model_args.architecture == "transformer" else TRANSFORMER_FLAGS
-    for name in foreign:
-        if getattr(model_args, name) != getattr(defaults, name):
-            raise ValueError(f"--{name} applies to --architecture {'rnn' if foreign is RNN_FLAGS else 'transformer'} "
-                             f"only, not to --architecture {model_args.architecture}")
+    given = given_model_flags(model_args)
+    for name, architecture in foreign_flags(model_args.architecture).items():
+        if name in given:
+            raise ValueError(f"--{name} applies to --architecture {architecture} only, not to --architecture "
+                             f"{model_args.architecture}")
     config = build_config(model_args, data_args)
     if not config.uses_fertility():
-        for name in FERTILITY_FLAGS:
-            if getattr(model_args, name) != getattr(defaults, name):
+        for name in flags_with("constrained_attention_only"):
+            if name in given:
                 where = ("--cross_attention" if model_args.architecture == "transformer"
                          else "--attention_transform")
                 raise ValueError(f"--{name} applies to constrained attention only (csoftmax or csparsemax at "
                                  f"{where}); this model has none")
-    if (model_args.fertility_predictor_epochs != defaults.fertility_predictor_epochs
-            and model_args.fertility != "predicted"):
+    if "fertility_predictor_epochs" in given and model_args.fertility != "predicted":
         raise ValueError("--fertility_predictor_epochs applies to --fertility predicted only")
     check_guided_alignment_arguments(model_args, data_args)
+
+
+def given_model_flags(model_args: ModelArguments) -> set[str]:
+    """The model flags whose value is not their default."""
+    defaults = ModelArguments()
+    return {spec.name for spec in dataclasses.fields(ModelArguments)
+            if getattr(model_args, spec.name) != getattr(defaults, spec.name)}
 
 
 def check_guided_alignment_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:
     """--guided_alignment's flags: the others only with it, a Pharaoh file that exists and lines up with training
     files (not a --dataset, not a stream). The file's contents are checked once the corpus is read
     (`guided_links.read_pharaoh`), before training."""
-    defaults = ModelArguments()
     source = model_args.guided_alignment
     if source is None:
-        for name in GUIDED_ALIGNMENT_FLAGS:
-            if getattr(model_args, name) != getattr(defaults, name):
+        given = given_model_flags(model_args)
+        for name in flags_with("with_guided_alignment"):
+            if name in given:
                 raise ValueError(f"--{name} applies with --guided_alignment (eflomal or a Pharaoh file) only")
         return
     if data_args.streaming:
@@ -610,17 +539,6 @@ def check_guided_alignment_arguments(model_args: ModelArguments, data_args: Data
                              "--dataset has none: use --guided_alignment eflomal")
 
 
-def guided_alignment_heads(flag_value: str | None) -> list[int] | None:
-    """--guided_alignment_heads "0,2" -> [0, 2] (None stays None: the config's default)."""
-    if flag_value is None:
-        return None
-    try:
-        return [int(head) for head in str(flag_value).split(",")]
-    except ValueError:
-        raise ValueError(f"--guided_alignment_heads {flag_value!r}: give head indices separated by commas, e.g. 0 "
-                         "or 0,1") from None
-
-
 def model_and_data_arguments(values: dict) -> tuple[ModelArguments, DataArguments]:
     """The model's and the data's argument groups of `values` (flag names to values, as parsed), the other
     groups' flags passed over."""
@@ -631,83 +549,48 @@ def model_and_data_arguments(values: dict) -> tuple[ModelArguments, DataArgument
     return group(ModelArguments), group(DataArguments)
 
 
-def attention_spec(flag: str, value: str):
-    """A plain variant name, or a JSON dict / list of dicts."""
-    if not value.lstrip().startswith(("{", "[")):
-        return value
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"--{flag} {value!r} is not valid JSON: {error}") from None
+def config_kwargs(model_args: ModelArguments) -> dict:
+    """The config fields the model flags of `model_args`' --architecture set (their `config_field`s): a flag left
+    None gives its `unset` value or the config's default, --guided_alignment's flags count only with it."""
+    kwargs = {}
+    for spec in family_flags(model_args.architecture):
+        value = getattr(model_args, spec.name)
+        if "config_field" not in spec.metadata or (spec.metadata.get("with_guided_alignment")
+                                                   and model_args.guided_alignment is None):
+            continue
+        if value is None:
+            value = spec.metadata.get("unset")
+        elif "to_config" in spec.metadata:
+            value = spec.metadata["to_config"](spec.name, value)
+        if value is not None:
+            kwargs.update(dict.fromkeys(spec.metadata["config_field"], value))
+    return kwargs
+
+
+def flag_of_config_field(architecture: str) -> dict[str, str]:
+    """Config field -> the flag that sets it, for --architecture's config."""
+    return {config_field: spec.name for spec in [*family_flags(architecture), *dataclasses.fields(DataArguments)]
+            for config_field in spec.metadata.get("config_field", ())}
 
 
 def build_config(model_args: ModelArguments, data_args: DataArguments, tokenizer=None):
     """The config of the model the flags describe. Before the tokenizer exists (to check the flags), its size is
-    --vocab_size and its special tokens the trained tokenizer's (<pad>=0, </s>=1)."""
-    shared = dict(
-        vocab_size=len(tokenizer) if tokenizer is not None else model_args.vocab_size,
-        dropout=model_args.dropout,
-        label_smoothing=model_args.label_smoothing,
-        pad_token_id=tokenizer.pad_token_id if tokenizer is not None else 0,
-        eos_token_id=tokenizer.eos_token_id if tokenizer is not None else 1,
-        decoder_start_token_id=tokenizer.pad_token_id if tokenizer is not None else 0,
-        fertility=model_args.fertility,
-        constant_fertility=model_args.constant_fertility,
-    )
-    if model_args.guided_alignment is not None:
-        shared.update(guided_alignment_weight=(model_args.guided_alignment_weight
-                                               if model_args.guided_alignment_weight is not None
-                                               else DEFAULT_GUIDED_WEIGHT),
-                      guided_alignment_cost=model_args.guided_alignment_cost,
-                      guided_alignment_heads=guided_alignment_heads(model_args.guided_alignment_heads))
-        if model_args.guided_alignment_layer is not None:
-            shared["guided_alignment_layer"] = model_args.guided_alignment_layer
+    --vocab_size and its special tokens the trained tokenizer's (<pad>=0, </s>=1). The config's refusal of a field
+    (ConfigFieldError) is a ValueError naming the flag that sets it."""
+    config_class = FAMILIES[model_args.architecture][0]
+    kwargs = config_kwargs(model_args)
+    if tokenizer is not None:
+        kwargs.update(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                      eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
+    else:
+        kwargs.update(pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    if config_class is HeadAttnConfig:
+        kwargs["max_position_embeddings"] = max(512, data_args.max_length + 2)
     try:
-        if model_args.architecture == "rnn":
-            layers = model_args.layers if model_args.layers is not None else 1
-            return HeadAttnRNNConfig(
-                embedding_size=model_args.embedding_size,
-                hidden_size=model_args.hidden_size,
-                encoder_layers=layers,
-                decoder_layers=layers,
-                num_heads=model_args.heads if model_args.heads is not None else 1,
-                num_hops=model_args.hops,
-                hop_mode=model_args.hop_mode,
-                attention_score=model_args.attention_score,
-                attention_transform=model_args.attention_transform,
-                coverage_vector=model_args.coverage_vector,
-                sink=model_args.sink,
-                sink_every_transform=model_args.sink_every_transform,
-                embedding_dropout=model_args.embedding_dropout,
-                **shared,
-            )
-        layers = model_args.layers if model_args.layers is not None else 3
-        heads = model_args.heads if model_args.heads is not None else 4
-        return HeadAttnConfig(
-            d_model=model_args.d_model,
-            encoder_layers=layers,
-            decoder_layers=layers,
-            encoder_attention_heads=heads,
-            decoder_attention_heads=heads,
-            encoder_ffn_dim=model_args.ffn_dim,
-            decoder_ffn_dim=model_args.ffn_dim,
-            attention_dropout=model_args.attention_dropout,
-            activation_dropout=model_args.activation_dropout,
-            position_embedding=model_args.position_embedding,
-            activation_function=model_args.activation_function,
-            scale_embedding=model_args.scale_embedding,
-            max_position_embeddings=max(512, data_args.max_length + 2),
-            encoder_self_attention=attention_spec("encoder_self_attention", model_args.encoder_self_attention),
-            decoder_self_attention=attention_spec("decoder_self_attention", model_args.decoder_self_attention),
-            cross_attention=attention_spec("cross_attention", model_args.cross_attention),
-            **shared,
-        )
-    except ValueError as error:
-        message = str(error)
-        if message.startswith("--"):  # attention_spec's, which names its flag already
-            raise
-        # the config quotes the field at fault in backticks, and names others (e.g. "divide d_model") plainly
-        fields = ([name for name in CONFIG_FIELD_FLAGS if f"`{name}`" in message]
-                  or [name for name in CONFIG_FIELD_FLAGS if re.search(rf"\b{name}\b", message)])
-        flags = list(dict.fromkeys(f"--{CONFIG_FIELD_FLAGS[name]}" for name in fields))
-        raise ValueError(f"{', '.join(flags) or 'model flags'}: {message}") from None
+        return config_class(**kwargs)
+    except ConfigFieldError as error:
+        flags = flag_of_config_field(model_args.architecture)
+        named = list(dict.fromkeys(f"--{flags[name]}" for name in error.fields if name in flags))
+        raise ValueError(f"{', '.join(named) or 'model flags'}: {error}") from None
+    except ValueError as error:  # a check of Transformers' own config
+        raise ValueError(f"model flags: {error}") from None

@@ -3,16 +3,17 @@ torch and Transformers' model stack (~3.5 s of every run's start on 2 cores) rea
 tokenizer and tokenises the pairs meanwhile, and the command takes what it prepared when it reaches its data
 (`DataPrefetch.take`), if it was made from the same recipe.
 
-The forked process knows the run only from the command line's words, read by a small parser of its own
-(`read_recipe`: the flags that decide the tokenizer and the token ids, with a --preset's values and an arguments
-file's), so that it imports nothing of torch. The command compares that recipe, with the files' SHA-256 as each side
-read them, against the one its own parsed and checked arguments give (`data_recipe`); on any difference it stops the
-process and prepares the data itself, so a flag the small parser reads wrongly costs time, never a different run. The
-process writes nothing in the run folder (the command's lock and resume rules stay the command's): the tokenizer goes
-to a temporary folder the command deletes, the token ids to `datasets`' cache, where the command's own tokenisation
-would have written them. It is not started where it cannot foresee the data or would not save time: a --dataset, a
-given --tokenizer, --sample_train_pairs, a run that resumes a checkpoint, several processes (torchrun), --help, torch
-already imported (the command called from Python), no `os.fork`; HF_HEADATTN_DATA_PREFETCH=0 turns it off.
+The forked process knows the run only from the command line's words, which it reads itself, as the command reads them
+(`recipe.read_recipe`: the command's parser over its argument groups that import no torch; read before the fork,
+Transformers' import that the parser needs would hold the fork back by about a second). The command compares that recipe, with the files' SHA-256 as each side read them,
+against the one its own parsed and checked arguments give (`data_recipe`); on any difference it stops the process
+and prepares the data itself, so a word read otherwise (one the command refuses) costs time, never a different
+run. The process writes nothing in the run folder (the command's lock and resume rules stay the command's): the
+tokenizer goes to a temporary folder the command deletes, the token ids to `datasets`' cache, where the command's
+own tokenisation would have written them. It is not started with several processes (torchrun), --help, torch
+already imported (the command called from Python) or no `os.fork`, and HF_HEADATTN_DATA_PREFETCH=0 turns it off;
+where the words do not foresee the data (a --dataset, a given --tokenizer, --sample_train_pairs, a run that resumes
+a checkpoint) it reports so and exits.
 
 The process is speculative until the command's arguments are checked: what it writes to standard error (its
 progress bars, its warnings) is held back until the command has parsed and checked every flag
@@ -35,102 +36,19 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from .presets import preset_defaults
+from .command_words import HELP_WORDS
 
 logger = logging.getLogger(__name__)
 
-# The flags that decide the tokenizer and the token ids, with their defaults (`DataArguments`' and
-# `ModelArguments`'; tests/test_data_prefetch.py checks them against the command's parser).
-RECIPE_DEFAULTS: dict[str, Any] = {
-    "train_source": None, "train_target": None, "valid_source": None, "valid_target": None, "train_file": None,
-    "validation_file": None, "source_lang": "de", "target_lang": "en", "max_train_pairs": None,
-    "max_valid_pairs": None, "max_length": 128, "preprocessing_num_workers": None, "vocab_size": 8000,
-    "tokenizer_model": "bpe",
-}
-INTEGER_FLAGS = ("max_train_pairs", "max_valid_pairs", "max_length", "preprocessing_num_workers", "vocab_size")
-PATH_FLAGS = ("train_source", "train_target", "valid_source", "valid_target", "train_file", "validation_file")
-# Flags under which the data cannot be foreseen from the words alone, or is not prepared from files at the start
-UNFORESEEN_FLAGS = ("dataset", "tokenizer", "sample_train_pairs", "resume_from_checkpoint", "streaming")
+
 DISABLED = "HF_HEADATTN_DATA_PREFETCH"  # "0": never start the process
 # how much lower the process' scheduling priority is than the command's (os.nice: 0 same, 19 lowest)
 NICENESS = 10
-
-
-def data_recipe(values: Mapping[str, Any], file_sha256: Mapping[str, str]) -> dict:
-    """What the prepared data is made from: the recipe flags' values in `values` (the command's parsed
-    ModelArguments and DataArguments, or `read_recipe`'s), files as absolute paths, and `file_sha256`
-    (`data.scan_data_files`' hashes by flag)."""
-    recipe = _recipe_flags(values)
-    for name in PATH_FLAGS:
-        if recipe[name] is not None:
-            recipe[name] = str(Path(recipe[name]).resolve())
-    return {**recipe, "file_sha256": dict(sorted(file_sha256.items()))}
-
-
-def read_recipe(argv: list[str]) -> tuple[dict, bool] | None:
-    """The recipe flags' values the command line's words (or its one JSON/YAML arguments file) give, a --preset's
-    under them, without the command's parser (which imports torch), and whether --verbose is given; None where the
-    data cannot be foreseen: `UNFORESEEN_FLAGS`, --help or --version, words this reading does not understand, or an
-    --output_dir whose checkpoints the run would resume."""
-    if any(word in ("-h", "--help", "--version") for word in argv):
-        return None
-    try:
-        if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-            import yaml
-
-            given = yaml.safe_load(Path(argv[0]).read_text(encoding="utf-8"))  # JSON is YAML
-        else:
-            given = _read_flags(argv)
-        values = {**preset_defaults(given.get("preset")), **given}
-        recipe = _recipe_flags(values)
-        for name in INTEGER_FLAGS:
-            if recipe[name] is not None:
-                recipe[name] = int(recipe[name])
-    except (Exception, SystemExit):  # whatever it is, the command's own parser says what is wrong
-        return None
-    if any(values.get(name) not in (None, False) for name in UNFORESEEN_FLAGS):
-        return None
-    if recipe["train_source"] is None and recipe["train_file"] is None:
-        return None
-    output_dir = values.get("output_dir")
-    if output_dir and not values.get("overwrite_output_dir") and any(Path(output_dir).glob("checkpoint-*")):
-        return None  # resumed: the checkpoint's tokenizer is used
-    return recipe, bool(values.get("verbose"))
-
-
-def _recipe_flags(values: Mapping[str, Any]) -> dict:
-    return {name: values.get(name, default) for name, default in RECIPE_DEFAULTS.items()}
-
-
-def _read_flags(argv: list[str]) -> dict:
-    """`--name value`, `--name=value` and `--name-with-hyphens value` of the flags this module reads, as the
-    command's parser reads them (the last one given wins); a flag not followed by a value (a boolean one) reads True;
-    other words are passed over."""
-    names = {*RECIPE_DEFAULTS, *UNFORESEEN_FLAGS, "preset", "output_dir", "overwrite_output_dir", "verbose"}
-    values = {}
-    for position, word in enumerate(argv):
-        if word == "--":
-            break
-        if not word.startswith("--"):
-            continue
-        name, equals, value = word[2:].partition("=")
-        name = name.replace("-", "_")
-        if name not in names:
-            continue
-        if not equals:
-            following = argv[position + 1] if position + 1 < len(argv) else None
-            value = True if following is None or following.startswith("-") else following
-        values[name] = value
-    for name in ("sample_train_pairs", "streaming", "overwrite_output_dir", "verbose"):
-        if isinstance(values.get(name), str):  # `--streaming false`
-            values[name] = values[name].lower() in ("true", "1", "yes", "y")
-    return values
 
 
 def started_too_late() -> bool:
@@ -159,15 +77,13 @@ class DataPrefetch:
 
     @classmethod
     def start(cls, argv: list[str]) -> DataPrefetch:
-        """Fork the data preparation for the command line's words `argv`, where it can be foreseen and torch is
-        not imported yet; else an inactive DataPrefetch (whose `take` gives None)."""
+        """Fork the data preparation for the command line's words `argv`, where torch is not imported yet; else an
+        inactive DataPrefetch (whose `take` gives None). The forked process reads the words itself (`read_recipe`,
+        whose parser imports Transformers): read here, they would hold the fork back by that import."""
         if (os.environ.get(DISABLED) == "0" or not hasattr(os, "fork") or started_too_late()
-                or int(os.environ.get("WORLD_SIZE", "1")) > 1):
+                or int(os.environ.get("WORLD_SIZE", "1")) > 1 or any(word in HELP_WORDS for word in argv)):
             return cls()
-        read = read_recipe([str(word) for word in argv])
-        if read is None:
-            return cls()
-        recipe, verbose = read
+        argv = [str(word) for word in argv]
         # made here, so that the command removes it whenever it stops the process
         folder = Path(tempfile.mkdtemp(prefix="hf-headattn-train-data-"))
         reader, writer = os.pipe()
@@ -183,7 +99,7 @@ class DataPrefetch:
                 os.setpgid(0, 0)  # its own group: `close` stops it with the pool it may fork
                 os.nice(NICENESS)
                 sys.stderr = held = HeldOutput(sys.stderr, gate_reader)
-                _prepare_and_report(recipe, verbose, folder, writer, parent=os.getppid())
+                _prepare_and_report(argv, folder, writer, parent=os.getppid())
                 status = 0
                 held.settle()  # what it held is shown (or dropped) once the command has checked its flags
             except BaseException:  # the command prepares the data itself and says what went wrong
@@ -234,6 +150,9 @@ class DataPrefetch:
             report = json.loads(message)
         except ValueError:
             logger.debug("the data preparation started with the command failed; the command prepares the data")
+            return None
+        if report is None:
+            logger.debug("the data could not be foreseen from the command's words; the command prepares the data")
             return None
         if report["recipe"] != recipe:
             logger.debug("the data prepared during start-up was read from other flags than the command's (a flag "
@@ -316,10 +235,19 @@ class HeldOutput:
         return getattr(self._stream, name)
 
 
-def _prepare_and_report(recipe: dict, verbose: bool, folder: Path, writer: int, parent: int) -> None:
-    """In the forked process: prepare the data of `recipe` as the command does (`run._train`: read, train the
-    tokenizer on the training pairs, tokenise both splits) into `folder` and `datasets`' cache, and write where it
-    is to `writer` as JSON."""
+def _prepare_and_report(argv: list[str], folder: Path, writer: int, parent: int) -> None:
+    """In the forked process: read the recipe from the command's words `argv` (`read_recipe`), prepare its data as
+    the command does (`run._train`: read, train the tokenizer on the training pairs, tokenise both splits) into
+    `folder` and `datasets`' cache, and write where it is to `writer` as JSON (null where the data cannot be
+    foreseen)."""
+    from .recipe import data_recipe, read_recipe  # its parser imports Transformers: here, not before the fork
+
+    read = read_recipe(argv)
+    if read is None:
+        with os.fdopen(writer, "wb") as pipe:
+            pipe.write(b"null")
+        return
+    recipe, verbose = read
     from ..cli import quiet_libraries
     from .data import load_data, scan_data_files, tokenize_splits, train_corpus_tokenizer
 

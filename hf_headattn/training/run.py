@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import json
 import logging
 import math
@@ -28,7 +29,8 @@ from ..tokenization import load_tokenizer, tokenizer_fingerprint
 from .arguments import DataArguments, ModelArguments, RunArguments, build_config, data_seed, parse_args
 from .checkpoints import check_checkpoint_config, checkpoint_folders, find_checkpoint, last_complete_checkpoint
 from .data import load_data, pair_columns, scan_data_files, tokenize_splits, train_corpus_tokenizer
-from .data_prefetch import DataPrefetch, data_recipe
+from .data_prefetch import DataPrefetch
+from .recipe import data_recipe
 from .guided_links import GuidedAlignmentCollator, add_links_column, subword_links, training_word_links
 from .run_folder import (TOKENIZER_SCRATCH, TRAIN_COMMAND, RunLock, RunRefused, carry_over, check_run_folder,
                          clean_leftovers)
@@ -76,10 +78,11 @@ def run_training(model_args: ModelArguments, data_args: DataArguments, run_args:
 def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunArguments,
            training_args: Seq2SeqTrainingArguments, prefetch: DataPrefetch) -> dict:
     # after parsing: --help and a bad flag answer without these
-    from transformers import DataCollatorForSeq2Seq, EarlyStoppingCallback, set_seed
+    from transformers import set_seed
 
     from .. import auto_classes  # noqa: F401  (Auto classes know both families, as after `from hf_headattn import ...`)
-    from .trainer import HeadAttnSeq2SeqTrainer, translation_metrics
+
+    importlib.import_module(".trainer", __package__)  # `_build_trainer`'s, imported while the prefetch works
 
     output_dir, checkpoint = Path(training_args.output_dir), training_args.resume_from_checkpoint
     main_process = training_args.process_index == 0
@@ -98,27 +101,9 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
         return build_manifest(model_args, data_args, run_args, training_args,
                               tokenizer_sha256=tokenizer_fingerprint(tokenizer), file_sha256=file_sha256)
 
-    # a tokenizer that exists already (given, or the checkpoint's) settles the model before any data is read
-    tokenizer, config = None, None
-    if model_args.tokenizer is not None or checkpoint is not None:
-        tokenizer = _load_tokenizer(model_args.tokenizer or checkpoint)
-        config = build_config(model_args, data_args, tokenizer)
-    if checkpoint is not None:  # a resume is the same run, or refused
-        try:
-            check_resume(checkpoint, manifest(tokenizer))
-            check_checkpoint_config(config, checkpoint)
-        except ValueError as error:
-            raise RunRefused(str(error)) from None
-
-    try:
-        train_text, valid_text, data_counts = load_data(data_args, scans, data_seed(training_args))
-        # guided alignment's links: a Pharaoh file checked against the corpus (or eflomal's made) before training
-        word_links, links_record = (training_word_links(model_args.guided_alignment, *pair_columns(train_text),
-                                                        lambda: _training_file_pairs(data_args),
-                                                        seed=training_args.seed)
-                                    if model_args.guided_alignment is not None else (None, None))
-    except ValueError as error:  # a TSV or JSON lines line that holds no pair, a bad link, named
-        raise RunRefused(str(error)) from None
+    tokenizer, config = _existing_tokenizer_and_config(model_args, data_args, checkpoint, manifest)
+    train_text, valid_text, data_counts, word_links, links_record = _read_training_text(model_args, data_args,
+                                                                                        training_args, scans)
     prepared = None
     if tokenizer is None:  # else the data prepared during start-up (if any) has the wrong tokenizer
         prepared = prefetch.take(data_recipe({**vars(model_args), **vars(data_args)}, file_sha256))
@@ -136,53 +121,19 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
     if run_args.overwrite_output_dir and main_process:  # only now that this run has its data and tokenizer
         for folder in checkpoint_folders(output_dir):
             shutil.rmtree(folder)
-
     if word_links is not None:
-        try:
-            train_dataset = add_links_column(train_dataset, subword_links(tokenizer, *map(list, pair_columns(train_text)),
-                                                                          word_links, data_args.max_length))
-        except ValueError as error:  # a slow tokenizer
-            raise RunRefused(str(error)) from None
+        train_dataset = _with_subword_links(train_dataset, tokenizer, train_text, word_links, data_args.max_length)
         del word_links
-
-    model = build_model(config)
-    data_collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
-    if links_record is not None:
-        data_collator = GuidedAlignmentCollator(data_collator)
-    if checkpoint is None:  # a checkpoint holds what this learns
-        prepare_fertility(model, tokenizer, train_text,
-                          predictor_epochs=model_args.fertility_predictor_epochs, seed=training_args.seed)
+    model = _prepared_model(config, tokenizer, train_text, model_args, data_args, training_args,
+                            fertility_trained=checkpoint is None)
     # The text is read. A --dataset's is memory-mapped Arrow whose pages, every one touched by the tokenizer's
     # training, would count in this process's memory for the whole run: let them go (files' pairs hold no text).
     del train_text, valid_text
-    model.generation_config.max_length = data_args.max_length
-    if training_args.ddp_find_unused_parameters is None:
-        # Every parameter gets a gradient except the PREDICTED fertility tagger's (trained above, by its own loop),
-        # so DDP's search for unused parameters is only needed with it; elsewhere it costs an extra traversal of
-        # the graph and a warning the user can do nothing about.
-        training_args.ddp_find_unused_parameters = any(
-            "fertility_predictor" in name for name, _ in model.named_parameters())
-
-    trainer = HeadAttnSeq2SeqTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=valid_dataset,
-        data_collator=data_collator,
-        processing_class=tokenizer,
-        compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
-        callbacks=([EarlyStoppingCallback(run_args.early_stopping_patience)]
-                   if run_args.early_stopping_patience is not None else None),
-        max_tokens=data_args.max_tokens,
-        bucket_pool_pairs=data_args.bucket_pool_pairs,
-        # where guided alignment's links came from: recorded, not compared on resuming (a Pharaoh file is compared by
-        # its flag; eflomal's links of the same pairs come back from the cache)
-        run_manifest={**manifest(tokenizer), **({"guided_alignment": links_record} if links_record else {})},
-        reset_optimizer=run_args.reset_optimizer,
-        lr_decay=(dict(factor=run_args.lr_decay_factor, start_decay_at=run_args.lr_decay_start_at)
-                  if run_args.lr_decay == "opennmt" else None),
-        loss_normalization=run_args.loss_normalization,
-    )
+    # where guided alignment's links came from: recorded, not compared on resuming (a Pharaoh file is compared by its
+    # flag; eflomal's links of the same pairs come back from the cache)
+    run_manifest = {**manifest(tokenizer), **({"guided_alignment": links_record} if links_record else {})}
+    trainer = _build_trainer(model, tokenizer, train_dataset, valid_dataset, run_manifest, data_args, run_args,
+                             training_args, guided=links_record is not None)
     if main_process and written_by(output_dir) is None:  # the folder is this run's from now on
         output_dir.mkdir(parents=True, exist_ok=True)
         write_record(output_dir, TRAIN_COMMAND)
@@ -195,6 +146,97 @@ def _train(model_args: ModelArguments, data_args: DataArguments, run_args: RunAr
                        parameters=sum(parameter.numel() for parameter in model.parameters()))
         save_finished_model(trainer, output_dir, metrics, run_args.keep_checkpoints)
     return metrics
+
+
+def _existing_tokenizer_and_config(model_args: ModelArguments, data_args: DataArguments, checkpoint: str | None,
+                                   manifest):
+    """A tokenizer that exists already (given, or the checkpoint's) and the config it settles, before any data is
+    read, a resumed checkpoint checked to be this run's (`manifest`: the run's manifest with a tokenizer); else
+    (None, None)."""
+    if model_args.tokenizer is None and checkpoint is None:
+        return None, None
+    tokenizer = _load_tokenizer(model_args.tokenizer or checkpoint)
+    config = build_config(model_args, data_args, tokenizer)
+    if checkpoint is not None:  # a resume is the same run, or refused
+        try:
+            check_resume(checkpoint, manifest(tokenizer))
+            check_checkpoint_config(config, checkpoint)
+        except ValueError as error:
+            raise RunRefused(str(error)) from None
+    return tokenizer, config
+
+
+def _read_training_text(model_args: ModelArguments, data_args: DataArguments,
+                        training_args: Seq2SeqTrainingArguments, scans):
+    """(train text, validation text, data counts, guided alignment's word links, their record): the links a
+    Pharaoh file checked against the corpus (or eflomal's made) before training, (None, None) without
+    --guided_alignment."""
+    try:
+        train_text, valid_text, data_counts = load_data(data_args, scans, data_seed(training_args))
+        word_links, links_record = (training_word_links(model_args.guided_alignment, *pair_columns(train_text),
+                                                        lambda: _training_file_pairs(data_args),
+                                                        seed=training_args.seed)
+                                    if model_args.guided_alignment is not None else (None, None))
+    except ValueError as error:  # a TSV or JSON lines line that holds no pair, a bad link, named
+        raise RunRefused(str(error)) from None
+    return train_text, valid_text, data_counts, word_links, links_record
+
+
+def _with_subword_links(train_dataset, tokenizer, train_text, word_links, max_length: int):
+    """The tokenised training pairs with their guided-alignment links, from words to subwords."""
+    try:
+        return add_links_column(train_dataset, subword_links(tokenizer, *map(list, pair_columns(train_text)),
+                                                             word_links, max_length))
+    except ValueError as error:  # a slow tokenizer
+        raise RunRefused(str(error)) from None
+
+
+def _prepared_model(config, tokenizer, train_text, model_args: ModelArguments, data_args: DataArguments,
+                    training_args: Seq2SeqTrainingArguments, fertility_trained: bool):
+    """The model of `config`, its fertility prepared from the training text unless a checkpoint holds it
+    (`fertility_trained` False), set up for generation and DDP."""
+    model = build_model(config)
+    if fertility_trained:
+        prepare_fertility(model, tokenizer, train_text,
+                          predictor_epochs=model_args.fertility_predictor_epochs, seed=training_args.seed)
+    model.generation_config.max_length = data_args.max_length
+    if training_args.ddp_find_unused_parameters is None:
+        # Every parameter gets a gradient except the PREDICTED fertility tagger's (trained above, by its own loop),
+        # so DDP's search for unused parameters is only needed with it; elsewhere it costs an extra traversal of
+        # the graph and a warning the user can do nothing about.
+        training_args.ddp_find_unused_parameters = any(
+            "fertility_predictor" in name for name, _ in model.named_parameters())
+    return model
+
+
+def _build_trainer(model, tokenizer, train_dataset, valid_dataset, run_manifest: dict, data_args: DataArguments,
+                   run_args: RunArguments, training_args: Seq2SeqTrainingArguments, guided: bool):
+    """The Trainer of the run, its batches collated with guided alignment's links where `guided`."""
+    from transformers import DataCollatorForSeq2Seq, EarlyStoppingCallback
+
+    from .trainer import HeadAttnSeq2SeqTrainer, translation_metrics
+
+    data_collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
+    if guided:
+        data_collator = GuidedAlignmentCollator(data_collator)
+    return HeadAttnSeq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=valid_dataset,
+        data_collator=data_collator,
+        processing_class=tokenizer,
+        compute_metrics=translation_metrics(tokenizer) if training_args.predict_with_generate else None,
+        callbacks=([EarlyStoppingCallback(run_args.early_stopping_patience)]
+                   if run_args.early_stopping_patience is not None else None),
+        max_tokens=data_args.max_tokens,
+        bucket_pool_pairs=data_args.bucket_pool_pairs,
+        run_manifest=run_manifest,
+        reset_optimizer=run_args.reset_optimizer,
+        lr_decay=(dict(factor=run_args.lr_decay_factor, start_decay_at=run_args.lr_decay_start_at)
+                  if run_args.lr_decay == "opennmt" else None),
+        loss_normalization=run_args.loss_normalization,
+    )
 
 
 @contextlib.contextmanager

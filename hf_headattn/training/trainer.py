@@ -23,7 +23,8 @@ from ..metrics import score_translations
 from ..output_files import with_default_permissions
 from ..progress import Progress
 from ..saved_files import write_failure
-from .arguments import LOSS_NORMALIZATIONS, data_seed
+from .argument_groups import LOSS_NORMALIZATIONS
+from .arguments import data_seed
 from .batching import TokenBudgetBatchSampler, TokenBudgetEpochCallback, pair_lengths
 from .checkpoints import last_complete_checkpoint
 from .learning_rate_decay import OpenNMTDecay
