@@ -3,17 +3,17 @@ torch and Transformers' model stack (~3.5 s of every run's start on 2 cores) rea
 tokenizer and tokenises the pairs meanwhile, and the command takes what it prepared when it reaches its data
 (`DataPrefetch.take`), if it was made from the same recipe.
 
-The forked process knows the run only from the command line's words, which it reads itself, as the command reads them
-(`recipe.read_recipe`: the command's parser over its argument groups that import no torch; read before the fork,
-Transformers' import that the parser needs would hold the fork back by about a second). The command compares that recipe, with the files' SHA-256 as each side read them,
-against the one its own parsed and checked arguments give (`data_recipe`); on any difference it stops the process
-and prepares the data itself, so a word read otherwise (one the command refuses) costs time, never a different
-run. The process writes nothing in the run folder (the command's lock and resume rules stay the command's): the
-tokenizer goes to a temporary folder the command deletes, the token ids to `datasets`' cache, where the command's
-own tokenisation would have written them. It is not started with several processes (torchrun), --help, torch
-already imported (the command called from Python) or no `os.fork`, and HF_HEADATTN_DATA_PREFETCH=0 turns it off;
-where the words do not foresee the data (a --dataset, a given --tokenizer, --sample_train_pairs, a run that resumes
-a checkpoint) it reports so and exits.
+The forked process knows the run only from the command line's words, which it reads itself, as the command reads
+them (`recipe.read_recipe`: the command's parser over its argument groups that import no torch; read before the
+fork, Transformers' import that the parser needs would hold the fork back by about a second). The command compares
+that recipe, with the files' SHA-256 as each side read them, against the one its own parsed and checked arguments
+give (`recipe.data_recipe`); on any difference it stops the process and prepares the data itself, so a word read
+otherwise (one the command refuses) costs time, never a different run. The process writes nothing in the run
+folder (the command's lock and resume rules stay the command's): the tokenizer goes to a temporary folder the
+command deletes, the token ids to `datasets`' cache, where the command's own tokenisation would have written them.
+It is not started with several processes (torchrun), --help, torch already imported (the command called from
+Python) or no `os.fork`, and HF_HEADATTN_DATA_PREFETCH=0 turns it off; where the words do not foresee the data (a
+--dataset, a given --tokenizer, --sample_train_pairs, a run that resumes a checkpoint) it reports so and exits.
 
 The process is speculative until the command's arguments are checked: what it writes to standard error (its
 progress bars, its warnings) is held back until the command has parsed and checked every flag

@@ -21,6 +21,7 @@ from .argument_groups import DataArguments, RunArguments, TokenizerArguments, Tr
 from .command_words import HELP_WORDS, arguments_file, load_arguments_file, preset_named_in, under_preset
 from .presets import preset_defaults
 
+
 @dataclass
 class TrainerFlagsRead:
     """The two of Trainer's flags the preparation reads (the command's parser has them from
