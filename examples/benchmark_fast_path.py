@@ -11,8 +11,9 @@ steps over the same rows whatever its weights make of the sentences:
   each variant where its paper puts it (examples/benchmark_speed.py's `VARIANTS`), the constrained ones with
   predicted fertility, as the zoo's systems;
 * the LSTM family at `--preset malaviya2018`'s shape (2-layer bidirectional encoder, 2-layer decoder of 500 with
-  input feeding, embeddings of 500, general attention, the <SINK> token read by the encoder): softmax, sparsemax,
-  csoftmax and csparsemax (predicted fertility), and Iida et al.'s 2 heads x 2 hops (dependent) at the same shape.
+  input feeding, embeddings of 500, general attention, the <SINK> token read by the encoder): every transform its
+  source attention takes from the registry (softmax, sparsemax, csoftmax and csparsemax with predicted fertility,
+  entmax15, entmax_alpha), and Iida et al.'s 2 heads x 2 hops (dependent) at the same shape.
 
 Timings: seconds of `fast_search` on the first --sentences lines of test_2016_flickr.de as one batch (the fast path's
 default batch is 128 sentences), greedy and beam 5, --rounds interleaved rounds (every model once a round, each
@@ -41,21 +42,22 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other benchmarks' helpers
 from benchmark_speed import VARIANTS, cached_tokenizer, shared_sizes  # noqa: E402
+from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS, source_attention_transforms  # noqa: E402
 
 TARGET = 1.2  # issue 43: every variant's fast path within 1.2x of its family's softmax model
 MODES = {"greedy": 1, "beam5": 5}
 COMMITTED = "benchmarks/fast_path.json"
 PREDICTED = {"fertility": "predicted"}
-CONSTRAINED = ("csoftmax", "csparsemax")
+CONSTRAINED = tuple(name for name, variant in ATTENTION_VARIANTS.items() if variant.needs_fertility)
 # family -> model name -> the config fields that make it that variant
 # benchmark_speed's variants, the constrained ones with predicted fertility (as the zoo's systems)
 TRANSFORMER_MODELS = {(f"{name} predicted" if name in CONSTRAINED else name):
                       {**fields, **(PREDICTED if name in CONSTRAINED else {})} for name, fields in VARIANTS.items()}
+# the LSTM's source-attention transforms (every registry variant it takes), then Iida et al.'s heads and hops
 LSTM_MODELS = {
-    "softmax": {},
-    "sparsemax": {"attention_transform": "sparsemax"},
-    "csoftmax predicted": {"attention_transform": "csoftmax", **PREDICTED},
-    "csparsemax predicted": {"attention_transform": "csparsemax", **PREDICTED},
+    **{(f"{name} predicted" if name in CONSTRAINED else name):
+       ({} if name == "softmax" else {"attention_transform": name, **(PREDICTED if name in CONSTRAINED else {})})
+       for name in source_attention_transforms()},
     "2x2 dependent": {"num_heads": 2, "num_hops": 2, "hop_mode": "dependent"},
 }
 FAMILIES = {"transformer": TRANSFORMER_MODELS, "lstm": LSTM_MODELS}

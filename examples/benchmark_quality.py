@@ -118,6 +118,9 @@ SYSTEMS = {
     "transformer softmax, guided alignment": System("transformer", GUIDED_ALIGNMENT),
     "transformer csparsemax predicted, guided alignment": System("transformer", (
         "--cross_attention", "csparsemax", "--fertility", "predicted", *GUIDED_ALIGNMENT)),
+    # ... and read with full target context (Garg et al.'s best alignments): a second decoder pass, not causal
+    "transformer softmax, guided alignment, full context": System("transformer", (
+        *GUIDED_ALIGNMENT, "--guided_alignment_full_context")),
     "transformer running_sum": System("transformer", ("--cross_attention", "running_sum")),  # the seam's test variant
     # Peters et al., Correia et al.: every site
     "transformer entmax15": System("transformer", ("--encoder_self_attention", "entmax15", "--decoder_self_attention",
@@ -208,6 +211,8 @@ CLAIMS = [
      "transformer softmax", "bleu"),
     ("Guided alignment vs none, csparsemax (predicted fertility) Transformer",
      "transformer csparsemax predicted, guided alignment", "transformer csparsemax predicted", "bleu"),
+    ("Guided alignment with full target context vs none, softmax Transformer (Garg et al.)",
+     "transformer softmax, guided alignment, full context", "transformer softmax", "bleu"),
 ]
 # the anchor question's comparison of the two batchings, tabled like a claim under "Softmax against the anchor"
 BATCHING_QUESTION = ("Pooled length buckets vs the global length sort (softmax)",

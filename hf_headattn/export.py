@@ -62,13 +62,17 @@ def import_ctranslate2():
 
 def exported_alignment(config) -> dict:
     """The cross-attention CTranslate2's `return_attention` gives for a model of `config`, as the export records it:
-    the mean of the guided heads at the guided layer (guided alignment), else the mean of the last layer's heads."""
+    the mean of the guided heads at the guided layer (guided alignment), else the mean of the last layer's heads;
+    `full_context` when the model's alignments come with full target context, which the export cannot give."""
     layers = config.decoder_layers
     guided = config.guided_alignment()
     if guided is None:
         return {"layer": layers - 1, "layers": layers, "heads": "mean"}
     layer, heads = guided
-    return {"layer": layer, "layers": layers, "heads": "guided", "guided_heads": heads}
+    alignment = {"layer": layer, "layers": layers, "heads": "guided", "guided_heads": heads}
+    if getattr(config, "guided_alignment_full_context", False):  # read from a pass CTranslate2 does not run
+        alignment["full_context"] = True
+    return alignment
 
 
 def move_heads_first(attention, heads: list[int]) -> None:

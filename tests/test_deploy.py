@@ -426,6 +426,14 @@ def test_folders_that_are_not_whole_exports_are_named(folder_export, tmp_path, c
     with pytest.raises(SystemExit) as refused:
         translate_command(["--model", str(older), "--alignments"], capsys)
     assert "--alignments (this export's CTranslate2 attention is one head's" in capsys.readouterr().err
+    full_context = tmp_path / "full-context"  # of a model guided with Garg et al.'s full target context
+    shutil.copytree(folder_export, full_context)
+    record = json.loads((full_context / "hf_headattn_export.json").read_text())
+    record["alignment"] = {**record["alignment"], "full_context": True}
+    (full_context / "hf_headattn_export.json").write_text(json.dumps(record))
+    with pytest.raises(SystemExit) as refused:
+        translate_command(["--model", str(full_context), "--alignments"], capsys)
+    assert "--alignments (this model reads its alignments with full target context" in capsys.readouterr().err
 
 
 def test_translate_command_maps_quantize_and_sampling_to_ctranslate2(folder_export, test_files, capsys, monkeypatch):

@@ -235,6 +235,12 @@ def test_bad_guided_fields_are_refused_naming_the_field(overrides, message):
         tiny_config(**overrides)
 
 
+def test_a_full_context_that_is_not_a_bool_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="guided_alignment_full_context must be True or False, got 'yes'") as error:
+        tiny_config(guided_alignment_full_context="yes")
+    assert error.value.fields == ("guided_alignment_full_context",)
+
+
 def test_the_lstms_bad_guided_heads_are_refused():
     with pytest.raises(ValueError, match=r"`guided_alignment_heads`=\[2\].* in \[0, 2\)"):
         rnn_config(num_heads=2, guided_alignment_heads=[2])
@@ -246,6 +252,67 @@ def test_the_defaults_are_garg_et_al_s_penultimate_layer_one_head_and_no_guidanc
         assert config.guided_alignment_cost == "ce"
     assert HeadAttnConfig().guided_alignment_layer is None and HeadAttnConfig().guided_alignment_layer_index() == 4
     assert tiny_config(decoder_layers=1).guided_alignment_layer_index() == 0  # a one-layer decoder: its only layer
+
+
+# ---------------------------------------------------------------------------------------- full target context
+def _full_context_pair(variant="softmax"):
+    """The same random weights as a model guided with Garg et al.'s full context and as one guided without it."""
+    full = random_model(tiny_config(cross_attention=variant, guided_alignment_weight=0.5, guided_alignment_layer=1,
+                                    guided_alignment_heads=[1], guided_alignment_full_context=True), std=0.5).eval()
+    causal = HeadAttnForConditionalGeneration(HeadAttnConfig.from_dict(
+        {**full.config.to_dict(), "guided_alignment_full_context": False})).eval()
+    causal.load_state_dict(full.state_dict())
+    return full, causal
+
+
+@pytest.mark.parametrize("variant", ["softmax", "csparsemax"])
+def test_full_context_guidance_reads_the_words_after_each_target_word_and_leaves_the_loss_of_words_alone(variant):
+    full, causal = _full_context_pair(variant)
+    input_ids, attention_mask, labels, links = _batch()
+    later = labels.clone()
+    later[0, 3] = 7 if labels[0, 3] != 7 else 8  # a later word of sentence 0
+    outputs = {(name, key): model(input_ids=input_ids, attention_mask=attention_mask, labels=batch_labels,
+                                  alignment_links=links)
+               for name, model in (("full", full), ("causal", causal))
+               for key, batch_labels in (("labels", labels), ("later", later))}
+    # causal guidance: positions 0-3 (before the changed decoder input at 4) are unchanged; full context: they move
+    assert torch.equal(outputs["causal", "labels"].guided_attention[0, :, :4],
+                       outputs["causal", "later"].guided_attention[0, :, :4])
+    assert (outputs["full", "labels"].guided_attention[0, :, :4]
+            - outputs["full", "later"].guided_attention[0, :, :4]).abs().max() > 1e-4
+    # the translation (logits, cross-entropy) is the causal pass's in both
+    torch.testing.assert_close(outputs["full", "labels"].ce_loss, outputs["causal", "labels"].ce_loss)
+    assert not torch.allclose(outputs["full", "labels"].alignment_loss, outputs["causal", "labels"].alignment_loss)
+
+
+def test_full_context_guidance_of_a_padded_batch_is_each_sentence_alone():
+    full, _ = _full_context_pair()
+    input_ids, attention_mask, labels, links = _batch()
+    batched = full(input_ids=input_ids, attention_mask=attention_mask, labels=labels, alignment_links=links)
+    alone = full(input_ids=input_ids[1:2], attention_mask=attention_mask[1:2], labels=labels[1:2, :-1],
+                 alignment_links=links[1:2, :-1])  # sentence 1 without its ignored last label
+    torch.testing.assert_close(batched.guided_attention[1:2, :, :-1, :], alone.guided_attention, atol=1e-6, rtol=0)
+
+
+def test_full_context_guidance_trains_the_guided_layer_and_the_layers_below_it():
+    full, _ = _full_context_pair()
+    full.train()
+    input_ids, attention_mask, labels, links = _batch()
+    outputs = full(input_ids=input_ids, attention_mask=attention_mask, labels=labels, alignment_links=links)
+    outputs.alignment_loss.backward()
+    decoder = full.model.decoder
+    assert decoder.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
+    assert decoder.layers[1].encoder_attn.q_proj.weight.grad.abs().sum() > 0
+
+
+def test_a_full_context_pass_is_refused_with_labels_and_with_a_cache():
+    full, _ = _full_context_pair()
+    input_ids, attention_mask, labels, _ = _batch()
+    with pytest.raises(ValueError, match="lets every decoder position see the tokens it predicts"):
+        full(input_ids=input_ids, attention_mask=attention_mask, labels=labels, full_target_context=True)
+    with pytest.raises(ValueError, match="pass use_cache=False"):
+        full(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=labels.clamp(min=2),
+             full_target_context=True, use_cache=True)
 
 
 # ------------------------------------------------------------------------------------------------ generation
@@ -299,6 +366,40 @@ def test_the_fast_path_and_generate_read_the_same_guided_heads(guided_folder):
     assert fast != every_head  # the guided head alone, not the layer's mean
 
 
+def test_alignments_of_a_full_context_model_come_from_a_full_context_pass(guided_folder, tmp_path):
+    from hf_headattn.translation import load_translator
+    from hf_headattn.translation.teacher_forcing import teacher_forced
+
+    folder, sources = guided_folder
+    full_folder = tmp_path / "full-context"
+    shutil.copytree(folder, full_folder)
+    model = HeadAttnForConditionalGeneration.from_pretrained(full_folder)
+    model.config.guided_alignment_full_context = True
+    model.save_pretrained(full_folder)
+    causal_alignments = _alignments(load_translator(folder).translate(sources, alignments=True))
+    translator = load_translator(full_folder)
+    translations = translator.translate(sources, alignments=True)
+    assert _alignments(translations) != causal_alignments  # same weights, same words: read with full context
+    assert [t.hypotheses[0].text for t in translations] == [t.hypotheses[0].text for t in
+                                                            load_translator(folder).translate(sources)]
+    # what the alignments are read from: the guided head in a full-context pass over each translation
+    tokenizer, model = translator.tokenizer, translator.model
+    batch = tokenizer(sources[:4], return_tensors="pt", padding=True)
+    sequences = model.generate(**batch, max_new_tokens=64)
+    read = teacher_forced(model, batch["input_ids"], batch["attention_mask"], sequences, length_penalty=1.0,
+                          alignments=True, alignment_layer=None, alignment_heads="mean")
+    for row, (_, attention, _) in enumerate(read):
+        length = attention.shape[0]
+        real = torch.ones(1, length, dtype=torch.long)
+        with torch.inference_mode():
+            outputs = model(input_ids=batch["input_ids"][row:row + 1],
+                            attention_mask=batch["attention_mask"][row:row + 1],
+                            decoder_input_ids=sequences[row:row + 1, :length], decoder_attention_mask=real,
+                            output_attentions=True, full_target_context=True)
+        by_hand = outputs.cross_attentions[0][0, 2]  # layer 0, head 2: the guided ones
+        torch.testing.assert_close(attention, by_hand[:, :attention.shape[1]], atol=1e-5, rtol=0)
+
+
 def test_averaged_checkpoints_and_int8_keep_the_guided_heads(guided_folder, tmp_path):
     from hf_headattn.averaging import average_checkpoints
     from hf_headattn.translation import load_translator
@@ -318,3 +419,11 @@ def test_averaged_checkpoints_and_int8_keep_the_guided_heads(guided_folder, tmp_
     assert alignments["averaged"] == alignments["float"]  # the average of one model twice is that model
     every_head = _alignments(translations["int8"].translate(sources, alignments=True, alignment_heads="all"))
     assert alignments["int8"] != every_head  # int8 reads the guided head too, not the layer's mean
+
+
+def test_an_export_records_that_its_models_alignments_need_full_context():
+    from hf_headattn.export import exported_alignment
+
+    full = exported_alignment(tiny_config(guided_alignment_weight=0.05, guided_alignment_full_context=True))
+    assert full == {"layer": 0, "layers": 2, "heads": "guided", "guided_heads": [0], "full_context": True}
+    assert "full_context" not in exported_alignment(tiny_config(guided_alignment_weight=0.05))

@@ -155,6 +155,11 @@ FAIL_FAST = {
                         "--guided_alignment_weight: `guided_alignment_weight` must be a finite number >= 0"),
     "layer of an LSTM": (["--architecture", "rnn", "--guided_alignment", "eflomal", "--guided_alignment_layer", "0"],
                          "--guided_alignment_layer applies to --architecture transformer only"),
+    "full context without links": (["--guided_alignment_full_context"],
+                                   "--guided_alignment_full_context applies with --guided_alignment"),
+    "full context of an LSTM": (["--architecture", "rnn", "--guided_alignment", "eflomal",
+                                 "--guided_alignment_full_context"],
+                                "--guided_alignment_full_context applies to --architecture transformer only"),
 }
 
 
@@ -196,10 +201,11 @@ def test_a_guided_run_logs_the_cost_records_its_links_and_heads_and_translate_re
     links = _first_word_links(data, tmp_path)
     extra = ["--guided_alignment", str(links), "--guided_alignment_heads", "1", "--guided_alignment_weight", "0.3"]
     if family == "transformer":
-        extra += ["--guided_alignment_layer", "0"]
+        extra += ["--guided_alignment_layer", "0", "--guided_alignment_full_context"]
     folder = train_tiny_model(data, tmp_path / "run", family, *extra)
     config = json.loads((folder / "config.json").read_text())
     assert config["guided_alignment_weight"] == 0.3 and config["guided_alignment_heads"] == [1]
+    assert config.get("guided_alignment_full_context", False) == (family == "transformer")
     manifest = json.loads((folder / "run_manifest.json").read_text())
     assert manifest["guided_alignment"]["links"] == str(links.resolve())
     assert manifest["guided_alignment"]["pairs_with_links"] == 200  # every pair of the toy files: 0-0

@@ -151,6 +151,10 @@ class HeadAttnConfig(PretrainedConfig):
             With a weight > 0, `--alignments` reads this layer by default.
         guided_alignment_heads (`list[int]`, defaults to `[0]`): The guided heads of that layer (original indices),
             whose mean attention is compared with the links; `--alignments` averages these by default.
+        guided_alignment_full_context (`bool`, defaults to `False`): Garg et al.'s full-context alignment: the guided
+            attention (in training, against the links; in `--alignments`, what is read) comes from a second decoder
+            pass up to the guided layer in which decoder self-attention is not causal, so that the position of a
+            target word sees the words after it too. The translation itself is unchanged (causal, as always).
     """
 
     model_type = "headattn"
@@ -202,6 +206,7 @@ class HeadAttnConfig(PretrainedConfig):
         guided_alignment_cost: str = "ce",
         guided_alignment_layer: int | None = None,
         guided_alignment_heads: list[int] | None = None,
+        guided_alignment_full_context: bool = False,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -238,6 +243,7 @@ class HeadAttnConfig(PretrainedConfig):
         self.guided_alignment_layer = guided_alignment_layer
         self.guided_alignment_heads = list(guided_alignment_heads if guided_alignment_heads is not None
                                            else DEFAULT_GUIDED_HEADS)
+        self.guided_alignment_full_context = guided_alignment_full_context
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         kwargs.setdefault("custom_pipelines", dict(CUSTOM_PIPELINES))
         kwargs.setdefault("is_encoder_decoder", True)
@@ -293,6 +299,9 @@ class HeadAttnConfig(PretrainedConfig):
                              and -self.decoder_layers <= layer < self.decoder_layers):
             pruned = self.pruned_heads.get(self.module_name(CROSS_ATTENTION, self.guided_alignment_layer_index()), ())
         check_guided_alignment_config(self, self.decoder_layers, self.decoder_attention_heads, pruned)
+        if not isinstance(self.guided_alignment_full_context, bool):
+            raise ConfigFieldError(f"guided_alignment_full_context must be True or False, got "
+                                   f"{self.guided_alignment_full_context!r}", "guided_alignment_full_context")
 
     def guided_alignment_layer_index(self) -> int:
         """The guided decoder layer as an index in [0, decoder_layers): `guided_alignment_layer`, by default the

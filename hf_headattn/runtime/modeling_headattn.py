@@ -658,19 +658,23 @@ class HeadAttnDecoder(HeadAttnStack):
 
     @staticmethod
     def _self_attention_mask(
-        batch_size: int, seq_len: int, past_len: int, attention_mask: torch.Tensor | None, device
+        batch_size: int, seq_len: int, past_len: int, attention_mask: torch.Tensor | None, device,
+        causal: bool = True,
     ) -> AttentionMask:
         total = past_len + seq_len
+        if attention_mask is not None and attention_mask.shape != (batch_size, total):
+            raise ValueError(
+                f"decoder_attention_mask has shape {tuple(attention_mask.shape)}; expected "
+                f"({batch_size}, {total}) = (batch, cached + new decoder positions)"
+            )
+        if not causal:  # full target context: only padding is hidden
+            allowed = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None
+            return AttentionMask(allowed, padding=attention_mask)
         if attention_mask is None and seq_len == 1:
             return AttentionMask(None, causal=True)  # one new token sees every cached position
         query_positions = torch.arange(past_len, total, device=device)[:, None]
         allowed = (query_positions >= torch.arange(total, device=device)[None, :])[None, None]
         if attention_mask is not None:
-            if attention_mask.shape != (batch_size, total):
-                raise ValueError(
-                    f"decoder_attention_mask has shape {tuple(attention_mask.shape)}; expected "
-                    f"({batch_size}, {total}) = (batch, cached + new decoder positions)"
-                )
             allowed = allowed & attention_mask.bool()[:, None, None, :]
         return AttentionMask(allowed, is_causal=attention_mask is None and past_len == 0, padding=attention_mask,
                              causal=True)
@@ -690,7 +694,12 @@ class HeadAttnDecoder(HeadAttnStack):
         output_head_importances: bool = False,
         encoder_fertility: torch.Tensor | None = None,
         output_guided_attention: bool = False,
+        full_target_context: bool = False,
+        target_token_mask: torch.Tensor | None = None,
     ) -> HeadAttnDecoderOutput:
+        """full_target_context: self-attention without its causal mask (Garg et al.'s full-context alignment pass;
+        the logits of such a pass see the tokens they predict). target_token_mask: the real decoder positions,
+        which a full-context pass keeps its keys to when `attention_mask` is not given."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` or `decoder_inputs_embeds`")
         if inputs_embeds is None:
@@ -702,6 +711,9 @@ class HeadAttnDecoder(HeadAttnStack):
             cache = HeadAttnCache() if cache is None else HeadAttnCache.wrap(cache)
         else:
             cache = None
+        if full_target_context and cache is not None:
+            raise ValueError("`full_target_context=True` is a teacher-forced pass over whole target sequences: pass "
+                             "use_cache=False (a cache holds causal states, one position at a time)")
         past_len = cache.get_seq_length() if cache is not None else 0
         if torch.is_tensor(past_len):
             raise NotImplementedError(
@@ -714,7 +726,10 @@ class HeadAttnDecoder(HeadAttnStack):
 
         hidden_states = self._add_positions(inputs_embeds, past_len)
 
-        self_mask = self._self_attention_mask(batch_size, seq_len, past_len, attention_mask, inputs_embeds.device)
+        if full_target_context and attention_mask is None:
+            attention_mask = target_token_mask
+        self_mask = self._self_attention_mask(batch_size, seq_len, past_len, attention_mask, inputs_embeds.device,
+                                              causal=not full_target_context)
         cross_mask = AttentionMask(
             encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None,
             fertility=encoder_fertility,
@@ -722,11 +737,15 @@ class HeadAttnDecoder(HeadAttnStack):
         )
         records = _AttentionRecords(output_attentions)
         guided_layer, guided_heads = self.guided_heads() if output_guided_attention else (None, None)
+        # Garg et al.'s full context: the guided heads are read from a pass of their own without the causal mask
+        guided_apart = output_guided_attention and self.config.guided_alignment_full_context and not full_target_context
+        first_hidden_states, layers_run = hidden_states, []
         guided_attention = None
         all_hidden_states = [hidden_states] if output_hidden_states else None
         for idx, layer in enumerate(self.layers):
             if self._skips_layer():
                 continue
+            layers_run.append(idx)
             hidden_states, self_result, cross_result = layer(
                 hidden_states,
                 self_mask,
@@ -736,14 +755,18 @@ class HeadAttnDecoder(HeadAttnStack):
                 **with_cache(cache),
                 output_attentions=output_attentions,
                 output_head_importances=output_head_importances,
-                guided_heads=guided_heads if idx == guided_layer else None,
+                guided_heads=guided_heads if idx == guided_layer and not guided_apart else None,
             )
-            if idx == guided_layer:
+            if idx == guided_layer and not guided_apart:
                 guided_attention = cross_result.guided_attention
             records.add("self", f"decoder.layers.{idx}.self_attn", self_result)
             records.add("cross", f"decoder.layers.{idx}.encoder_attn", cross_result)
             if output_hidden_states:
                 all_hidden_states.append(hidden_states)
+        if guided_apart and guided_layer in layers_run:
+            guided_attention = self._full_context_guided_attention(
+                first_hidden_states, attention_mask if attention_mask is not None else target_token_mask,
+                encoder_hidden_states, cross_mask, [idx for idx in layers_run if idx <= guided_layer], guided_heads)
 
         return HeadAttnDecoderOutput(
             last_hidden_state=hidden_states,
@@ -756,6 +779,18 @@ class HeadAttnDecoder(HeadAttnStack):
             head_importances=records.head_importances or None,
             guided_attention=guided_attention,
         )
+
+    def _full_context_guided_attention(self, hidden_states, target_mask, encoder_hidden_states, cross_mask,
+                                       layers: list[int], guided_heads: list[int]) -> torch.Tensor:
+        """The guided heads' attention from a second pass over `layers` (the main pass's, up to the guided layer)
+        whose self-attention sees the whole target but its padding (`target_mask`): Garg et al.'s full context."""
+        batch_size, seq_len = hidden_states.shape[:2]
+        self_mask = self._self_attention_mask(batch_size, seq_len, 0, target_mask, hidden_states.device, causal=False)
+        for idx in layers:
+            hidden_states, _, cross_result = self.layers[idx](
+                hidden_states, self_mask, encoder_hidden_states, cross_mask,
+                guided_heads=guided_heads if idx == layers[-1] else None)
+        return cross_result.guided_attention
 
     def guided_heads(self) -> tuple[int, list[int]]:
         """The guided cross-attention's layer index in [0, decoder_layers) and the guided heads' positions among
@@ -825,12 +860,17 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
         output_head_importances: bool = False,
         target_token_mask: torch.Tensor | None = None,
         output_guided_attention: bool = False,
+        full_target_context: bool = False,
         return_dict: bool | None = None,
     ) -> HeadAttnSeq2SeqModelOutput:
         r"""
         output_head_importances (`bool`): return each head-weighing module's per-token head importances.
         output_guided_attention (`bool`): return the guided heads' distributions over the source tokens
             (`outputs.guided_attention`, see `guided_alignment.py`); a teacher-forced pass, without a cache.
+        full_target_context (`bool`): a teacher-forced pass, without a cache, whose decoder self-attention is not
+            causal: every position sees the whole target but its padding (`decoder_attention_mask`, else
+            `target_token_mask`). For reading attention with full context (Garg et al.; what `--alignments` reads
+            from a model with `config.guided_alignment_full_context`), never for predicting.
         target_token_mask (`torch.Tensor` of shape `(batch, target_length)`, *optional*): the decoder positions
             that are real tokens, over which the variants' auxiliary terms are averaged (default:
             `decoder_attention_mask`, else every position). `HeadAttnForConditionalGeneration` passes
@@ -840,7 +880,7 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        use_cache = use_cache if use_cache is not None else self.config.use_cache and not full_target_context
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -869,6 +909,8 @@ class HeadAttnModel(HeadAttnPreTrainedModel):
             output_head_importances=output_head_importances,
             encoder_fertility=getattr(encoder_outputs, "fertility", None),
             output_guided_attention=output_guided_attention,
+            full_target_context=full_target_context,
+            target_token_mask=target_token_mask,
         )
         if target_token_mask is None:
             target_token_mask = decoder_attention_mask
@@ -987,6 +1029,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         alignment_links: torch.Tensor | None = None,
+        full_target_context: bool = False,
     ) -> HeadAttnSeq2SeqLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch, target_length)`, *optional*): target ids, -100 where
@@ -998,10 +1041,16 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             loss (`guided_alignment.py`).
         output_head_importances (`bool`): return, for each DHICM module, the per-token head importances
             [batch, tokens, heads] in `outputs.head_importances`.
+        full_target_context (`bool`): decoder self-attention without its causal mask, to read attention with full
+            target context (see `HeadAttnModel.forward`); refused with `labels`, whose loss would see the tokens it
+            predicts.
         num_items_in_batch (`int`, *optional*): number of label tokens across all micro-batches of one
             optimizer step (passed by `Trainer`); the loss is then a sum over this batch divided by it, so
             gradient accumulation matches a single large batch.
         """
+        if full_target_context and labels is not None:
+            raise ValueError("`full_target_context=True` lets every decoder position see the tokens it predicts, so a "
+                             "loss of `labels` from it means nothing: pass it without labels, to read attention")
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -1023,6 +1072,7 @@ class HeadAttnForConditionalGeneration(HeadAttnPreTrainedModel, GenerationMixin)
             output_head_importances=output_head_importances,
             target_token_mask=labels.ne(-100) if labels is not None else None,
             output_guided_attention=alignment_links is not None,
+            full_target_context=full_target_context,
         )
         logits = self.output_logits(outputs.last_hidden_state)
 

@@ -152,6 +152,11 @@ class TransformerArguments:
     guided_alignment_layer: int | None = config_flag(
         None, "(Transformer) the guided decoder layer, negative from the top (None: the penultimate, Garg et al.'s; "
         "the only one of a one-layer decoder)", "guided_alignment_layer", with_guided_alignment=True)
+    guided_alignment_full_context: bool = config_flag(
+        False, "(Transformer) Garg et al.'s full-context alignment: the guided heads are trained, and --alignments "
+        "reads them, in a second decoder pass up to the guided layer whose self-attention is not causal (each "
+        "target word sees the words after it); training pays for that pass", "guided_alignment_full_context",
+        with_guided_alignment=True)
 
 
 @dataclass

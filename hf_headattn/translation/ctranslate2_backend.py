@@ -11,9 +11,9 @@ r"""Translating with a CTranslate2 export, the folder ``hf-headattn-export`` wri
   (an export splits text with its own ``tokenizer/``), ``coverage_penalty`` (this package's Transformer decodes
   without one), ``attention`` (CTranslate2 gives one layer's, heads averaged), ``alignment_layer`` other than the
   exported one and ``alignment_heads="hop"``, ``alignments`` with an export written before exports kept their
-  alignment heads, ``do_sample`` with beams, ``early_stopping`` False or ``"never"`` (CTranslate2 ends a sentence's
-  beam search once it has ``num_beams`` finished hypotheses, as ``early_stopping=True`` does; the option with greedy
-  search), and several processes (torchrun).
+  alignment heads or of a model guided with full target context, ``do_sample`` with beams, ``early_stopping`` False
+  or ``"never"`` (CTranslate2 ends a sentence's beam search once it has ``num_beams`` finished hypotheses, as
+  ``early_stopping=True`` does; the option with greedy search), and several processes (torchrun).
 * :func:`load_export` loads the tokenizer and a ``ctranslate2.Translator`` (device auto/cpu/cuda/cuda:N; the dtype
   and int8 become CTranslate2's compute type, :func:`compute_type_of`, by default the type the export was written
   in; the CPU threads PyTorch would use).
@@ -190,6 +190,10 @@ def _alignment_refusals(record: dict, options: dict) -> list[Refusal]:
         refusals.append(Refusal("alignments", True, "this export's CTranslate2 attention is one head's, not the heads' "
                                 "mean: it was written before exports averaged them; export the model again with "
                                 "hf-headattn-export"))
+    elif alignment.get("full_context"):
+        refusals.append(Refusal("alignments", True, "this model reads its alignments with full target context "
+                                "(guided_alignment_full_context: a second decoder pass without the causal mask), "
+                                "which CTranslate2 does not run; translate with the model folder for them"))
     elif layer is not None and not (-alignment["layers"] <= layer < alignment["layers"]
                                     and layer % alignment["layers"] == alignment["layer"]):
         refusals.append(Refusal("alignment_layer", layer, f"an export gives the attention of decoder layer "

@@ -34,6 +34,7 @@ def teacher_forced(model, input_ids, attention_mask, sequences, *, length_penalt
     wants_importances = alignments and (alignment_heads == "hop" or (
         keep_attention and "output_head_importances" in inspect.signature(model.forward).parameters))
 
+    full_context = getattr(model.config, "guided_alignment_full_context", False)
     eos = model.generation_config.eos_token_id
     eos_ids = torch.tensor(eos if isinstance(eos, list) else [eos], device=sequences.device)
     produced = sequences[:, 1:]
@@ -53,13 +54,19 @@ def teacher_forced(model, input_ids, attention_mask, sequences, *, length_penalt
                                 for name, value in encoder_outputs.items()})})
         with torch.inference_mode():
             outputs = model(**inputs, attention_mask=attention_mask[sources], decoder_input_ids=sequences[rows, :-1],
-                            use_cache=False, output_attentions=alignments,
+                            use_cache=False, output_attentions=keep_attention or (alignments and not full_context),
                             **({"output_head_importances": True} if wants_importances else {}))
+            # a model guided with full target context (Garg et al.) is read as it was trained: from a pass whose
+            # decoder sees the whole hypothesis (up to its end of sentence)
+            attended = outputs if not (alignments and full_context) else model(
+                **inputs, attention_mask=attention_mask[sources], decoder_input_ids=sequences[rows, :-1],
+                decoder_attention_mask=real[rows].long(), use_cache=False, output_attentions=True,
+                full_target_context=True)
         log_probs = torch.log_softmax(outputs.logits.float(), dim=-1)
         token_log_probs = log_probs.gather(-1, produced[rows, :, None]).squeeze(-1) * real[rows]
         lengths = real[rows].sum(-1).clamp(min=1)
         sequence_scores = token_log_probs.sum(-1) / lengths.float() ** length_penalty
-        attention = reduced_attention(model, outputs, alignment_layer, alignment_heads) if alignments else None
+        attention = reduced_attention(model, attended, alignment_layer, alignment_heads) if alignments else None
         for k in range(sequence_scores.shape[0]):
             length = int(lengths[k])
             kept = kept_attention(outputs, k, length, int(attention_mask[sources][k].sum())) if keep_attention else None
