@@ -10,6 +10,9 @@ r"""Figures for analysing trained models, written to PNG with matplotlib (Agg ba
     # BLEU by source length of several systems (Cui et al.'s Figure 2), from evaluation JSONs
     python -m hf_headattn.plotting bleu-by-length --results runs/a/eval/test.beam4.metrics.json \
         runs/b/eval/test.beam4.metrics.json --labels softmax MMA --output bleu_by_length.png
+    # each head's learned alpha of alpha-entmax models, per site and layer (Correia et al.'s Figure 2)
+    python -m hf_headattn.plotting learned-alphas --models runs/entmax-alpha-1 runs/entmax-alpha-2 \
+        --output learned_alphas.png
 
 Every plotting function saves the PNG and returns its path, or the matplotlib Figure with
 ``return_figure=True`` (to inspect or restyle it; it is already saved and detached from pyplot).
@@ -291,3 +294,55 @@ def systems_from_files(paths: Sequence[str | Path], labels: Sequence[str] | None
             raise ValueError(f"{len(labels)} labels for {len(systems)} systems ({', '.join(systems)})")
         systems = dict(zip(labels, systems.values()))
     return systems
+
+
+# ------------------------------------------------------------------------------------------------ learned alphas
+def learned_alphas(model) -> dict[str, dict]:
+    """Each attention module's learned alpha per head (alpha-entmax with alpha learned, Correia et al., 2019):
+    module name -> {"site", "layer" (from 0), "alphas" (one a head)}. Modules with a fixed alpha, or none, are left
+    out; a model without learned alphas gives {}."""
+    import torch
+
+    found = {}
+    for name, module in model.named_modules():
+        head_alphas = getattr(module, "head_alphas", None)
+        alphas = head_alphas() if callable(head_alphas) else None
+        if torch.is_tensor(alphas):
+            found[name] = {"site": module.site, "layer": module.layer_idx,
+                           "alphas": [round(alpha, 6) for alpha in alphas.detach().float().cpu().tolist()]}
+    return found
+
+
+def plot_learned_alphas(runs: Mapping[str, Mapping[str, dict]], path: str | Path, *, title: str | None = None,
+                        return_figure: bool = False):
+    """Correia et al.'s Figure 2: every head's learned alpha (y, from 1, softmax, to 2, sparsemax) by layer (x), one
+    panel per attention site, one marker per run (e.g. per seed); `runs` maps a label to :func:`learned_alphas`."""
+    sites = list(dict.fromkeys(module["site"] for modules in runs.values() for module in modules.values()))
+    if not sites:
+        raise ValueError(f"no learned alphas in {', '.join(runs) or 'no models'}: only alpha-entmax attention with "
+                         "alpha learned (entmax_alpha without a fixed `alpha`) has them")
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(sites), figsize=(4 * len(sites), 3.6), sharey=True, squeeze=False)
+    markers = "os^Dv<>p"
+    for axis, site in zip(axes[0], sites):
+        for run_index, (label, modules) in enumerate(runs.items()):
+            points = [(module["layer"] + 1, alpha) for module in modules.values() if module["site"] == site
+                      for alpha in module["alphas"]]
+            offset = (run_index - (len(runs) - 1) / 2) * 0.12  # runs side by side within a layer
+            axis.scatter([layer + offset for layer, _ in points], [alpha for _, alpha in points], s=18, alpha=0.75,
+                         marker=markers[run_index % len(markers)], label=label)
+        axis.axhline(1.5, color="grey", linewidth=0.8, linestyle="--")  # where every learned alpha starts
+        axis.set_title(site.replace("_", " "))
+        axis.set_xlabel("layer")
+        layers = sorted({module["layer"] + 1 for modules in runs.values() for module in modules.values()
+                         if module["site"] == site})
+        axis.set_xticks(layers)
+        axis.set_ylim(0.98, 2.02)
+    axes[0][0].set_ylabel("learned alpha (1: softmax, 2: sparsemax)")
+    if len(runs) > 1:
+        axes[0][-1].legend(fontsize="small")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return _save(figure, path, return_figure)
+

@@ -1,5 +1,6 @@
-"""The three figures render for trained tiny models: cross-attention maps (both families), DHICM head importances
-and BLEU by length of several systems, through the functions and the `python -m hf_headattn.commands.plot` command."""
+"""The figures render for trained tiny models: cross-attention maps (both families), DHICM head importances, BLEU by
+length of several systems and learned entmax alphas, through the functions and the `python -m
+hf_headattn.commands.plot` command."""
 
 import json
 from pathlib import Path
@@ -11,13 +12,15 @@ from hf_headattn.commands import plot
 from hf_headattn.evaluation import evaluate_model
 from hf_headattn.plotting import (
     head_importance_figure,
+    learned_alphas,
     load_bleu_by_length,
     plot_attention_map,
     plot_bleu_by_length,
+    plot_learned_alphas,
 )
 
 # single_thread is an autouse fixture: importing it makes it apply to this module too.
-from helpers import toy_data, train_tiny_model
+from helpers import random_model, random_rnn_model, rnn_config, tiny_config, toy_data, train_tiny_model
 
 
 SENTENCE = "der kleine hund sieht die katze ."
@@ -186,3 +189,71 @@ def test_plotting_command(folders, evaluations, tmp_path, capsys):
         plot.main(["bleu-by-length", "--results", *evaluations.values(), "--labels", "A",
                        "--output", str(lengths)])
     assert refused.value.code == 1 and "error: 1 labels for 2 systems" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ learned alphas
+def _alpha_model(logits):
+    """A Transformer with learned-alpha entmax at every site; each module's alpha logits set from `logits`."""
+    import torch
+
+    config = tiny_config(**{site: "entmax_alpha" for site in
+                            ("encoder_self_attention", "decoder_self_attention", "cross_attention")})
+    model = random_model(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("alpha_logit"):
+                parameter.copy_(torch.tensor(logits[:parameter.numel()]))
+    return model
+
+
+def test_learned_alphas_are_read_per_site_layer_and_head():
+    model = _alpha_model([0.0, 2.0, -2.0, 40.0])
+    alphas = learned_alphas(model)
+    assert len(alphas) == 6  # 2 encoder + 2 decoder layers' self-attention, 2 cross-attentions
+    expected = [1.5, 1.880797, 1.119203, 2.0]  # 1 + sigmoid(logit)
+    for module in alphas.values():
+        assert module["alphas"] == pytest.approx(expected, abs=1e-6)
+    assert {(module["site"], module["layer"]) for module in alphas.values()} == {
+        (site, layer) for site in ("encoder_self_attention", "decoder_self_attention", "cross_attention")
+        for layer in (0, 1)}
+    fixed = random_model(tiny_config(cross_attention={"type": "entmax_alpha", "alpha": 1.3}))
+    assert learned_alphas(fixed) == {}  # a fixed alpha is not learned
+    lstm = random_rnn_model(rnn_config(attention_transform="entmax_alpha", num_heads=2))
+    (source_attention,) = learned_alphas(lstm).values()  # the LSTM's one attention, 2 heads (random weights)
+    assert len(source_attention["alphas"]) == 2 and all(1 < alpha <= 2 for alpha in source_attention["alphas"])
+
+
+def test_learned_alphas_figure_has_a_panel_per_site_and_a_point_per_head(tmp_path):
+    runs = {"seed 1": learned_alphas(_alpha_model([0.0, 2.0, -2.0, 40.0])),
+            "seed 2": learned_alphas(_alpha_model([1.0, 1.0, 1.0, 1.0]))}
+    figure = plot_learned_alphas(runs, tmp_path / "alphas.png", return_figure=True)
+    assert_png(tmp_path / "alphas.png")
+    assert [axis.get_title() for axis in figure.axes] == ["encoder self attention", "decoder self attention",
+                                                          "cross attention"]
+    points = [len(collection.get_offsets()) for axis in figure.axes for collection in axis.collections]
+    assert points == [8] * 6  # per panel and run: 2 layers x 4 heads
+    with pytest.raises(ValueError, match="no learned alphas in softmax"):
+        plot_learned_alphas({"softmax": {}}, tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
+
+
+def test_learned_alphas_command_writes_the_figure_and_the_alphas(tmp_path, capsys):
+    from hf_headattn import train_tokenizer
+    from hf_headattn.toy_corpus import make_toy_corpus
+
+    folder = tmp_path / "alpha"
+    _alpha_model([0.0, 2.0, -2.0, 40.0]).save_pretrained(folder)
+    train_tokenizer(texts=[text for pair in make_toy_corpus(50, seed=5) for text in pair],
+                    vocab_size=64).save_pretrained(folder)
+    output = tmp_path / "figure" / "alphas.png"
+    output.parent.mkdir()
+    plot.main(["learned-alphas", "--models", str(folder), "--labels", "seed 1", "--output", str(output)])
+    assert_png(output)
+    written = json.loads(output.with_suffix(".json").read_text())
+    assert list(written) == ["seed 1"] and len(written["seed 1"]) == 6
+    assert capsys.readouterr().out.splitlines() == [
+        "seed 1: 24 heads, alpha 1.119-2.000, mean 1.625",
+        f"written: {output} and {output.with_suffix('.json')}"]
+    with pytest.raises(SystemExit) as refused:
+        plot.main(["learned-alphas", "--models", str(folder), "--labels", "a", "b", "--output", str(output)])
+    assert refused.value.code == 1 and "error: 2 labels for 1 models" in capsys.readouterr().err

@@ -10,8 +10,8 @@ import argparse
 from ..cli import (HelpFormatter, UnderscoreArgumentParser, add_verbose_and_version_arguments, check_file_flags,
                    check_model_flag, configure_logging, positive_int, skip_exit_collections)
 from ..loading import add_trust_remote_code_argument, load_model_and_tokenizer, remote_code_allowed
-from ..plotting import (ATTENTION_HEADS, head_importance_figure, plot_attention_map, plot_bleu_by_length,
-                        systems_from_files)
+from ..plotting import (ATTENTION_HEADS, head_importance_figure, learned_alphas, plot_attention_map,
+                        plot_bleu_by_length, plot_learned_alphas, systems_from_files)
 
 
 EXAMPLES = """examples:
@@ -26,6 +26,9 @@ EXAMPLES = """examples:
   # BLEU by source length of several systems (Cui et al.'s Figure 2), from hf-headattn-evaluate's JSONs
   hf-headattn-plot bleu-by-length --results runs/a/eval/test.beam4.metrics.json \\
       runs/b/eval/test.beam4.metrics.json --labels softmax MMA --output runs/bleu_by_length.png
+  # each head's learned alpha of alpha-entmax models (--cross_attention entmax_alpha ...; Correia et al.'s Figure 2)
+  hf-headattn-plot learned-alphas --models runs/alpha-1/model runs/alpha-2/model --labels "seed 1" "seed 2" \
+      --output runs/learned_alphas.png
   # --model takes a local folder; a Hugging Face Hub id also needs --trust_remote_code (its code would run here)
 """
 
@@ -34,7 +37,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser = UnderscoreArgumentParser(
         prog="hf-headattn-plot", formatter_class=HelpFormatter, epilog=EXAMPLES,
         description="Figures of trained models as PNG files: attention maps, DHICM head importances, BLEU by "
-                    "length.\n`hf-headattn-plot COMMAND --help` lists a command's flags.")
+                    "length, learned entmax alphas.\n`hf-headattn-plot COMMAND --help` lists a command's flags.")
     add_verbose_and_version_arguments(parser)
     # subcommands take the underscore spelling (--num_beams) with the dashed one as an alias
     commands = parser.add_subparsers(dest="command", required=True, parser_class=UnderscoreArgumentParser)
@@ -68,6 +71,12 @@ def make_parser() -> argparse.ArgumentParser:
     lengths.add_argument("--labels", nargs="+", default=None, help="one per system (None: model folder names)")
     lengths.add_argument("--title", default=None, help="figure title")
     lengths.add_argument("--output", required=True, help="PNG file to write")
+
+    alphas = add_command("learned-alphas", "each head's learned alpha of alpha-entmax models, by site and layer")
+    alphas.add_argument("--models", required=True, nargs="+", help="saved model folders (e.g. one per seed)")
+    alphas.add_argument("--labels", nargs="+", default=None, help="one per model (None: the folders' names)")
+    alphas.add_argument("--title", default=None, help="figure title")
+    alphas.add_argument("--output", required=True, help="PNG file to write; the alphas go beside it as JSON")
     return parser
 
 
@@ -86,6 +95,10 @@ def main(argv=None):
         print(f"written: {plot_bleu_by_length(systems, args.output, title=args.title)}")
         return
 
+    if args.command == "learned-alphas":
+        learned_alphas_command(parser, args)
+        return
+
     check_model_flag(parser, args.model)
     try:
         remote_code_allowed(args.model, args.trust_remote_code)
@@ -101,6 +114,38 @@ def main(argv=None):
         written = plot_attention_map(model, tokenizer, args.sentence, args.output, layer=args.layer, heads=args.heads,
                                      target=args.target, num_beams=args.num_beams)
         print(f"written: {written}")
+
+
+def learned_alphas_command(parser, args) -> None:
+    """Every model loaded and read before the figure is drawn; the figure, its alphas as JSON, one summary line
+    per model."""
+    import json
+
+    from ..output_files import new_file
+
+    labels = args.labels or [str(model) for model in args.models]
+    if len(labels) != len(args.models):
+        parser.exit(1, f"{parser.prog} learned-alphas: error: {len(labels)} labels for {len(args.models)} models\n")
+    runs = {}
+    for label, folder in zip(labels, args.models):
+        check_model_flag(parser, folder)
+        try:
+            model, _ = load_model_and_tokenizer(folder)
+        except (OSError, ValueError) as error:
+            parser.exit(1, f"{parser.prog}: error: cannot load --models {folder}: {error}\n")
+        runs[label] = learned_alphas(model)
+    try:
+        written = plot_learned_alphas(runs, args.output, title=args.title)
+    except ValueError as error:
+        parser.exit(1, f"{parser.prog} learned-alphas: error: {error}\n")
+    beside = written.with_suffix(".json")
+    with new_file(beside) as handle:
+        handle.write(json.dumps(runs, indent=2) + "\n")
+    for label, modules in runs.items():
+        alphas = [alpha for module in modules.values() for alpha in module["alphas"]]
+        print(f"{label}: {len(alphas)} heads, alpha {min(alphas):.3f}-{max(alphas):.3f}, mean "
+              f"{sum(alphas) / len(alphas):.3f}" if alphas else f"{label}: no learned alphas")
+    print(f"written: {written} and {beside}")
 
 
 if __name__ == "__main__":
