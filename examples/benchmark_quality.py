@@ -122,7 +122,10 @@ SYSTEMS = {
     "transformer softmax, guided alignment, full context": System("transformer", (
         *GUIDED_ALIGNMENT, "--guided_alignment_full_context")),
     "transformer running_sum": System("transformer", ("--cross_attention", "running_sum")),  # the seam's test variant
-    # Peters et al., Correia et al.: every site
+    # Peters et al., Correia et al.: every site; and sparsemax there, the other end of entmax's alpha
+    "transformer sparsemax, every site": System("transformer", ("--encoder_self_attention", "sparsemax",
+                                                               "--decoder_self_attention", "sparsemax",
+                                                               "--cross_attention", "sparsemax")),
     "transformer entmax15": System("transformer", ("--encoder_self_attention", "entmax15", "--decoder_self_attention",
                                                    "entmax15", "--cross_attention", "entmax15")),
     "transformer entmax_alpha": System("transformer", ("--encoder_self_attention", "entmax_alpha",
@@ -213,6 +216,16 @@ CLAIMS = [
      "transformer csparsemax predicted, guided alignment", "transformer csparsemax predicted", "bleu"),
     ("Guided alignment with full target context vs none, softmax Transformer (Garg et al.)",
      "transformer softmax, guided alignment, full context", "transformer softmax", "bleu"),
+    ("entmax-1.5 vs softmax at every site (Peters et al.)", "transformer entmax15", "transformer softmax", "coverage"),
+    ("alpha-entmax, alpha learned per head, vs softmax at every site (Correia et al.)", "transformer entmax_alpha",
+     "transformer softmax", "coverage"),
+    ("sparsemax vs softmax at every site", "transformer sparsemax, every site", "transformer softmax", "coverage"),
+    ("entmax-1.5 vs sparsemax at every site", "transformer entmax15", "transformer sparsemax, every site",
+     "coverage"),
+    ("alpha-entmax vs sparsemax at every site", "transformer entmax_alpha", "transformer sparsemax, every site",
+     "coverage"),
+    ("alpha-entmax vs entmax-1.5 at every site (Correia et al.: learned alpha against alpha fixed at 1.5)",
+     "transformer entmax_alpha", "transformer entmax15", "coverage"),
 ]
 # the anchor question's comparison of the two batchings, tabled like a claim under "Softmax against the anchor"
 BATCHING_QUESTION = ("Pooled length buckets vs the global length sort (softmax)",
@@ -322,6 +335,8 @@ def run(system: str, seed: int, args, data: dict) -> dict:
               f"BLEU {evaluation['bleu']:.2f}, REP {evaluation['rep']:.2f}, DROP {evaluation['drop']:.2f}")
     if any("dhicm" in flag for flag in spec.flags):
         result["head_importances"] = importance_statistics(model_dir, data, args.batch_size)
+    if spec.architecture == "transformer":
+        result["attention_zero_shares"] = zero_share_statistics(model_dir, data, args.batch_size)
     if seed == 1:
         write_card(system, model_dir, record_dir, evaluations, args)
 
@@ -351,6 +366,17 @@ def importance_statistics(model_dir: Path, data: dict, batch_size: int) -> dict:
     statistics = head_importance_statistics(model, tokenizer, sources, targets, batch_size)
     return {name: {key: value.tolist() if isinstance(value, torch.Tensor) else value for key, value in module.items()}
             for name, module in statistics.items()}
+
+
+def zero_share_statistics(model_dir: Path, data: dict, batch_size: int) -> dict:
+    """The share of exact zeros in each attention site's weights on the test set (teacher-forced)."""
+    from hf_headattn.attention_sparsity import attention_zero_shares
+    from hf_headattn.loading import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    sources = Path(data["test_source"]).read_text(encoding="utf-8").splitlines()
+    targets = Path(data["test_target"]).read_text(encoding="utf-8").splitlines()
+    return attention_zero_shares(model, tokenizer, sources, targets, batch_size)
 
 
 def settings(args, spec: System) -> dict:
@@ -695,6 +721,29 @@ def describe_runs(results: dict) -> str:
     )
 
 
+def zero_share_table(results: dict) -> str:
+    """Each system's share of exact zeros per attention site on the test set, mean +- standard deviation over the
+    seeds that recorded it."""
+    sites = ("encoder_self_attention", "decoder_self_attention", "cross_attention")
+    by_system: dict[str, list[dict]] = {}
+    for (system, _), result in results.items():
+        if "attention_zero_shares" in result:
+            by_system.setdefault(system, []).append(result["attention_zero_shares"])
+    lines = ["| system | seeds | encoder self-attention | decoder self-attention | cross-attention |",
+             "|---|---|---|---|---|"]
+    for system, records in by_system.items():
+        cells = [mean_std([100 * record[site]["zero_share"] for record in records]) + " %"
+                 if all(site in record for record in records) else "" for site in sites]
+        lines.append(f"| {system} | {len(records)} | {' | '.join(cells)} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def learned_alphas_figures(records_dir: Path, results_file: Path) -> list[str]:
+    """Links to the figures of learned alphas (`hf-headattn-plot learned-alphas`) kept with the records."""
+    return [f"![Learned alphas of {path.parent.name}]({os.path.relpath(path, results_file.parent)})"
+            for path in sorted(records_dir.glob("*/learned_alphas.png"))]
+
+
 def write_report(args) -> None:
     records_dir = Path(args.records_dir)
     results = collect(records_dir)
@@ -725,6 +774,16 @@ def write_report(args) -> None:
         sections.append(f"![BLEU by source length]({os.path.relpath(figure, Path(args.results_file).parent)})")
     claims = claims_tables(results, references) or "No claim has runs of both its system and its baseline yet."
     sections.append(f"## The papers' claims\n\n{claims}")
+    zero_shares = zero_share_table(results)
+    if zero_shares:
+        sections.append("## Exact zeros in attention\n\nThe share of each site's attention weights that are exactly "
+                        "zero on test_2016_flickr, teacher-forced on the references, over every layer and head and the "
+                        "(query, key) pairs a query may attend to (`hf_headattn.attention_sparsity`); recorded by the "
+                        f"runs since 2026-12-04.\n\n{zero_shares}")
+    figures = learned_alphas_figures(records_dir, Path(args.results_file))
+    if figures:
+        sections.append("## Learned alphas\n\nEach head's alpha after training, by site and layer (Correia et al.'s "
+                        "Figure 2), one mark a seed: `hf-headattn-plot learned-alphas`.\n\n" + "\n\n".join(figures))
     importances = importance_table(results)
     if importances:
         sections.append("## DHICM's head importances\n\nTeacher-forced on the test references; lambda = 0.1 is the "
