@@ -12,9 +12,12 @@
 #
 # Prepare on the CPU machine with `bash examples/prepare_device.sh`, then call `run` with carry [".whl", ".device"]:
 #   bash examples/benchmark_quality_gpu.sh 540 "transformer entmax15@1,2,3" "transformer softmax, guided alignment@2"
-# Runs longer than one call: start it detached in a copy outside the checkout (the next call's files replace the
-# checkout's), `cp -a . /tmp/work && cd /tmp/work && OUT=/tmp/work/out setsid nohup bash examples/... &`, and pack what
-# has finished at the end of each call with `cd /tmp/work && bash examples/benchmark_quality_gpu.sh --collect`.
+# Runs longer than one call: `bash examples/benchmark_quality_gpu.sh --detached STAY SECONDS RUN...` starts them in a
+# copy outside the checkout (/tmp/work: the next call's files replace the checkout's) in a session of their own, which
+# outlives the call while the machine stays warm; it returns after STAY seconds of the call, or as soon as the runs
+# end (a failed start included: its log shows why), with what has been recorded so far. A later call, started within
+# the machine's warm time, packs what has been recorded since: `cd /tmp/work && bash examples/benchmark_quality_gpu.sh
+# --collect`.
 # and on the CPU machine: tar xzf <files_at>/records.tgz && python examples/benchmark_quality.py --report-only
 # (and python examples/benchmark_alignment.py --report-only).
 set -u
@@ -43,9 +46,29 @@ pack_records() {  # what the lease recorded (records, cards, AER, unfinished run
   ls -la "$OUT"
 }
 
-if [ "${1:-}" = --collect ]; then  # a second call, while the runs go on (started detached: setsid nohup ...)
-  plot_learned_alphas
-  pack_records "$(cat "$started_mark")"
+collect() {  # the finished lease's records, else what the runs have recorded so far
+  if [ -s out/records.tgz ]; then
+    cp out/records.tgz "$OUT/"
+  elif [ -f "$started_mark" ]; then
+    plot_learned_alphas
+    pack_records "$(cat "$started_mark")"
+  fi
+  cp run.log "$OUT/" 2>/dev/null
+  tail -40 run.log
+}
+
+if [ "${1:-}" = --detached ]; then
+  stay=$2
+  shift 2
+  rm -rf /tmp/work && cp -a . /tmp/work && cd /tmp/work && mkdir -p out || exit 1
+  OUT=/tmp/work/out setsid nohup bash examples/benchmark_quality_gpu.sh "$@" > run.log 2>&1 < /dev/null &
+  runs=$!
+  while kill -0 $runs 2>/dev/null && [ $SECONDS -lt "$stay" ]; do sleep 5; done
+  collect
+  exit
+fi
+if [ "${1:-}" = --collect ]; then
+  collect
   exit
 fi
 budget=$1

@@ -2,7 +2,8 @@
 # Run on the CPU machine before a lent GPU's call: what the GPU machine lacks, put into two folders of the checkout
 # that git ignores (.git/info/exclude) and the call carries (`carry: [".whl", ".device"]`):
 #   .whl/     wheels for its Python 3.12 of the packages whose versions it lacks or does not have (this machine's
-#             versions of Transformers, huggingface_hub, datasets and its dill and multiprocess, evaluate)
+#             versions of Transformers, huggingface_hub and its httpx2, datasets and its dill and multiprocess,
+#             evaluate)
 #   .device/  eflomal's source distribution (it has no wheel; built there: DROP aligns with it), and
 #             .device/data/multi30k/, the Multi30k files (../shared does not travel)
 # The GPU-side scripts (examples/benchmark_quality_gpu.sh) install the wheels into /tmp/site.
@@ -18,7 +19,8 @@ done
 
 rm -rf .whl && mkdir -p .whl  # (a second version of a package would stop the install there)
 packages=()
-for package in transformers huggingface_hub datasets dill multiprocess evaluate; do
+# (httpx2, httpcore2, truststore: what this huggingface_hub needs that the image's 1.x did not)
+for package in transformers huggingface_hub httpx2 httpcore2 truststore datasets dill multiprocess evaluate; do
   packages+=("$package==$(python -c "from importlib.metadata import version; print(version('$package'))")")
 done
 platforms=()

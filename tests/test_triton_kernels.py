@@ -239,10 +239,12 @@ def test_the_launch_count_sees_one_scan_kernel_a_constrained_layer_forward_and_b
     """examples/benchmark_kernel_launches.py's counting: each Triton launch once, the interpreter's own tensor calls
     not at all."""
     counting = load_example("benchmark_kernel_launches")
-    model = random_model(tiny_config(cross_attention="csparsemax"))
+    # (on DEVICE: with CUDA, HF_HEADATTN_KERNELS=triton launches the compiled kernels, which take no CPU tensors)
+    model = random_model(tiny_config(cross_attention="csparsemax")).to(DEVICE)
     input_ids, attention_mask = source_batch((5, 3))
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask,
               "labels": torch.randint(2, 64, (2, 4), generator=torch.Generator().manual_seed(3))}
+    inputs = {name: tensor.to(DEVICE) for name, tensor in inputs.items()}
     through_kernels = counting.count_train_step(model, inputs, "triton")
     through_torch = counting.count_train_step(model, inputs, "torch")
     assert through_kernels["triton_launches"] == 2 * model.config.decoder_layers  # forward and backward a layer
