@@ -5,7 +5,9 @@
 #             versions of Transformers, huggingface_hub and its httpx2, datasets and its dill and multiprocess,
 #             evaluate)
 #   .device/  eflomal's source distribution (it has no wheel; built there: DROP aligns with it), and
-#             .device/data/multi30k/, the Multi30k files (../shared does not travel)
+#             .device/data/multi30k/, the Multi30k files (../shared does not travel), and .device/cache/, what
+#             eflomal computes once for every run (HF_HEADATTN_CACHE there): DROP's aligners, the AER's reference
+#             alignments (examples/benchmark_alignment.py) and guided alignment's links of the training pairs
 # The GPU-side scripts (examples/benchmark_quality_gpu.sh) install the wheels into /tmp/site.
 #
 #   bash examples/prepare_device.sh [DATA_DIR]      (default ../shared/data/multi30k)
@@ -34,4 +36,25 @@ python -m pip download -q --no-deps --no-binary=:all: --no-build-isolation -d .d
 for name in train.de train.en val.de val.en test_2016_flickr.de test_2016_flickr.en; do
   cp "$data/$name" .device/data/multi30k/
 done
+# the training pairs' links through a one-step guided run, so that they are those of the pairs a run keeps
+HF_HEADATTN_CACHE=.device/cache python - <<'PYTHON'
+import sys, tempfile
+sys.path[:0] = [".", "examples"]
+from benchmark_alignment import reference_alignments
+from hf_headattn.metrics import drop_alignment_runs
+from hf_headattn.training import train
+from hf_headattn.translation import read_lines
+
+data = {key: f".device/data/multi30k/{name}" for key, name in [
+    ("train_source", "train.de"), ("train_target", "train.en"), ("valid_source", "val.de"), ("valid_target", "val.en"),
+    ("test_source", "test_2016_flickr.de"), ("test_target", "test_2016_flickr.en")]}
+reference_alignments(data, None, 3)  # the AER's reference (whitespace words), its aligner trained on the pairs
+tests = read_lines(data["test_target"])
+drop_alignment_runs(read_lines(data["test_source"]), tests, tests, train_sources=read_lines(data["train_source"]),
+                    train_targets=read_lines(data["train_target"]), tokenize="13a")  # DROP's aligner
+with tempfile.TemporaryDirectory() as folder:
+    train(["--preset", "multi30k-anchor", "--guided_alignment", "eflomal", "--max_steps", "1", "--output_dir", folder,
+           *[part for key in ("train_source", "train_target", "valid_source", "valid_target")
+             for part in (f"--{key}", data[key])]])
+PYTHON
 du -sh .whl .device
