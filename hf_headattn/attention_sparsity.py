@@ -8,7 +8,8 @@ Tooling, not model runtime: never copied into a checkpoint.
 from collections.abc import Sequence
 
 import torch
-from tqdm.auto import tqdm
+
+from .reference_batches import teacher_forced_batches
 
 # attention site -> the model output that holds its weights, one [batch, heads, queries, keys] tensor a layer
 SITE_OUTPUTS = {"encoder_self_attention": "encoder_attentions", "decoder_self_attention": "decoder_attentions",
@@ -23,23 +24,13 @@ def attention_zero_shares(model, tokenizer, sources: Sequence[str], targets: Seq
     "zero_share_by_layer": [layers], "weights": how many weights were counted}. A key the model adds beyond the
     source tokens (a <SINK>) counts as one the query may attend to. Sites whose weights the model does not return
     are left out."""
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources but {len(targets)} targets; give line-aligned parallel text")
     zeros: dict[str, list[int]] = {}
     counted: dict[str, list[int]] = {}
+    batches = teacher_forced_batches(model, tokenizer, sources, targets, batch_size=batch_size, max_length=max_length,
+                                     desc="attention sparsity", progress=progress, output_attentions=True)
     was_training = model.training
     model.eval()
-    starts = range(0, len(sources), batch_size)
-    for start in tqdm(starts, desc="attention sparsity", disable=not progress):
-        batch = tokenizer(list(sources[start:start + batch_size]), text_target=list(targets[start:start + batch_size]),
-                          return_tensors="pt", padding=True, truncation=True, max_length=max_length)
-        labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
-        with torch.no_grad():
-            outputs = model(input_ids=batch["input_ids"].to(model.device),
-                            attention_mask=batch["attention_mask"].to(model.device), labels=labels.to(model.device),
-                            output_attentions=True)
-        source_real = batch["attention_mask"].bool()
-        target_real = labels.ne(-100)
+    for source_real, target_real, outputs in batches:
         causal = torch.ones(target_real.shape[1], target_real.shape[1], dtype=torch.bool).tril()
         allowed = {"encoder_self_attention": source_real[:, :, None] & source_real[:, None, :],
                    "decoder_self_attention": target_real[:, :, None] & target_real[:, None, :] & causal,

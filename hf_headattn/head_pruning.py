@@ -8,7 +8,8 @@ Tooling, not model runtime: never copied into a checkpoint (a pruned model needs
 import math
 
 import torch
-from tqdm.auto import tqdm
+
+from .reference_batches import teacher_forced_batches
 
 
 def mean_head_importances(model, tokenizer, sources: list[str], targets: list[str], batch_size: int = 32,
@@ -28,21 +29,14 @@ def head_importance_statistics(model, tokenizer, sources: list[str], targets: li
     uniform, ln H when all on one head), "ln_heads": ln H, "concentrated_share": the share of tokens whose most
     important head gets at least `concentrated`, "top_head_share": [heads], how often each head is the most
     important, "tokens"}."""
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources but {len(targets)} targets; give line-aligned parallel text")
     totals: dict[str, dict] = {}
+    batches = teacher_forced_batches(model, tokenizer, sources, targets, batch_size=batch_size, max_length=max_length,
+                                     desc="head importances", output_head_importances=True)
     was_training = model.training
     model.eval()
-    for start in tqdm(range(0, len(sources), batch_size), desc="head importances"):
-        batch = tokenizer(sources[start : start + batch_size], text_target=targets[start : start + batch_size],
-                          return_tensors="pt", padding=True, truncation=True, max_length=max_length)
-        labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
-        with torch.no_grad():
-            outputs = model(input_ids=batch["input_ids"].to(model.device),
-                            attention_mask=batch["attention_mask"].to(model.device), labels=labels.to(model.device),
-                            output_head_importances=True)
+    for source_real, target_real, outputs in batches:
         for name, importances in (outputs.head_importances or {}).items():
-            real = batch["attention_mask"].bool() if name.startswith("encoder.") else labels.ne(-100)
+            real = source_real if name.startswith("encoder.") else target_real
             importances = importances[real.to(importances.device)].float().cpu()  # [tokens, heads]
             heads = importances.shape[-1]
             kl = (importances * (importances.clamp_min(1e-12).log() + math.log(heads))).sum(-1)
