@@ -211,11 +211,11 @@ CLAIMS = [
     ("csparsemax (predicted fertility) vs softmax, Transformer", "transformer csparsemax predicted",
      "transformer softmax", "coverage"),
     ("Guided alignment vs none, softmax Transformer (Garg et al.)", "transformer softmax, guided alignment",
-     "transformer softmax", "bleu"),
+     "transformer softmax", "alignment"),
     ("Guided alignment vs none, csparsemax (predicted fertility) Transformer",
-     "transformer csparsemax predicted, guided alignment", "transformer csparsemax predicted", "bleu"),
+     "transformer csparsemax predicted, guided alignment", "transformer csparsemax predicted", "alignment"),
     ("Guided alignment with full target context vs none, softmax Transformer (Garg et al.)",
-     "transformer softmax, guided alignment, full context", "transformer softmax", "bleu"),
+     "transformer softmax, guided alignment, full context", "transformer softmax", "alignment"),
     ("entmax-1.5 vs softmax at every site (Peters et al.)", "transformer entmax15", "transformer softmax", "coverage"),
     ("alpha-entmax, alpha learned per head, vs softmax at every site (Correia et al.)", "transformer entmax_alpha",
      "transformer softmax", "coverage"),
@@ -617,8 +617,29 @@ def systems_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def claims_tables(results: dict, references: list[str], claims: list | None = None) -> str:
-    """A table for each claim (by default the papers', `CLAIMS`) whose system and baseline share a seed."""
+def alignment_aer(alignment_dir: Path, system: str, seed: int) -> tuple[float, str] | None:
+    """The AER that `hf-headattn-translate --alignments` gives by default, from examples/benchmark_alignment.py's
+    record of (system, seed), and where it was read: a guided model's guided heads at its guided layer, else the
+    heads' mean at the default layer. None without a record."""
+    path = alignment_dir / f"{slug(system)}-seed-{seed}.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text(encoding="utf-8"))
+    layers = max(row["layer"] for row in record["rows"]) + 1
+    layer = record.get("default_layer", layers - 1)
+    row = next(row for row in record["rows"] if row["layer"] == layer and row["heads"] == "mean")
+    guided = record.get("guided_heads")
+    where = f"layer {layer}, " + (f"guided head{'s' if len(guided) > 1 else ''} {', '.join(map(str, guided))}"
+                                  if guided else "heads' mean")
+    return row["aer"], where
+
+
+def claims_tables(results: dict, references: list[str], claims: list | None = None,
+                  alignment_dir: Path = Path("benchmarks/alignment")) -> str:
+    """A table for each claim (by default the papers', `CLAIMS`) whose system and baseline share a seed. "bleu"
+    claims give BLEU; "coverage" claims BLEU, REP and DROP with their p-values; "alignment" claims (guided
+    alignment) BLEU with its p-values, REP, DROP and the AER of examples/benchmark_alignment.py's records in
+    `alignment_dir`."""
     sections = []
     for question, system, baseline, compared in CLAIMS if claims is None else claims:
         seeds = sorted(seed for (name, seed) in results if name == system and (baseline, seed) in results)
@@ -629,7 +650,27 @@ def claims_tables(results: dict, references: list[str], claims: list | None = No
                  f"Seeds: {', '.join(map(str, seeds))}. Mean ± standard deviation over seeds; p: sacrebleu's paired "
                  "bootstrap (1,000 resamples) of each seed's system against the baseline of the same seed (for REP "
                  "and DROP, the same test on their per-sentence counts).", ""]
-        if compared == "bleu":
+        if compared == "alignment":
+            lines += ["| | greedy BLEU | beam-5 BLEU | REP | DROP | AER (seeds; where read) | p (greedy) per seed | "
+                      "p (beam 5) per seed | train time per seed (min, machine) |", "|---|---|---|---|---|---|---|---|---|"]
+            for label, index in ((system, 0), (baseline, 1)):
+                decoding = [pair[index]["decoding"] for pair in pairs]
+                aers = [aer for seed in seeds if (aer := alignment_aer(alignment_dir, label, seed))]
+                aer_cell = (f"{mean_std([aer for aer, _ in aers])} ({len(aers)}; {aers[0][1]})" if aers
+                            else "not measured")
+                p_values = [""] * 2
+                if index == 0:
+                    p_values = [", ".join(f"{bleu_bootstrap_p(*pair, references, name):.3f}" for pair in pairs)
+                                for name in ("greedy", "beam5")]
+                lines.append(f"| {label} | {mean_std([d['greedy']['bleu'] for d in decoding])} | "
+                             f"{mean_std([d['beam5']['bleu'] for d in decoding])} | "
+                             f"{mean_std([d['beam5']['rep'] for d in decoding])} | "
+                             f"{mean_std([d['beam5']['drop'] for d in decoding])} | {aer_cell} | {p_values[0]} | "
+                             f"{p_values[1]} | {train_times(pairs, index)} |")
+            lines += ["", "REP and DROP of the beam-5 translations; AER against eflomal's alignments of the same test "
+                          "pairs (\"Word alignments from attention\" below), read where `--alignments` reads by "
+                          "default."]
+        elif compared == "bleu":
             lines += ["| | greedy BLEU | beam-5 BLEU | p (greedy) per seed | p (beam 5) per seed | train time per seed "
                       "(min, machine) |", "|---|---|---|---|---|---|"]
             for label, index in ((system, 0), (baseline, 1)):
@@ -772,7 +813,8 @@ def write_report(args) -> None:
     sections.append(f"## Every system, seed 1\n\n{systems_table(results)}")
     if length_figure(results, figure):
         sections.append(f"![BLEU by source length]({os.path.relpath(figure, Path(args.results_file).parent)})")
-    claims = claims_tables(results, references) or "No claim has runs of both its system and its baseline yet."
+    claims = (claims_tables(results, references, alignment_dir=Path(args.alignment_records_dir))
+              or "No claim has runs of both its system and its baseline yet.")
     sections.append(f"## The papers' claims\n\n{claims}")
     zero_shares = zero_share_table(results)
     if zero_shares:
@@ -933,6 +975,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_data_arguments(parser)
     parser.add_argument("--output-dir", default="runs/quality", help="model folders (not committed)")
     parser.add_argument("--records-dir", default="benchmarks/quality", help="what the report is built from")
+    parser.add_argument("--alignment-records-dir", default="benchmarks/alignment",
+                        help="examples/benchmark_alignment.py's records: the AER of the guided-alignment claims")
     parser.add_argument("--results-file", default="RESULTS.md")
     parser.add_argument("--cards-dir", default="model_cards/multi30k", help="where copies of the filled cards go")
     parser.add_argument("--dataset-name", default="Multi30k De-En (task 1)")

@@ -116,6 +116,26 @@ def test_coverage_claims_get_rep_and_drop_p_values_from_the_recorded_hypotheses(
         hypotheses.write_text(original, encoding="utf-8")
 
 
+def test_alignment_claims_give_the_aer_where_alignments_are_read_by_default(quality_run, monkeypatch, tmp_path):
+    script, tmp, _ = quality_run
+    monkeypatch.setattr(script, "CLAIMS", [("guidance", "transformer mma", "transformer softmax", "alignment")])
+    results = script.collect(tmp / "records")
+    references = (tmp / "data" / "test.tgt").read_text(encoding="utf-8").splitlines()
+    rows = [{"layer": layer, "heads": heads, "aer": aer} for layer, heads, aer in
+            [(0, "mean", 60.0), (1, "mean", 23.5), (1, "all", 33.0), (2, "mean", 44.0)]]
+    for seed, shift in ((1, 0.0), (2, 1.0)):  # a guided model: its guided heads at its guided layer
+        record = {"default_layer": 1, "guided_heads": [0], "rows": [{**row, "aer": row["aer"] + shift} for row in rows]}
+        (tmp_path / f"transformer-mma-seed-{seed}.json").write_text(json.dumps(record))
+    (tmp_path / "transformer-softmax-seed-1.json").write_text(json.dumps({"rows": rows}))  # the last layer's mean
+    text = script.claims_tables(results, references, alignment_dir=tmp_path)
+    system = next(line for line in text.splitlines() if line.startswith("| transformer mma |"))
+    baseline = next(line for line in text.splitlines() if line.startswith("| transformer softmax |"))
+    assert "| 24.00 ± 0.71 (2; layer 1, guided head 0) |" in system
+    assert "| 44.00 (1; layer 2, heads' mean) |" in baseline
+    (tmp_path / "transformer-softmax-seed-1.json").unlink()
+    assert "| not measured |" in script.claims_tables(results, references, alignment_dir=tmp_path)
+
+
 def test_cards_carry_seed_1_results(quality_run):
     _, tmp, _ = quality_run
     for system in SYSTEMS:
