@@ -219,9 +219,14 @@ def test_beam_search_with_draft_settings_is_beam_search_for_stateful_variants():
 def test_the_lstm_refuses_assisted_decoding_up_front():
     model = random_rnn_model(rnn_config())
     input_ids, attention_mask = source_batch()
-    with pytest.raises(ValueError, match="assisted generation is not supported with stateful models"):
-        model.generate(input_ids=input_ids[:1], attention_mask=attention_mask[:1], prompt_lookup_num_tokens=2,
-                       **GENERATION)
+    forwards = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(model), "forward", lambda *args, **kwargs: forwards.append(1))
+        with pytest.raises(ValueError, match="Assisted and prompt-lookup decoding are not available.*the decoder's "
+                                             "recurrent states and attention history keep per-step state"):
+            model.generate(input_ids=input_ids[:1], attention_mask=attention_mask[:1], prompt_lookup_num_tokens=2,
+                           **GENERATION)
+    assert not forwards  # refused before any decoding, on every Transformers release
 
 
 # ------------------------------------------------------------------------------------------------ continuing

@@ -46,6 +46,7 @@ from .seq2seq_common import (
 from .remote_code import check_code_travels, write_direct_imports
 from .transformers_compat import accepts_past_key_values, cache_of, drop_cache_position, init, with_cache
 from .rnn_packing import run_packed_lstm, run_packed_lstm_layers
+from .variant_checks import refuse_candidate_decoding
 from .attention_base import CROSS_ATTENTION, AttentionVariant, unrolled_length
 from .attention_registry import get_attention_variant
 from .attention_functions import register_attention_functions  # noqa: F401  (imported, it travels)
@@ -433,7 +434,7 @@ class HeadAttnRNNPreTrainedModel(NamesDamagedWeights, PreTrainedModel):
     config_class = HeadAttnRNNConfig
     config: HeadAttnRNNConfig
     base_model_prefix = "model"
-    _is_stateful = True  # the decoder's recurrent state cannot be rewound for assisted decoding
+    _is_stateful = True  # (Transformers before 5.25 refuse assisted decoding on it; `generate` refuses it itself)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -682,6 +683,7 @@ class HeadAttnRNNForConditionalGeneration(HeadAttnRNNPreTrainedModel, Generation
             raise ValueError(f"`coverage_epsilon` must be a number in (0, 1], got {coverage_epsilon!r}")
         check_generate_inputs(self, inputs, kwargs)
         check_generation_counts(self.generation_config, kwargs)
+        refuse_candidate_decoding(self, kwargs, keeps_state="the decoder's recurrent states and attention history")
         with inputs_checked_by_caller():  # the decoding steps' inputs come from generate itself
             if not coverage_penalty:
                 return super().generate(inputs, *args, **kwargs)

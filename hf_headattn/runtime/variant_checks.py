@@ -68,12 +68,13 @@ def check_attention_implementation(config: HeadAttnConfig, implementation: str) 
             )
 
 
-def refuse_candidate_decoding(model, kwargs: dict) -> None:
+def refuse_candidate_decoding(model, kwargs: dict, keeps_state: str | None = None) -> None:
     """Refuse, before any decoding, assisted and prompt-lookup decoding (`generate(assistant_model=...)`,
-    `prompt_lookup_num_tokens=...`, ...) for a model with stateful variants: those decodings check draft tokens and roll
-    the cache back to the accepted ones (`Cache.crop`), and a stateful variant's per-step state is a running quantity
-    with no earlier values to return to."""
-    stateful = _layers_by_variant(model.config, lambda variant: variant.stateful)
+    `prompt_lookup_num_tokens=...`, ...) for a model with per-step decoding state: those decodings check draft tokens
+    and roll the cache back to the accepted ones (`Cache.crop`), and such state (a stateful variant's running sum, a
+    recurrent decoder's hidden state) has no earlier values to return to. `keeps_state` names what keeps it ("...
+    keep per-step state"); by default the model's stateful attention variants, and nothing is refused without them."""
+    stateful = keeps_state or _layers_by_variant(model.config, lambda variant: variant.stateful)
     if not stateful:
         return
     generation_config = kwargs.get("generation_config") or model.generation_config
@@ -88,6 +89,6 @@ def refuse_candidate_decoding(model, kwargs: dict) -> None:
     if drafts and (setting("num_beams") or 1) == 1:
         raise ValueError(
             f"Assisted and prompt-lookup decoding are not available for this model: they roll the decoding state back "
-            f"to the accepted draft tokens, and {stateful} keep per-step state (a running sum over the decoded "
-            "positions) that cannot be rolled back. Use greedy or beam search."
+            f"to the accepted draft tokens, and {stateful} keep per-step state that cannot be rolled back. Use greedy "
+            "or beam search."
         )
