@@ -49,6 +49,7 @@ import torch
 import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
+from hf_headattn.attention_sparsity import SITE_OUTPUTS, attention_zero_shares  # noqa: E402
 from hf_headattn.evaluation import evaluate_model  # noqa: E402
 from hf_headattn.publish import write_model_card  # noqa: E402
 from hf_headattn.metrics import (corpus_scores, drop_details, paired_bootstrap_p, ratio_score,  # noqa: E402
@@ -58,6 +59,7 @@ from hf_headattn.runtime.attention_registry import ATTENTION_VARIANTS, every_sit
 from hf_headattn.runtime.configuration_headattn import HeadAttnConfig  # noqa: E402
 from hf_headattn.parallel_data import read_parallel_files  # noqa: E402
 from hf_headattn.training import TRAINING_PRESETS, multi30k_paths, train  # noqa: E402
+from hf_headattn.translation import default_alignment_layer  # noqa: E402
 
 
 PRESET = "multi30k-anchor"
@@ -355,28 +357,28 @@ def run(system: str, seed: int, args, data: dict) -> dict:
     return result
 
 
-def importance_statistics(model_dir: Path, data: dict, batch_size: int) -> dict:
-    """How each DHICM module spreads its importances over the heads on the test set (teacher-forced)."""
-    from hf_headattn.head_pruning import head_importance_statistics
+def model_and_test_pairs(model_dir: Path, data: dict) -> tuple:
+    """(model, tokenizer, test sources, test references): what the teacher-forced statistics of a run read."""
     from hf_headattn.loading import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(model_dir)
     sources = Path(data["test_source"]).read_text(encoding="utf-8").splitlines()
     targets = Path(data["test_target"]).read_text(encoding="utf-8").splitlines()
-    statistics = head_importance_statistics(model, tokenizer, sources, targets, batch_size)
+    return model, tokenizer, sources, targets
+
+
+def importance_statistics(model_dir: Path, data: dict, batch_size: int) -> dict:
+    """How each DHICM module spreads its importances over the heads on the test set (teacher-forced)."""
+    from hf_headattn.head_pruning import head_importance_statistics
+
+    statistics = head_importance_statistics(*model_and_test_pairs(model_dir, data), batch_size)
     return {name: {key: value.tolist() if isinstance(value, torch.Tensor) else value for key, value in module.items()}
             for name, module in statistics.items()}
 
 
 def zero_share_statistics(model_dir: Path, data: dict, batch_size: int) -> dict:
     """The share of exact zeros in each attention site's weights on the test set (teacher-forced)."""
-    from hf_headattn.attention_sparsity import attention_zero_shares
-    from hf_headattn.loading import load_model_and_tokenizer
-
-    model, tokenizer = load_model_and_tokenizer(model_dir)
-    sources = Path(data["test_source"]).read_text(encoding="utf-8").splitlines()
-    targets = Path(data["test_target"]).read_text(encoding="utf-8").splitlines()
-    return attention_zero_shares(model, tokenizer, sources, targets, batch_size)
+    return attention_zero_shares(*model_and_test_pairs(model_dir, data), batch_size)
 
 
 def settings(args, spec: System) -> dict:
@@ -625,13 +627,18 @@ def alignment_aer(alignment_dir: Path, system: str, seed: int) -> tuple[float, s
     if not path.is_file():
         return None
     record = json.loads(path.read_text(encoding="utf-8"))
-    layers = max(row["layer"] for row in record["rows"]) + 1
-    layer = record.get("default_layer", layers - 1)
+    layer = record.get("default_layer", default_alignment_layer(max(row["layer"] for row in record["rows"]) + 1))
     row = next(row for row in record["rows"] if row["layer"] == layer and row["heads"] == "mean")
     guided = record.get("guided_heads")
     where = f"layer {layer}, " + (f"guided head{'s' if len(guided) > 1 else ''} {', '.join(map(str, guided))}"
                                   if guided else "heads' mean")
     return row["aer"], where
+
+
+def bleu_p_cells(pairs: list[tuple[dict, dict]], references: list[str]) -> list[str]:
+    """A claim's greedy and beam-5 BLEU p-values, each seed's system against its baseline, one cell each."""
+    return [", ".join(f"{bleu_bootstrap_p(*pair, references, decoding):.3f}" for pair in pairs)
+            for decoding in ("greedy", "beam5")]
 
 
 def claims_tables(results: dict, references: list[str], claims: list | None = None,
@@ -658,10 +665,7 @@ def claims_tables(results: dict, references: list[str], claims: list | None = No
                 aers = [aer for seed in seeds if (aer := alignment_aer(alignment_dir, label, seed))]
                 aer_cell = (f"{mean_std([aer for aer, _ in aers])} ({len(aers)}; {aers[0][1]})" if aers
                             else "not measured")
-                p_values = [""] * 2
-                if index == 0:
-                    p_values = [", ".join(f"{bleu_bootstrap_p(*pair, references, name):.3f}" for pair in pairs)
-                                for name in ("greedy", "beam5")]
+                p_values = bleu_p_cells(pairs, references) if index == 0 else [""] * 2
                 lines.append(f"| {label} | {mean_std([d['greedy']['bleu'] for d in decoding])} | "
                              f"{mean_std([d['beam5']['bleu'] for d in decoding])} | "
                              f"{mean_std([d['beam5']['rep'] for d in decoding])} | "
@@ -676,10 +680,7 @@ def claims_tables(results: dict, references: list[str], claims: list | None = No
             for label, index in ((system, 0), (baseline, 1)):
                 greedy = [pair[index]["decoding"]["greedy"]["bleu"] for pair in pairs]
                 beam = [pair[index]["decoding"]["beam5"]["bleu"] for pair in pairs]
-                p_values = [""] * 2
-                if index == 0:
-                    p_values = [", ".join(f"{bleu_bootstrap_p(*pair, references, decoding):.3f}" for pair in pairs)
-                                for decoding in ("greedy", "beam5")]
+                p_values = bleu_p_cells(pairs, references) if index == 0 else [""] * 2
                 lines.append(f"| {label} | {mean_std(greedy)} | {mean_std(beam)} | {p_values[0]} | {p_values[1]} | "
                              f"{train_times(pairs, index)} |")
         else:
@@ -765,7 +766,6 @@ def describe_runs(results: dict) -> str:
 def zero_share_table(results: dict) -> str:
     """Each system's share of exact zeros per attention site on the test set, mean +- standard deviation over the
     seeds that recorded it."""
-    sites = ("encoder_self_attention", "decoder_self_attention", "cross_attention")
     by_system: dict[str, list[dict]] = {}
     for (system, _), result in results.items():
         if "attention_zero_shares" in result:
@@ -774,7 +774,7 @@ def zero_share_table(results: dict) -> str:
              "|---|---|---|---|---|"]
     for system, records in by_system.items():
         cells = [mean_std([100 * record[site]["zero_share"] for record in records]) + " %"
-                 if all(site in record for record in records) else "" for site in sites]
+                 if all(site in record for record in records) else "" for site in SITE_OUTPUTS]
         lines.append(f"| {system} | {len(records)} | {' | '.join(cells)} |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
